@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs everything Sluice needs to build, run and test on Debian 12 / Ubuntu 22.04+.
+# Idempotent and non-interactive: apt packages are installed only when missing, pip packages are
+# pinned in data_tools/requirements.txt.  Used by both README commands and by .ci/run.
+#   SLUICE_SKIP_APT=1   skip the apt step (no root)
+#   SLUICE_SKIP_PIP=1   skip the pip step
+#   SLUICE_WITH_SLURM=1 also install Slurm and munge (the slurm-labelled tests need them)
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+apt_pkgs=(build-essential cmake pkg-config git
+          libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libcli11-dev
+          libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libgtest-dev libopenblas-dev
+          python3-torch python3-torchvision python3-numpy python3-pip)
+if [ "${SLUICE_WITH_SLURM:-0}" = 1 ]; then apt_pkgs+=(slurm-wlm munge); fi
+
+if [ "${SLUICE_SKIP_APT:-0}" != 1 ]; then
+  missing=()
+  for p in "${apt_pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo "install-deps: apt packages: ${missing[*]}" >&2
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+fi
+
+if [ "${SLUICE_SKIP_PIP:-0}" != 1 ]; then
+  py=${SLUICE_PYTHON:-python3}
+  # PEP 668 distributions refuse pip outside a venv; --break-system-packages is accepted by pip >= 23.0.
+  extra=()
+  if "$py" -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+    [ -e "$("$py" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ] && extra+=(--break-system-packages)
+  fi
+  "$py" -m pip install -q --disable-pip-version-check "${extra[@]}" -r "$here/requirements.txt"
+fi
+echo "install-deps: done" >&2

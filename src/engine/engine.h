@@ -1,0 +1,54 @@
+#pragma once
+// An engine runs a prepared graph (model/prepare.h) on one device for a fixed batch size.
+//
+// It owns `io_sets` sets of input/output buffers in its device's memory.  The pipeline copies a
+// batch into input_buffer(s), calls forward(s, stream), and copies the outputs out of
+// output_buffer(s, i).  Several sets let copies of one batch overlap the compute of another; the
+// pipeline orders reuse of a set with events.  On the CUDA engine the buffers are device memory and
+// forward() only enqueues work (it may replay a captured CUDA graph per set); on the CPU engine the
+// buffers are host memory and forward() runs to completion.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/graph.h"
+
+namespace sluice {
+
+enum class Precision { FP32, TF32, FP16, BF16 };
+const char* precision_name(Precision p);
+Precision precision_from_name(const std::string& name);  // throws UsageError
+
+struct EngineOptions {
+  Precision precision = Precision::FP32;
+  int device = 0;              // CUDA device ordinal (cuda engine)
+  int io_sets = 2;             // input/output buffer sets
+  std::string cache_dir;       // where the cuda engine keeps its algorithm cache ("" = none)
+  bool cuda_graphs = true;     // capture forward() once per set and replay it
+  bool deterministic = false;  // skip nondeterministic algorithms
+  int threads = 0;             // cpu engine: compute threads (0: all cores)
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual std::string describe() const = 0;             // "cpu (2 threads)", "cuda NVIDIA H200, cuDNN 9.19.0, tf32"
+  virtual const ValueInfo& input() const = 0;           // [B, ...]
+  virtual const std::vector<ValueInfo>& outputs() const = 0;
+  virtual int io_sets() const = 0;
+  virtual void* input_buffer(int set) = 0;
+  virtual void* output_buffer(int set, int output) = 0;
+  // Runs (cpu) or enqueues on `stream` (cuda: a cudaStream_t) one forward pass of set `set`.
+  virtual void forward(int set, void* stream) = 0;
+};
+
+// backend: "cpu" or "cuda".  The graph must come from prepare_graph().  Weights may be replaced
+// before the engine is created (the NCCL broadcast fills them on ranks that did not read the file).
+std::unique_ptr<Engine> create_engine(const std::string& backend, const Graph& graph, const EngineOptions& options);
+
+std::unique_ptr<Engine> create_cpu_engine(const Graph& graph, const EngineOptions& options);
+#ifdef SLUICE_HAVE_CUDA
+std::unique_ptr<Engine> create_cuda_engine(const Graph& graph, const EngineOptions& options);
+#endif
+
+}  // namespace sluice

@@ -1,0 +1,93 @@
+#pragma once
+// The per-rank HDF5 output file, OUTDIR/rank-NNNNN.h5 (see DESIGN.md, "Files"):
+//   /outputs/<name>  [rows, ...]  one dataset per OutputSpec, chunked by batch, extendible
+//   /sample_index    [rows] int64 the global sample index of each row
+//   /ledger          [chunks] committed chunks {chunk_id, first_index, count, first_row}
+//   attributes: sluice version and commit, job (TOML text), model path and sha256, rank, world
+//   size, host, GPU, start and end times, attempt.
+// Rows are appended batch by batch; commit() makes every row appended since the previous commit
+// durable as one chunk and flushes the file.  Rows past the last committed chunk are not part of
+// the output: recovery drops them, readers ignore them.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/dtype.h"
+
+namespace sluice {
+
+struct DatasetSpec {
+  std::string name;   // under /outputs
+  DType dtype = DType::F32;
+  Shape row_shape;    // one row (one sample), no leading dimension
+  std::size_t row_bytes() const { return static_cast<std::size_t>(shape_numel(row_shape)) * dtype_size(dtype); }
+};
+
+struct ChunkRecord {
+  int64_t chunk_id = 0;
+  int64_t first_index = 0;  // global sample index of the chunk's first sample
+  int64_t count = 0;        // samples in the chunk
+  int64_t first_row = 0;    // row of the chunk's first sample in this file
+};
+
+struct RankFileMeta {
+  std::string job_text;     // the resolved job as TOML
+  std::string model_path, model_sha256;
+  int rank = 0, world_size = 1;
+  std::string host, device;
+  int64_t total_samples = 0;
+  int64_t chunk_samples = 0;
+  int attempt = 0;          // 0 for the first run, +1 per resume
+  double start_time = 0;    // unix seconds
+};
+
+class RankFile {
+ public:
+  virtual ~RankFile() = default;
+  // Appends `rows` rows: sample indices and one pointer per dataset (row-major, spec dtype).
+  virtual void append(int64_t rows, const int64_t* sample_index, const std::vector<const void*>& data) = 0;
+  // Commits every row appended since the last commit as chunk `record` (its first_row is filled in).
+  virtual void commit(ChunkRecord record) = 0;
+  virtual int64_t committed_rows() const = 0;
+  // Writes the end time and closes the file cleanly.
+  virtual void close() = 0;
+};
+
+// Creates a new rank file (fails if it exists) or, with `append_existing`, reopens a file that
+// recover_rank_file() left consistent and appends after its committed rows.
+std::unique_ptr<RankFile> open_rank_file(const std::string& path, const std::vector<DatasetSpec>& specs,
+                                         int64_t chunk_rows, const RankFileMeta& meta, bool append_existing);
+
+// What a reader needs to know about one rank file.
+struct RankFileInfo {
+  std::string path;
+  int rank = -1, world_size = 0;
+  std::vector<DatasetSpec> datasets;
+  std::vector<ChunkRecord> chunks;   // committed, in commit order
+  int64_t committed_rows = 0;
+  int64_t total_samples = 0, chunk_samples = 0;
+  std::string model_sha256, job_text;
+  bool closed_cleanly = false;
+};
+
+// Reads the header and ledger of a rank file (read-only; works on a file whose writer was killed).
+RankFileInfo read_rank_file(const std::string& path);
+
+// After a crash: makes `path` a cleanly closed file holding exactly its committed chunks.
+void recover_rank_file(const std::string& path);
+
+// OUTDIR/outputs.h5: one virtual dataset per output [N, ...] in global sample order, each row
+// mapped onto the rank file and row that holds it.  Throws if an index in [0, N) is missing or
+// appears twice (call check_coverage first to report it nicely).
+void write_virtual_outputs(const std::string& outdir, const std::vector<RankFileInfo>& files, int64_t total_samples);
+
+struct Coverage {
+  int64_t total = 0, present = 0;
+  std::vector<std::pair<int64_t, int64_t>> gaps;        // missing [first, last] ranges
+  std::vector<int64_t> duplicates;                       // indices present more than once (first few)
+  bool complete() const { return present == total && gaps.empty() && duplicates.empty(); }
+};
+Coverage check_coverage(const std::vector<RankFileInfo>& files, int64_t total_samples);
+
+}  // namespace sluice

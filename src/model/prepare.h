@@ -1,0 +1,51 @@
+#pragma once
+// From a loaded ONNX graph to the graph an engine runs: the job's batch size and input shape are
+// fixed, preprocessing is put in front, output heads behind, and the passes run.
+#include <string>
+#include <vector>
+
+#include "model/graph.h"
+
+namespace sluice {
+
+// What the job stores from the model's first output ("logits" [B, C, ...]).
+struct OutputSpec {
+  enum class Kind { Logits, ArgMax, Softmax, TopK };
+  std::string name;          // dataset name under /outputs: "logits", "argmax", "softmax", "topk_values", "topk_indices"
+  Kind kind = Kind::Logits;
+  DType dtype = DType::F32;  // Logits/Softmax: F32, F16 or BF16; ArgMax: U8 (<= 256 classes) or I32
+  int top_k = 0;             // TopK only
+};
+
+struct PrepareOptions {
+  int64_t batch_size = 1;
+  Shape sample_shape;                 // one sample, without the batch dimension
+  DType input_dtype = DType::F32;     // what the slots hold: F32 or U8
+  // Preprocessing on the device: y = (x * scale - mean[c]) / std[c].  Added when `normalize` is set
+  // or the input is uint8 (then at least the cast to float happens on the device).
+  bool normalize = false;
+  float scale = 1.f;
+  std::vector<float> mean, stddev;
+  std::vector<OutputSpec> outputs;    // heads on the model's first output
+  bool fuse = true;                   // BatchNorm folding and Conv(+Add)(+act) fusion
+};
+
+// Returns a graph with a single input named "input" [B, sample_shape...] of `input_dtype` and one
+// graph output per OutputSpec, named as the spec.  Runs: input shape fixing, constant folding
+// (including the exporters' Shape/Gather/... subgraphs), Identity removal, BatchNorm folding,
+// Conv fusion, dead-node elimination and shape inference.  Throws InputError when the model does
+// not fit the job (e.g. the input shape does not match, an op is unsupported).
+Graph prepare_graph(Graph model, const PrepareOptions& options);
+
+// The individual passes, exposed for tests.
+void fold_constants(Graph& g);
+void remove_identities(Graph& g);
+void fold_batchnorm(Graph& g);
+void fuse_convolutions(Graph& g);
+void eliminate_dead_nodes(Graph& g);
+void infer_shapes(Graph& g);   // fills g.values for every tensor; throws on inconsistent shapes
+
+// The ops the engines implement (default domain, plus the sluice domain ones of graph.h).
+const std::vector<std::string>& supported_ops();
+
+}  // namespace sluice

@@ -1,0 +1,43 @@
+#include "model/tensor.h"
+
+#include "core/error.h"
+
+namespace sluice {
+
+std::vector<int64_t> Tensor::as_int64() const {
+  const int64_t n = numel();
+  std::vector<int64_t> out(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::I64: out[i] = data<int64_t>()[i]; break;
+      case DType::I32: out[i] = data<int32_t>()[i]; break;
+      case DType::U8: case DType::Bool: out[i] = data<uint8_t>()[i]; break;
+      case DType::I8: out[i] = data<int8_t>()[i]; break;
+      case DType::F32: out[i] = static_cast<int64_t>(data<float>()[i]); break;
+      case DType::F64: out[i] = static_cast<int64_t>(data<double>()[i]); break;
+      default: SLUICE_THROW("cannot read a ", dtype_name(dtype), " tensor as integers");
+    }
+  }
+  return out;
+}
+
+std::vector<float> Tensor::as_float() const {
+  const int64_t n = numel();
+  std::vector<float> out(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::F32: out[i] = data<float>()[i]; break;
+      case DType::F16: out[i] = f16_to_f32(data<uint16_t>()[i]); break;
+      case DType::BF16: out[i] = bf16_to_f32(data<uint16_t>()[i]); break;
+      case DType::F64: out[i] = static_cast<float>(data<double>()[i]); break;
+      case DType::I64: out[i] = static_cast<float>(data<int64_t>()[i]); break;
+      case DType::I32: out[i] = static_cast<float>(data<int32_t>()[i]); break;
+      case DType::U8: case DType::Bool: out[i] = data<uint8_t>()[i]; break;
+      case DType::I8: out[i] = data<int8_t>()[i]; break;
+      default: SLUICE_THROW("cannot read a ", dtype_name(dtype), " tensor as floats");
+    }
+  }
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,37 @@
+#pragma once
+// A host tensor: model constants (weights, folded shape values) and CPU-backend values.  Dense,
+// row-major, owned bytes.
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "model/dtype.h"
+
+namespace sluice {
+
+struct Tensor {
+  DType dtype = DType::Undefined;
+  Shape shape;
+  std::vector<uint8_t> bytes;
+
+  Tensor() = default;
+  Tensor(DType t, Shape s) : dtype(t), shape(std::move(s)), bytes(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(t)) {}
+
+  int64_t numel() const { return shape_numel(shape); }
+  std::size_t nbytes() const { return bytes.size(); }
+  template <typename T> T* data() { return reinterpret_cast<T*>(bytes.data()); }
+  template <typename T> const T* data() const { return reinterpret_cast<const T*>(bytes.data()); }
+
+  template <typename T>
+  static Tensor from(DType t, Shape s, const std::vector<T>& values) {
+    Tensor x(t, std::move(s));
+    std::memcpy(x.bytes.data(), values.data(), x.bytes.size());
+    return x;
+  }
+  // Integer view of an integer tensor of any width (int32/int64/uint8/...), for shape arithmetic.
+  std::vector<int64_t> as_int64() const;
+  // Float view of a floating tensor (float32/float16/bfloat16/float64) or an integer one.
+  std::vector<float> as_float() const;
+};
+
+}  // namespace sluice
