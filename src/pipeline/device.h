@@ -30,12 +30,16 @@ class Device {
   virtual void copy_d2h(void* dst, const void* src, std::size_t bytes, StreamKind s) = 0;
 
   // Events are created once (create_event returns a small integer id) and re-recorded per batch.
-  virtual int create_event() = 0;
+  // Timing events (timing = true) can be measured with elapsed(); others are cheaper (CUDA:
+  // cudaEventDisableTiming).
+  virtual int create_event(bool timing = false) = 0;
   virtual void record(int event, StreamKind s) = 0;
   // Makes stream `s` wait for the event's last recording (no host wait).
   virtual void stream_wait(StreamKind s, int event) = 0;
   // Blocks the calling thread until the event's last recording has completed (the monitor thread).
   virtual void event_sync(int event) = 0;
+  // Seconds between the last recordings of two completed timing events (on the device's clock).
+  virtual double elapsed(int start_event, int end_event) = 0;
   // Blocks until all streams are idle (start-up and shut-down only).
   virtual void synchronize() = 0;
 };
