@@ -2,7 +2,7 @@
 
 namespace sluice {
 
-unsigned long long NvtxSpan::start(const std::string& name, Stage stage) {
+unsigned long long NvtxSpan::start(const char* name, Stage stage) {
 #ifdef SLUICE_NVTX_ENABLED
   nvtxEventAttributes_t a{};
   a.version = NVTX_VERSION;
@@ -10,7 +10,7 @@ unsigned long long NvtxSpan::start(const std::string& name, Stage stage) {
   a.colorType = NVTX_COLOR_ARGB;
   a.color = static_cast<unsigned>(stage);
   a.messageType = NVTX_MESSAGE_TYPE_ASCII;
-  a.message.ascii = name.c_str();
+  a.message.ascii = name;
   return nvtxRangeStartEx(&a);
 #else
   (void)name;

@@ -46,7 +46,7 @@ class NvtxRange {
 // Start/end ranges can cross threads (one `batch N` range spans reader to writer).
 class NvtxSpan {
  public:
-  static unsigned long long start(const std::string& name, Stage stage = Stage::Batch);
+  static unsigned long long start(const char* name, Stage stage = Stage::Batch);
   static void end(unsigned long long id);
 };
 

@@ -21,6 +21,7 @@ struct DatasetSpec {
   std::string name;   // under /outputs
   DType dtype = DType::F32;
   Shape row_shape;    // one row (one sample), no leading dimension
+  int deflate = 0;    // 0: stored raw; 1..9: deflate level (each commit then starts on a fresh chunk)
   std::size_t row_bytes() const { return static_cast<std::size_t>(shape_numel(row_shape)) * dtype_size(dtype); }
 };
 
@@ -40,6 +41,9 @@ struct RankFileMeta {
   int64_t chunk_samples = 0;
   int attempt = 0;          // 0 for the first run, +1 per resume
   double start_time = 0;    // unix seconds
+  // Also survive power loss or a node crash, not only a killed process: fsync the file after the
+  // rows and again after the ledger entry of every commit (costs two device flushes per commit).
+  bool fsync_commits = false;
 };
 
 class RankFile {
@@ -68,7 +72,14 @@ struct RankFileInfo {
   int64_t committed_rows = 0;
   int64_t total_samples = 0, chunk_samples = 0;
   std::string model_sha256, job_text;
-  bool closed_cleanly = false;
+  int attempt = 0;   // the attempt that last wrote the file (0: first run)
+  bool closed_cleanly = false;       // false: a writer holds the file, or was killed holding it
+  // Also read from the header (additions by the io part):
+  std::string model_path, host, device, sluice_version, git_commit;
+  std::string start_time, end_time;  // ISO-8601 UTC; end_time is "" until close() ran
+  double start_unix = 0, end_unix = 0;
+  int64_t file_rows = 0;             // rows the datasets hold, committed or not
+  int64_t chunk_rows = 0;            // rows per batch the file was created with
 };
 
 // Reads the header and ledger of a rank file (read-only; works on a file whose writer was killed).
@@ -86,7 +97,9 @@ struct Coverage {
   int64_t total = 0, present = 0;
   std::vector<std::pair<int64_t, int64_t>> gaps;        // missing [first, last] ranges
   std::vector<int64_t> duplicates;                       // indices present more than once (first few)
-  bool complete() const { return present == total && gaps.empty() && duplicates.empty(); }
+  int64_t duplicate_count = 0;                           // all of them (rows beyond the first copy)
+  int64_t out_of_range = 0;                              // rows whose index is outside [0, total)
+  bool complete() const { return present == total && gaps.empty() && duplicates.empty() && out_of_range == 0; }
 };
 Coverage check_coverage(const std::vector<RankFileInfo>& files, int64_t total_samples);
 

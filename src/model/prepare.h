@@ -13,7 +13,8 @@ struct OutputSpec {
   enum class Kind { Logits, ArgMax, Softmax, TopK };
   std::string name;          // dataset name under /outputs: "logits", "argmax", "softmax", "topk_values", "topk_indices"
   Kind kind = Kind::Logits;
-  DType dtype = DType::F32;  // Logits/Softmax: F32, F16 or BF16; ArgMax: U8 (<= 256 classes) or I32
+  DType dtype = DType::F32;  // Logits/Softmax: F32, F16 or BF16; ArgMax: U8 or I32, or Undefined to
+                             // let prepare_graph choose U8 when the class axis has <= 256 entries, else I32
   int top_k = 0;             // TopK only
 };
 

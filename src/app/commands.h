@@ -1,0 +1,26 @@
+#pragma once
+// The subcommands.  Each file adds its options to the CLI11 app and, when it is the chosen
+// subcommand, runs through its callback; run_command needs argc/argv for MPI_Init.
+#include <functional>
+#include <map>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace sluice {
+
+struct Commands {
+  std::map<std::string, std::function<int(int, char**)>> handlers;
+  int run(const std::string& name, int argc, char** argv) {
+    auto it = handlers.find(name);
+    return it == handlers.end() ? 0 : it->second(argc, argv);
+  }
+};
+
+void add_run_command(CLI::App& app, Commands& commands);   // app/cmd_run.cpp
+void add_inspect_command(CLI::App& app);                   // app/cmd_inspect.cpp
+void add_forward_command(CLI::App& app);                   // app/cmd_forward.cpp
+
+}  // namespace sluice

@@ -1,0 +1,247 @@
+#include "app/run_context.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "model/onnx_loader.h"
+#include "model/prepare.h"
+#include "pipeline/gpu_count.h"
+#include "sluice/version.h"
+
+namespace sluice {
+
+namespace {
+
+std::string default_cache_dir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return str(x, "/sluice");
+  if (const char* h = std::getenv("HOME"); h && *h) return str(h, "/.cache/sluice");
+  return "";
+}
+
+bool file_readable(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+
+}  // namespace
+
+RunContext::RunContext(const JobConfig& job, std::string job_toml, const MpiContext& mpi)
+    : job_(job), job_toml_(std::move(job_toml)), mpi_(mpi) {
+  started_ = iso8601(unix_time_now());
+}
+
+RunContext::~RunContext() = default;
+
+void RunContext::open_source() {
+  const auto t0 = Clock::now();
+  if (job_.input == "synthetic") {
+    source_ = make_synthetic_source(job_.samples, job_.sample_shape, dtype_from_name(job_.input_dtype), job_.seed);
+  } else {
+    source_ = open_hdf5_source(job_.input, job_.input_dataset);
+  }
+  chunking_.total = source_->size();
+  chunking_.chunk_samples = job_.batch_size * job_.chunk_batches;
+  t_setup_ += seconds_since(t0);
+}
+
+void RunContext::load_model() {
+  const auto t0 = Clock::now();
+  if (!file_readable(job_.model)) throw InputError(str("cannot read the model file ", job_.model));
+  Graph model = load_onnx(job_.model);
+  model_sha256_ = sha256_file(job_.model);
+
+  PrepareOptions po;
+  po.batch_size = job_.batch_size;
+  po.sample_shape = source_->sample_shape();
+  po.input_dtype = source_->dtype();
+  po.normalize = job_.scale != 1.0f || !job_.mean.empty() || !job_.stddev.empty();
+  po.scale = job_.scale;
+  po.mean = job_.mean;
+  po.stddev = job_.stddev;
+  const DType float_out = dtype_from_name(job_.output_dtype);
+  for (const auto& name : job_.outputs) {
+    OutputSpec s;
+    s.name = name;
+    if (name == "logits") {
+      s.kind = OutputSpec::Kind::Logits;
+      s.dtype = float_out;
+    } else if (name == "argmax") {
+      s.kind = OutputSpec::Kind::ArgMax;
+      s.dtype = DType::Undefined;  // uint8 for <= 256 classes, else int32
+    } else if (name == "softmax") {
+      s.kind = OutputSpec::Kind::Softmax;
+      s.dtype = float_out;
+    } else if (name == "topk") {
+      s.kind = OutputSpec::Kind::TopK;
+      s.dtype = float_out;
+      s.top_k = job_.top_k;
+    }
+    po.outputs.push_back(s);
+  }
+  graph_ = prepare_graph(std::move(model), po);
+  specs_.clear();
+  for (const ValueInfo& o : graph_.outputs) {
+    const ValueInfo* v = graph_.value(o.name);
+    const ValueInfo& info = v ? *v : o;
+    DatasetSpec d;
+    d.name = info.name;
+    d.dtype = info.dtype;
+    d.row_shape.assign(info.shape.begin() + 1, info.shape.end());
+    specs_.push_back(d);
+  }
+  t_setup_ += seconds_since(t0);
+}
+
+void RunContext::plan() {
+  std::string serialized;
+  if (mpi_.rank() == 0) serialized = plan_output_dir(job_, chunking_, model_sha256_, specs_).serialize();
+  plan_ = RunPlan::deserialize(mpi_.broadcast_string(serialized));
+}
+
+std::string RunContext::choose_backend() {
+  if (job_.device == "cpu") return "cpu";
+  const int gpus = gpu_count();
+  if (job_.device == "cuda") {
+    if (!cuda_built()) throw InputError("--device cuda: this sluice was built without the CUDA backend (SLUICE_CUDA=OFF)");
+    if (gpus == 0) throw InputError("--device cuda: no CUDA device is visible to this process");
+    return "cuda";
+  }
+  return gpus > 0 ? "cuda" : "cpu";
+}
+
+int RunContext::choose_gpu() const {
+  const int gpus = gpu_count();
+  if (!job_.gpu_map.empty()) {
+    std::vector<int> map;
+    std::stringstream ss(job_.gpu_map);
+    std::string item;
+    while (std::getline(ss, item, ',')) map.push_back(std::atoi(item.c_str()));
+    const int g = map[static_cast<std::size_t>(mpi_.local_rank()) % map.size()];
+    if (g < 0 || g >= gpus) throw UsageError(str("--gpu-map names GPU ", g, " but ", gpus, " are visible"));
+    return g;
+  }
+  return mpi_.local_rank() % gpus;
+}
+
+void RunContext::build() {
+  const auto t0 = Clock::now();
+  backend_ = choose_backend();
+  EngineOptions eo;
+  eo.precision = precision_from_name(job_.precision);
+  eo.cuda_graphs = job_.cuda_graphs;
+  eo.threads = job_.cpu_threads;
+  eo.cache_dir = job_.algo_cache.empty() ? default_cache_dir() : job_.algo_cache;
+  if (backend_ == "cuda") {
+#ifdef SLUICE_HAVE_CUDA
+    gpu_ = choose_gpu();
+    eo.device = gpu_;
+    device_ = create_cuda_device(gpu_);
+    device_->bind_thread();
+#endif
+  } else {
+    device_ = create_host_device();
+    if (eo.threads == 0 && mpi_.local_size() > 1) {
+      // Ranks of one node share its cores.
+      const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+      eo.threads = static_cast<int>(std::max<long>(1, cores / mpi_.local_size()));
+    }
+  }
+  engine_ = create_engine(backend_, graph_, eo);
+
+  RankFileMeta meta;
+  meta.job_text = job_toml_;
+  meta.model_path = job_.model;
+  meta.model_sha256 = model_sha256_;
+  meta.rank = mpi_.rank();
+  meta.world_size = mpi_.world_size();
+  meta.host = mpi_.host();
+  meta.device = device_->describe();
+  meta.total_samples = chunking_.total;
+  meta.chunk_samples = chunking_.chunk_samples;
+  meta.attempt = plan_.attempt;
+  meta.start_time = unix_time_now();
+  const std::string path = rank_file_path(job_.output, mpi_.rank());
+  const bool exists = access(path.c_str(), F_OK) == 0;
+  file_ = open_rank_file(path, specs_, job_.batch_size, meta, exists);
+
+  PipelineOptions po;
+  po.prefetch = job_.prefetch;
+  po.egress_buffers = job_.egress_buffers;
+  po.reader_threads = job_.reader_threads;
+  po.writer_threads = job_.writer_threads;
+  for (int r : job_.throttle_ranks)
+    if (r == mpi_.rank()) po.throttle_ms = job_.throttle_ms;
+  pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, file_.get(), po);
+  work_ = make_work_distributor(job_.sharding == "static" ? Sharding::Static : Sharding::Dynamic, mpi_, chunking_,
+                                plan_.pending);
+  t_setup_ += seconds_since(t0);
+  log_debug("engine: ", engine_->describe());
+}
+
+void RunContext::run() { stats_ = pipeline_->run(*work_); }
+
+void RunContext::stop() {
+  stopped_ = true;
+  if (pipeline_) pipeline_->stop();
+  if (work_) work_->request_stop();
+}
+
+bool RunContext::finish() {
+  file_->close();
+  const bool complete_attempt = work_->finish();
+  int local_stopped = stopped_ ? 1 : 0, any_stopped = 0;
+  MPI_CHECK(MPI_Allreduce(&local_stopped, &any_stopped, 1, MPI_INT, MPI_MAX, mpi_.comm()));
+
+  RankReport me;
+  me.rank = mpi_.rank();
+  me.host = mpi_.host();
+  me.device = device_->describe();
+  me.engine = engine_->describe();
+  me.setup_s = t_setup_;
+  me.stats = stats_;
+  const std::vector<std::string> all = mpi_.gather_strings(me.to_json().dump());
+  mpi_.barrier();  // every rank file is closed before rank 0 reads them
+  if (mpi_.rank() != 0) return complete_attempt;
+
+  JobReport r;
+  r.name = job_.name;
+  r.version = SLUICE_VERSION;
+  r.commit = SLUICE_GIT_COMMIT;
+  r.backend = backend_;
+  r.precision = backend_ == "cpu" ? "fp32" : job_.precision;
+  r.model = job_.model;
+  r.model_sha256 = model_sha256_;
+  r.input = source_->describe();
+  r.output_dir = job_.output;
+  for (const auto& s : specs_) r.outputs.push_back(s.name);
+  r.world_size = mpi_.world_size();
+  r.nodes = mpi_.node_count();
+  r.attempt = plan_.attempt;
+  r.total_samples = chunking_.total;
+  r.pending_samples = work_->job_pending();
+  r.batch_size = job_.batch_size;
+  r.chunk_samples = chunking_.chunk_samples;
+  r.complete = complete_attempt;
+  r.stopped = any_stopped != 0;
+  r.started = started_;
+  r.finished = iso8601(unix_time_now());
+  for (const auto& s : all) r.ranks.push_back(RankReport::from_json(nlohmann::json::parse(s)));
+
+  if (complete_attempt) {
+    std::vector<RankFileInfo> infos;
+    for (const auto& f : list_rank_files(job_.output)) infos.push_back(read_rank_file(f));
+    const Coverage cov = check_coverage(infos, chunking_.total);
+    if (!cov.complete())
+      throw Error(str("the rank files in ", job_.output, " do not cover every sample once (", cov.present, " of ",
+                      cov.total, " present, ", cov.gaps.size(), " gap(s), ", cov.duplicates.size(), " duplicate(s))"));
+    write_virtual_outputs(job_.output, infos, chunking_.total);
+  }
+  write_report_json(r, job_.output + "/report.json");
+  std::fputs(format_report_table(r).c_str(), stdout);
+  std::fflush(stdout);
+  return complete_attempt;
+}
+
+}  // namespace sluice

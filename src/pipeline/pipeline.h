@@ -1,0 +1,74 @@
+#pragma once
+// One rank's pipeline (DESIGN.md, "One rank: the data flow"):
+//
+//   dispatcher -> readers -> [in-slots] -> driver: H2D, forward, D2H -> [out-slots] -> monitor -> writer
+//
+// - dispatcher: asks the WorkDistributor for chunks, cuts them into batches, takes a free in-slot
+//   for each batch in order and hands it to a reader.
+// - readers (reader_threads): fill the pinned in-slot from the Source.
+// - driver: takes batches in order; enqueues the H2D copy (copy stream), forward (compute stream)
+//   and D2H copies into a free out-slot (egress stream), ordered by events; never waits for the
+//   device in the steady state.
+// - monitor: waits for each batch's events, returns its in-slot to the pool, passes the out-slot on.
+// - writer: appends the batch's rows to the rank file, returns the out-slot, commits each chunk
+//   once all its batches are written.
+// All slots are allocated in the constructor; the steady state allocates nothing.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/work.h"
+#include "engine/engine.h"
+#include "io/rank_file.h"
+#include "io/source.h"
+#include "pipeline/device.h"
+
+namespace sluice {
+
+struct PipelineOptions {
+  int prefetch = 4;          // in-slots
+  int egress_buffers = 4;    // out-slots
+  int reader_threads = 2;
+  int writer_threads = 1;
+  int throttle_ms = 0;       // test only: sleep per batch in the driver (a slow GPU)
+};
+
+// What one rank did.  Busy fractions are stage time over the rank's wall time; stalls are the time
+// the driver waited for a filled in-slot (input) or a free out-slot (output).
+struct PipelineStats {
+  int64_t samples = 0, batches = 0, chunks = 0;
+  double wall_s = 0;          // from the pipeline's start to the last commit
+  double first_batch_s = 0;   // start until the first batch was written (warm-up, reported apart)
+  double read_s = 0;          // reader busy time, summed over reader threads
+  double h2d_s = 0, compute_s = 0, d2h_s = 0;   // device time of each stage (events)
+  double write_s = 0;         // writer busy time
+  double stall_input_s = 0, stall_output_s = 0;
+};
+
+class Pipeline {
+ public:
+  // `file` may be null (discard outputs: benchmarks of the compute path only).
+  Pipeline(Device& device, Engine& engine, Source& source, RankFile* file, const PipelineOptions& options);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // Runs until the distributor has no more work for this rank, or stop() was called; every chunk
+  // started is finished and committed.  Rethrows the first stage failure.
+  PipelineStats run(WorkDistributor& work);
+
+  // Asynchronous stop (signal handler thread): take no new chunk, drain, commit.
+  void stop() { stop_requested_ = true; }
+
+  // Samples committed so far by this rank (for the progress line).
+  int64_t committed_samples() const { return committed_samples_.load(); }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<int64_t> committed_samples_{0};
+};
+
+}  // namespace sluice

@@ -1,0 +1,192 @@
+#include "report/report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace sluice {
+
+double RankReport::steady_images_per_s() const {
+  // The first batch carries the warm-up (lazy initialization, first transfers); leave it out.
+  if (stats.batches < 2 || stats.wall_s <= stats.first_batch_s) return images_per_s();
+  const double per_batch = static_cast<double>(stats.samples) / static_cast<double>(stats.batches);
+  return (static_cast<double>(stats.samples) - per_batch) / (stats.wall_s - stats.first_batch_s);
+}
+
+nlohmann::json RankReport::to_json() const {
+  const auto& s = stats;
+  const double w = s.wall_s > 0 ? s.wall_s : 1;
+  nlohmann::json j;
+  j["rank"] = rank;
+  j["host"] = host;
+  j["device"] = device;
+  j["engine"] = engine;
+  j["setup_s"] = setup_s;
+  j["samples"] = s.samples;
+  j["batches"] = s.batches;
+  j["chunks"] = s.chunks;
+  j["wall_s"] = s.wall_s;
+  j["first_batch_s"] = s.first_batch_s;
+  j["images_per_s"] = images_per_s();
+  j["steady_images_per_s"] = steady_images_per_s();
+  j["seconds"] = {{"read", s.read_s}, {"h2d", s.h2d_s}, {"compute", s.compute_s}, {"d2h", s.d2h_s},
+                  {"write", s.write_s}, {"stall_input", s.stall_input_s}, {"stall_output", s.stall_output_s}};
+  j["busy"] = {{"read", s.read_s / w}, {"h2d", s.h2d_s / w}, {"compute", s.compute_s / w},
+               {"d2h", s.d2h_s / w}, {"write", s.write_s / w}};
+  j["stall"] = {{"input", s.stall_input_s / w}, {"output", s.stall_output_s / w}};
+  return j;
+}
+
+RankReport RankReport::from_json(const nlohmann::json& j) {
+  RankReport r;
+  r.rank = j.at("rank").get<int>();
+  r.host = j.at("host").get<std::string>();
+  r.device = j.at("device").get<std::string>();
+  r.engine = j.at("engine").get<std::string>();
+  r.setup_s = j.at("setup_s").get<double>();
+  auto& s = r.stats;
+  s.samples = j.at("samples").get<int64_t>();
+  s.batches = j.at("batches").get<int64_t>();
+  s.chunks = j.at("chunks").get<int64_t>();
+  s.wall_s = j.at("wall_s").get<double>();
+  s.first_batch_s = j.at("first_batch_s").get<double>();
+  const auto& sec = j.at("seconds");
+  s.read_s = sec.at("read").get<double>();
+  s.h2d_s = sec.at("h2d").get<double>();
+  s.compute_s = sec.at("compute").get<double>();
+  s.d2h_s = sec.at("d2h").get<double>();
+  s.write_s = sec.at("write").get<double>();
+  s.stall_input_s = sec.at("stall_input").get<double>();
+  s.stall_output_s = sec.at("stall_output").get<double>();
+  return r;
+}
+
+int64_t JobReport::samples() const {
+  int64_t n = 0;
+  for (const auto& r : ranks) n += r.stats.samples;
+  return n;
+}
+
+double JobReport::makespan_s() const {
+  double m = 0;
+  for (const auto& r : ranks) m = std::max(m, r.stats.wall_s);
+  return m;
+}
+
+double JobReport::throughput() const {
+  const double m = makespan_s();
+  return m > 0 ? static_cast<double>(samples()) / m : 0;
+}
+
+double JobReport::imbalance() const {
+  if (ranks.empty()) return 1;
+  double sum = 0, mx = 0;
+  for (const auto& r : ranks) {
+    sum += r.stats.wall_s;
+    mx = std::max(mx, r.stats.wall_s);
+  }
+  const double mean = sum / static_cast<double>(ranks.size());
+  return mean > 0 ? mx / mean : 1;
+}
+
+nlohmann::json JobReport::to_json() const {
+  nlohmann::json j;
+  j["name"] = name;
+  j["sluice_version"] = version;
+  j["git_commit"] = commit;
+  j["backend"] = backend;
+  j["precision"] = precision;
+  j["model"] = model;
+  j["model_sha256"] = model_sha256;
+  j["input"] = input;
+  j["output_dir"] = output_dir;
+  j["outputs"] = outputs;
+  j["world_size"] = world_size;
+  j["nodes"] = nodes;
+  j["attempt"] = attempt;
+  j["batch_size"] = batch_size;
+  j["chunk_samples"] = chunk_samples;
+  j["started"] = started;
+  j["finished"] = finished;
+  nlohmann::json job;
+  job["total_samples"] = total_samples;
+  job["pending_samples"] = pending_samples;
+  job["samples"] = samples();
+  job["complete"] = complete;
+  job["stopped"] = stopped;
+  job["makespan_s"] = makespan_s();
+  job["throughput"] = throughput();
+  double mn = 0, mean = 0, mx = 0, smn = 0, smean = 0, smx = 0;
+  if (!ranks.empty()) {
+    mn = smn = 1e300;
+    for (const auto& r : ranks) {
+      const double t = r.images_per_s(), st = r.steady_images_per_s();
+      mn = std::min(mn, t);
+      mx = std::max(mx, t);
+      mean += t;
+      smn = std::min(smn, st);
+      smx = std::max(smx, st);
+      smean += st;
+    }
+    mean /= static_cast<double>(ranks.size());
+    smean /= static_cast<double>(ranks.size());
+  }
+  job["rank_images_per_s"] = {{"min", mn}, {"mean", mean}, {"max", mx}};
+  job["rank_steady_images_per_s"] = {{"min", smn}, {"mean", smean}, {"max", smx}};
+  job["imbalance"] = imbalance();
+  j["job"] = job;
+  j["ranks"] = nlohmann::json::array();
+  for (const auto& r : ranks) j["ranks"].push_back(r.to_json());
+  return j;
+}
+
+std::string format_report_table(const JobReport& r) {
+  std::ostringstream os;
+  char line[512];
+  os << "\n";
+  std::snprintf(line, sizeof line, "%4s %-14s %-22s %8s %6s %8s %9s %9s %6s %6s %6s %6s %6s %7s %7s\n", "rank", "host",
+                "device", "samples", "chunks", "wall s", "img/s", "steady/s", "read", "h2d", "comp", "d2h", "write",
+                "st.in", "st.out");
+  os << line;
+  for (const auto& rr : r.ranks) {
+    const auto& s = rr.stats;
+    const double w = s.wall_s > 0 ? s.wall_s : 1;
+    std::snprintf(line, sizeof line,
+                  "%4d %-14.14s %-22.22s %8lld %6lld %8.2f %9.1f %9.1f %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %6.0f%% %6.0f%%\n",
+                  rr.rank, rr.host.c_str(), rr.device.c_str(), static_cast<long long>(s.samples),
+                  static_cast<long long>(s.chunks), s.wall_s, rr.images_per_s(), rr.steady_images_per_s(),
+                  100 * s.read_s / w, 100 * s.h2d_s / w, 100 * s.compute_s / w, 100 * s.d2h_s / w,
+                  100 * s.write_s / w, 100 * s.stall_input_s / w, 100 * s.stall_output_s / w);
+    os << line;
+  }
+  const nlohmann::json j = r.to_json();
+  const auto& job = j["job"];
+  std::snprintf(line, sizeof line,
+                "job: %lld samples on %d rank(s) in %.2f s: %.1f images/s  (rank min/mean/max %.1f/%.1f/%.1f, "
+                "imbalance %.2f)\n",
+                static_cast<long long>(r.samples()), r.world_size, r.makespan_s(), r.throughput(),
+                job["rank_images_per_s"]["min"].get<double>(), job["rank_images_per_s"]["mean"].get<double>(),
+                job["rank_images_per_s"]["max"].get<double>(), r.imbalance());
+  os << line;
+  if (r.complete)
+    os << "status: complete: all " << r.total_samples << " samples committed\n";
+  else
+    os << "status: INCOMPLETE" << (r.stopped ? " (stopped by a signal)" : "") << ": rerun with --resume to finish\n";
+  return os.str();
+}
+
+void write_report_json(const JobReport& r, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    if (!f) throw Error(str("cannot write ", tmp));
+    f << r.to_json().dump(2) << "\n";
+    if (!f) throw Error(str("writing ", tmp, " failed (disk full?)"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(str("cannot rename ", tmp, " to ", path));
+}
+
+}  // namespace sluice

@@ -1,0 +1,58 @@
+#pragma once
+// The run report (OUTDIR/report.json and the table printed at the end of `sluice run`).
+//
+// Definitions (also in the README):
+//   rank wall           pipeline start (after a job-wide barrier) to the rank's last commit
+//   rank images/s       samples / wall
+//   rank steady img/s   samples after the first batch / (wall - time to first batch): warm-up apart
+//   busy fraction       a stage's busy time / wall (device stages timed with events)
+//   stall input/output  time the driver waited for a filled in-slot / for a free out-slot
+//   job makespan        the longest rank wall
+//   job throughput      samples of this attempt / makespan
+//   imbalance           max rank wall / mean rank wall (1.0 = perfect)
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "pipeline/pipeline.h"
+
+namespace sluice {
+
+struct RankReport {
+  int rank = 0;
+  std::string host, device, engine;
+  double setup_s = 0;   // model load, engine build and autotuning, before the pipeline starts
+  PipelineStats stats;
+
+  double images_per_s() const { return stats.wall_s > 0 ? static_cast<double>(stats.samples) / stats.wall_s : 0; }
+  double steady_images_per_s() const;
+  nlohmann::json to_json() const;
+  static RankReport from_json(const nlohmann::json& j);
+};
+
+struct JobReport {
+  std::string name, version, commit, backend, precision, model, model_sha256, input, output_dir;
+  std::vector<std::string> outputs;
+  int world_size = 1, nodes = 1, attempt = 0;
+  int64_t total_samples = 0;      // N
+  int64_t pending_samples = 0;    // samples this attempt had to do (N minus what earlier attempts committed)
+  int64_t batch_size = 0, chunk_samples = 0;
+  bool complete = false;          // every sample of [0, N) committed
+  bool stopped = false;           // ended early by a signal (resumable)
+  std::string started, finished;  // ISO-8601
+  std::vector<RankReport> ranks;
+
+  int64_t samples() const;
+  double makespan_s() const;
+  double throughput() const;      // samples / makespan
+  double imbalance() const;       // max wall / mean wall
+  nlohmann::json to_json() const;
+};
+
+// The table printed at the end of a run (stdout).
+std::string format_report_table(const JobReport& r);
+void write_report_json(const JobReport& r, const std::string& path);
+
+}  // namespace sluice
