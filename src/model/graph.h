@@ -70,6 +70,8 @@ struct ValueInfo {
 struct Graph {
   std::string source;                 // the model file, for messages
   int64_t opset = 0;                  // default-domain opset of the model
+                                      // (load_onnx rewrites old op spellings and raises it to at least
+                                      // 18: see model/canonicalize.h)
   std::vector<ValueInfo> inputs;      // runtime inputs (not initializers), in model order
   std::vector<ValueInfo> outputs;     // graph outputs, in model order
   std::vector<Node> nodes;            // kept in topological order by every pass

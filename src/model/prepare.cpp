@@ -1,6 +1,240 @@
-// PLACEHOLDER: replaced by the graph passes (issue 3).
+// prepare_graph: bind the job's input, put preprocessing in front and output heads behind, then run
+// the passes until every tensor has a static shape.
 #include "model/prepare.h"
+
+#include <set>
+
 #include "core/error.h"
+#include "core/log.h"
+#include "model/canonicalize.h"
+#include "model/graph_util.h"
+
 namespace sluice {
-Graph prepare_graph(Graph, const PrepareOptions&) { SLUICE_THROW("prepare_graph: not built yet"); }
+
+namespace {
+
+bool any_reads(const Graph& g, const std::string& name) {
+  for (const auto& n : g.nodes)
+    for (const auto& s : n.inputs) if (s == name) return true;
+  for (const auto& n : g.nodes)
+    for (const auto& s : n.outputs) if (s == name) return true;
+  for (const auto& o : g.outputs) if (o.name == name) return true;
+  return g.is_constant(name);
+}
+
+// Frees `name` for a new tensor by renaming whatever already carries it.
+void claim_name(Graph& g, const std::string& name) {
+  if (any_reads(g, name)) rename_tensor(g, name, unique_tensor_name(g, name + "_model"));
+}
+
+Node make_node(Graph& g, const std::string& op, const std::string& domain, std::vector<std::string> inputs,
+               std::vector<std::string> outputs) {
+  Node n;
+  n.op = op;
+  n.domain = domain;
+  n.name = unique_tensor_name(g, "sluice_" + (outputs.empty() ? op : outputs[0]));
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  return n;
+}
+
+void bind_input(Graph& g, const PrepareOptions& o) {
+  if (g.inputs.size() != 1) {
+    std::string names;
+    for (const auto& in : g.inputs) names += str(names.empty() ? "" : ", ", "'", in.name, "'");
+    throw InputError(str(g.source, ": the model has ", g.inputs.size(), " runtime inputs (", names,
+                         "); Sluice feeds exactly one"));
+  }
+  Shape job = {o.batch_size};
+  job.insert(job.end(), o.sample_shape.begin(), o.sample_shape.end());
+  const ValueInfo model_in = g.inputs[0];
+  bool fits = model_in.shape.empty() || model_in.shape.size() == job.size();
+  for (std::size_t i = 0; fits && i < model_in.shape.size(); ++i) fits = model_in.shape[i] < 0 || model_in.shape[i] == job[i];
+  if (!fits) {
+    Shape shown = model_in.shape;
+    std::string s = "[";
+    for (std::size_t i = 0; i < shown.size(); ++i) s += str(i ? "," : "", shown[i] < 0 ? std::string("?") : std::to_string(shown[i]));
+    throw InputError(str(g.source, ": the model's input '", model_in.name, "' has shape ", s, "] (? = dynamic) but the job feeds ",
+                         shape_str(job), " (batch size ", o.batch_size, ", sample shape ", shape_str(o.sample_shape), ")"));
+  }
+  const DType model_type = model_in.dtype == DType::Undefined ? DType::F32 : model_in.dtype;
+  if (model_in.name != "input") {
+    claim_name(g, "input");
+    rename_tensor(g, model_in.name, "input");
+  }
+  g.inputs[0] = ValueInfo{"input", o.input_dtype, job};
+
+  // Preprocessing: Normalize (uint8 -> float, scale, mean, std), then a Cast if the model wants
+  // another float type.
+  std::string cur = "input";
+  DType cur_type = o.input_dtype;
+  const bool raw_u8_model = o.input_dtype == DType::U8 && model_type == DType::U8 && !o.normalize;
+  if ((o.normalize || o.input_dtype == DType::U8) && !raw_u8_model) {
+    const std::size_t channels = o.sample_shape.empty() ? 1 : static_cast<std::size_t>(o.sample_shape[0]);
+    for (const auto* v : {&o.mean, &o.stddev})
+      if (v->size() > 1 && v->size() != channels)
+        throw UsageError(str("preprocessing has ", v->size(), " mean/std values but the input has ", channels, " channels"));
+    for (float s : o.stddev)
+      if (s == 0.f) throw UsageError("preprocessing: a std value is 0");
+    const std::string y = unique_tensor_name(g, "input_normalized");
+    replace_uses(g, "input", y);
+    Node n = make_node(g, "Normalize", "sluice", {"input"}, {y});
+    n.attrs["scale"] = Attribute::of_float(o.scale);
+    n.attrs["mean"] = Attribute::of_floats(o.mean.empty() ? std::vector<float>{0.f} : o.mean);
+    n.attrs["std"] = Attribute::of_floats(o.stddev.empty() ? std::vector<float>{1.f} : o.stddev);
+    g.nodes.insert(g.nodes.begin(), std::move(n));
+    cur = y;
+    cur_type = DType::F32;
+  }
+  if (cur_type != model_type) {
+    const std::string y = unique_tensor_name(g, "input_cast");
+    replace_uses(g, cur, y);
+    Node c = make_node(g, "Cast", "", {cur}, {y});
+    c.attrs["to"] = Attribute::of_int(dtype_to_onnx(model_type));
+    g.nodes.insert(g.nodes.begin() + (cur == "input" ? 0 : 1), std::move(c));
+  }
+}
+
+std::string cast_to(Graph& g, const std::string& x, DType to, const std::string& out) {
+  Node c = make_node(g, "Cast", "", {x}, {out});
+  c.attrs["to"] = Attribute::of_int(dtype_to_onnx(to));
+  g.nodes.push_back(std::move(c));
+  return out;
+}
+
+void check_float_spec(const OutputSpec& s) {
+  if (s.dtype != DType::F32 && s.dtype != DType::F16 && s.dtype != DType::BF16)
+    throw UsageError(str("output '", s.name, "' can be float32, float16 or bfloat16, not ", dtype_name(s.dtype)));
+}
+
+void add_heads(Graph& g, const std::vector<OutputSpec>& specs) {
+  std::string y = g.outputs.at(0).name;
+  for (const auto& s : specs) {
+    const bool topk = s.kind == OutputSpec::Kind::TopK;
+    if ((!topk && s.name == y) || (topk && (s.name + "_values" == y || s.name + "_indices" == y))) {
+      // The heads read y under another name; remove_identities gives the name back when it can.
+      const std::string moved = unique_tensor_name(g, y + "_model");
+      rename_tensor(g, y, moved);
+      y = moved;
+      break;
+    }
+  }
+  std::set<std::string> names;
+  std::vector<ValueInfo> outputs;
+  auto take = [&](const std::string& name) {
+    if (name.empty() || !names.insert(name).second) throw UsageError(str("output name '", name, "' is empty or repeated"));
+    claim_name(g, name);
+    outputs.push_back(ValueInfo{name, DType::Undefined, {}});
+  };
+  for (const auto& s : specs) {
+    switch (s.kind) {
+      case OutputSpec::Kind::Logits:
+        check_float_spec(s);
+        take(s.name);
+        if (s.dtype != DType::F32) cast_to(g, y, s.dtype, s.name);
+        else g.nodes.push_back(make_node(g, "Identity", "", {y}, {s.name}));
+        break;
+      case OutputSpec::Kind::ArgMax: {
+        DType t = s.dtype;
+        if (t == DType::Undefined) {
+          // Automatic: uint8 when the class axis fits in it, else int32.
+          const ValueInfo* v = g.value(y);
+          t = v && v->shape.size() >= 2 && v->shape[1] <= 256 ? DType::U8 : DType::I32;
+        }
+        if (t != DType::U8 && t != DType::I32)
+          throw UsageError(str("output '", s.name, "' (argmax) can be uint8 or int32, not ", dtype_name(s.dtype)));
+        take(s.name);
+        Node n = make_node(g, "ArgMaxCast", "sluice", {y}, {s.name});
+        n.attrs["axis"] = Attribute::of_int(1);
+        n.attrs["to"] = Attribute::of_int(dtype_to_onnx(t));
+        g.nodes.push_back(std::move(n));
+        break;
+      }
+      case OutputSpec::Kind::Softmax: {
+        check_float_spec(s);
+        take(s.name);
+        const std::string p = s.dtype == DType::F32 ? s.name : unique_tensor_name(g, s.name + "_f32");
+        Node n = make_node(g, "Softmax", "", {y}, {p});
+        n.attrs["axis"] = Attribute::of_int(1);
+        g.nodes.push_back(std::move(n));
+        if (p != s.name) cast_to(g, p, s.dtype, s.name);
+        break;
+      }
+      case OutputSpec::Kind::TopK: {
+        check_float_spec(s);
+        if (s.top_k < 1) throw UsageError(str("output '", s.name, "': top-k needs k >= 1, got ", s.top_k));
+        const std::string vname = s.name + "_values", iname = s.name + "_indices";
+        take(vname);
+        take(iname);
+        const std::string k = add_int64_constant(g, s.name + "_k", {s.top_k});
+        const std::string v = s.dtype == DType::F32 ? vname : unique_tensor_name(g, vname + "_f32");
+        const std::string ix = unique_tensor_name(g, iname + "_i64");
+        Node n = make_node(g, "TopK", "", {y, k}, {v, ix});
+        n.attrs["axis"] = Attribute::of_int(1);
+        n.attrs["largest"] = Attribute::of_int(1);
+        n.attrs["sorted"] = Attribute::of_int(1);
+        g.nodes.push_back(std::move(n));
+        if (v != vname) cast_to(g, v, s.dtype, vname);
+        cast_to(g, ix, DType::I32, iname);
+        break;
+      }
+    }
+  }
+  g.outputs = std::move(outputs);
+}
+
+// After folding, every op left must be one the engines run.
+void check_ops(const Graph& g) {
+  const auto& ops = supported_ops();
+  const std::set<std::string> ok(ops.begin(), ops.end());
+  for (const auto& n : g.nodes) {
+    const bool sluice_op = n.domain == "sluice" && is_sluice_op(n.op);
+    const bool onnx_op = n.domain.empty() && ok.count(n.op) && !is_sluice_op(n.op);
+    if (sluice_op || onnx_op) continue;
+    if (n.domain.empty() && is_fold_only_op(n.op))
+      throw InputError(str(node_context(g, n), "op ", n.op, " is only supported in shape computations that fold to "
+                           "constants once the input shape is fixed, and this one depends on the input data"));
+    throw InputError(str(node_context(g, n), "unsupported op ", n.domain.empty() ? "" : n.domain + "::", n.op));
+  }
+}
+
+}  // namespace
+
+const std::vector<std::string>& supported_ops() {
+  static const std::vector<std::string> ops = {
+      "Conv", "ConvTranspose", "BatchNormalization", "Relu", "LeakyRelu", "Sigmoid", "Clip", "HardSigmoid",
+      "HardSwish", "Add", "Sub", "Mul", "Div", "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean",
+      "Concat", "Resize", "Gemm", "MatMul", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Softmax",
+      "ArgMax", "TopK", "Pad", "Identity", "Constant", "Shape", "Gather", "Slice", "Cast",
+      // domain "sluice" (model/graph.h)
+      "FusedConv", "Normalize", "ArgMaxCast"};
+  return ops;
+}
+
+Graph prepare_graph(Graph g, const PrepareOptions& o) {
+  if (o.batch_size < 1) throw UsageError(str("batch size must be at least 1, got ", o.batch_size));
+  if (o.sample_shape.empty()) throw UsageError("the sample shape is empty");
+  for (int64_t d : o.sample_shape)
+    if (d < 1) throw UsageError(str("the sample shape ", shape_str(o.sample_shape), " has a dimension below 1"));
+  if (o.input_dtype != DType::F32 && o.input_dtype != DType::U8)
+    throw UsageError(str("the input data type must be float32 or uint8, not ", dtype_name(o.input_dtype)));
+  if (g.outputs.empty()) throw InputError(str(g.source, ": the model has no outputs"));
+
+  bind_input(g, o);
+  g.topo_sort();
+  // Folding first: the heads need the model output's shape (the class count picks argmax's type).
+  fold_constants(g);
+  if (!o.outputs.empty()) add_heads(g, o.outputs);
+  remove_identities(g);
+  if (o.fuse) {
+    fold_batchnorm(g);
+    fuse_convolutions(g);
+  }
+  eliminate_dead_nodes(g);
+  check_ops(g);
+  infer_shapes(g);
+  log_debug("prepared ", g.source, ": ", g.nodes.size(), " nodes, input ", shape_str(g.inputs[0].shape));
+  return g;
+}
+
 }  // namespace sluice

@@ -1,0 +1,441 @@
+#include "model/const_eval.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "core/error.h"
+#include "model/graph_util.h"
+#include "model/shape_inference.h"
+#include "model/canonicalize.h"
+
+namespace sluice {
+
+namespace {
+
+// Folding must not turn a model into gigabytes of constants (ConstantOfShape/Expand of a big shape).
+constexpr int64_t kMaxFoldedElements = int64_t(1) << 25;
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64; }
+
+std::vector<double> to_double(const Tensor& t) {
+  const int64_t n = t.numel();
+  std::vector<double> out(static_cast<std::size_t>(n));
+  if (t.dtype == DType::F64) {
+    for (int64_t i = 0; i < n; ++i) out[i] = t.data<double>()[i];
+  } else if (is_float(t.dtype)) {
+    const std::vector<float> f = t.as_float();
+    for (int64_t i = 0; i < n; ++i) out[i] = f[i];
+  } else {
+    const std::vector<int64_t> v = t.as_int64();
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<double>(v[i]);
+  }
+  return out;
+}
+
+void store(Tensor& t, int64_t i, double v) {
+  switch (t.dtype) {
+    case DType::F32: t.data<float>()[i] = static_cast<float>(v); break;
+    case DType::F64: t.data<double>()[i] = v; break;
+    case DType::F16: t.data<uint16_t>()[i] = f32_to_f16(static_cast<float>(v)); break;
+    case DType::BF16: t.data<uint16_t>()[i] = f32_to_bf16(static_cast<float>(v)); break;
+    case DType::I64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
+    case DType::I32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
+    case DType::I8: t.data<int8_t>()[i] = static_cast<int8_t>(v); break;
+    case DType::U8: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+    case DType::Bool: t.data<uint8_t>()[i] = v != 0.0 ? 1 : 0; break;
+    default: SLUICE_THROW("cannot store into a ", dtype_name(t.dtype), " tensor");
+  }
+}
+
+void store_int(Tensor& t, int64_t i, int64_t v) {
+  switch (t.dtype) {
+    case DType::I64: t.data<int64_t>()[i] = v; break;
+    case DType::I32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
+    case DType::I8: t.data<int8_t>()[i] = static_cast<int8_t>(v); break;
+    case DType::U8: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+    case DType::Bool: t.data<uint8_t>()[i] = v != 0 ? 1 : 0; break;
+    default: store(t, i, static_cast<double>(v));
+  }
+}
+
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
+  return st;
+}
+
+// For every element of `out`, the flat index of the element of a tensor of shape `in` that
+// broadcasts onto it (numpy rules, shapes aligned on the right).
+std::vector<int64_t> broadcast_offsets(const Shape& out, const Shape& in) {
+  const std::size_t r = out.size();
+  std::vector<int64_t> in_st(r, 0);
+  const std::vector<int64_t> st = strides_of(in);
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (in[i] != 1) in_st[r - in.size() + i] = st[i];
+  const int64_t n = shape_numel(out);
+  std::vector<int64_t> offs(static_cast<std::size_t>(n));
+  std::vector<int64_t> idx(r, 0);
+  int64_t off = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    offs[k] = off;
+    for (int64_t d = static_cast<int64_t>(r) - 1; d >= 0; --d) {
+      if (++idx[d] < out[d]) { off += in_st[d]; break; }
+      off -= in_st[d] * (out[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return offs;
+}
+
+// Copies elements of `src` picked by `offsets` into a new tensor of `shape` (any dtype).
+Tensor gather_elements(const Tensor& src, const Shape& shape, const std::vector<int64_t>& offsets) {
+  Tensor out(src.dtype, shape);
+  const std::size_t es = dtype_size(src.dtype);
+  for (std::size_t k = 0; k < offsets.size(); ++k)
+    std::memcpy(out.bytes.data() + k * es, src.bytes.data() + offsets[k] * es, es);
+  return out;
+}
+
+Tensor elementwise(const Graph& g, const Node& n, const std::vector<const Tensor*>& in, DType out_type,
+                   const std::function<double(const std::vector<double>&)>& fd,
+                   const std::function<int64_t(const std::vector<int64_t>&)>& fi) {
+  Shape shape = in[0]->shape;
+  for (std::size_t i = 1; i < in.size(); ++i) shape = broadcast_shapes(shape, in[i]->shape, g, n);
+  Tensor out(out_type, shape);
+  const int64_t total = out.numel();
+  std::vector<std::vector<int64_t>> offs;
+  for (const Tensor* t : in) offs.push_back(broadcast_offsets(shape, t->shape));
+  // Integer inputs keep exact integer arithmetic (shape values can exceed float precision).
+  bool all_int = !!fi;
+  for (const Tensor* t : in) all_int = all_int && !is_float(t->dtype);
+  if (all_int) {
+    std::vector<std::vector<int64_t>> vals;
+    for (const Tensor* t : in) vals.push_back(t->as_int64());
+    std::vector<int64_t> args(in.size());
+    for (int64_t k = 0; k < total; ++k) {
+      for (std::size_t i = 0; i < in.size(); ++i) args[i] = vals[i][offs[i][k]];
+      store_int(out, k, fi(args));
+    }
+  } else {
+    std::vector<std::vector<double>> vals;
+    for (const Tensor* t : in) vals.push_back(to_double(*t));
+    std::vector<double> args(in.size());
+    for (int64_t k = 0; k < total; ++k) {
+      for (std::size_t i = 0; i < in.size(); ++i) args[i] = vals[i][offs[i][k]];
+      store(out, k, fd(args));
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> int_input(const Graph& g, const Node& n, const Tensor* t, const char* what) {
+  if (!t) throw InputError(str(node_context(g, n), "input '", what, "' is missing"));
+  return t->as_int64();
+}
+
+Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
+  const std::size_t r = x.shape.size();
+  Shape out_shape(r);
+  for (std::size_t i = 0; i < r; ++i) out_shape[i] = x.shape[perm[i]];
+  const std::vector<int64_t> in_st = strides_of(x.shape);
+  Shape src_st(r);
+  for (std::size_t i = 0; i < r; ++i) src_st[i] = in_st[perm[i]];
+  // Offsets of a strided view: reuse the broadcast walker with an explicit stride table.
+  const int64_t n = shape_numel(out_shape);
+  std::vector<int64_t> offs(static_cast<std::size_t>(n));
+  std::vector<int64_t> idx(r, 0);
+  int64_t off = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    offs[k] = off;
+    for (int64_t d = static_cast<int64_t>(r) - 1; d >= 0; --d) {
+      if (++idx[d] < out_shape[d]) { off += src_st[d]; break; }
+      off -= src_st[d] * (out_shape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return gather_elements(x, out_shape, offs);
+}
+
+Tensor reshaped(const Tensor& x, Shape shape) {
+  Tensor out = x;
+  out.shape = std::move(shape);
+  return out;
+}
+
+}  // namespace
+
+int64_t slice_length(int64_t dim, int64_t& start, int64_t end, int64_t step) {
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    return end > start ? (end - start + step - 1) / step : 0;
+  }
+  start = std::clamp<int64_t>(start, 0, dim - 1);
+  end = std::clamp<int64_t>(end, -1, dim - 1);
+  return start > end ? (start - end - step - 1) / (-step) : 0;
+}
+
+Tensor cast_tensor(const Tensor& t, DType to) {
+  Tensor out(to, t.shape);
+  if (is_float(t.dtype) || is_float(to)) {
+    const std::vector<double> v = to_double(t);
+    for (int64_t i = 0; i < t.numel(); ++i) store(out, i, v[i]);
+  } else {
+    const std::vector<int64_t> v = t.as_int64();
+    for (int64_t i = 0; i < t.numel(); ++i) store_int(out, i, v[i]);
+  }
+  return out;
+}
+
+bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& in,
+                   const std::vector<const Shape*>& in_shapes, std::vector<Tensor>& out) {
+  const std::string& op = n.op;
+  if (!n.domain.empty()) return false;
+  auto need = [&](std::size_t i) -> const Tensor& {
+    if (i >= in.size() || !in[i]) throw InputError(str(node_context(g, n), "input ", i, " is missing"));
+    return *in[i];
+  };
+  out.clear();
+
+  if (op == "Identity") { out.push_back(need(0)); return true; }
+  if (op == "Shape" || op == "Size") {
+    if (in_shapes.empty() || !in_shapes[0]) return false;
+    const Shape& s = *in_shapes[0];
+    for (int64_t d : s) if (d < 0) return false;
+    if (op == "Size") { out.push_back(Tensor::from(DType::I64, {}, std::vector<int64_t>{shape_numel(s)})); return true; }
+    const int64_t r = static_cast<int64_t>(s.size());
+    int64_t b = n.get_int("start", 0), e = n.get_int("end", r);
+    if (b < 0) b += r;
+    if (e < 0) e += r;
+    b = std::clamp<int64_t>(b, 0, r);
+    e = std::clamp<int64_t>(e, b, r);
+    std::vector<int64_t> v(s.begin() + b, s.begin() + e);
+    out.push_back(Tensor::from(DType::I64, {static_cast<int64_t>(v.size())}, v));
+    return true;
+  }
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (!in[i] && !n.input(i).empty()) return false;  // only Shape/Size fold with runtime inputs
+  if (op == "Constant") { out.push_back(constant_node_value(g, n)); return true; }
+  if (op == "Cast") {
+    const DType to = dtype_from_onnx(static_cast<int>(n.get_int("to", 0)));
+    if (to == DType::Undefined) throw InputError(str(node_context(g, n), "Cast to an unsupported type ", n.get_int("to", 0)));
+    out.push_back(cast_tensor(need(0), to));
+    return true;
+  }
+  if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
+    // The bytes stay; only the shape changes, by the same rules shape inference applies.
+    ValueInfo xv{n.input(0), need(0).dtype, need(0).shape};
+    std::vector<const ValueInfo*> vin(n.inputs.size(), nullptr);
+    vin[0] = &xv;
+    std::vector<ValueInfo> vout;
+    std::string why;
+    if (!infer_node(g, n, vin, vout, why)) return false;
+    out.push_back(reshaped(need(0), vout.at(0).shape));
+    return true;
+  }
+  if (op == "Gather") {
+    const Tensor& x = need(0);
+    const int64_t r = static_cast<int64_t>(x.shape.size());
+    const int64_t axis = normalize_axis(n.get_int("axis", 0), r, g, n);
+    std::vector<int64_t> idx = int_input(g, n, in.size() > 1 ? in[1] : nullptr, "indices");
+    const Shape& ishape = need(1).shape;
+    Shape shape(x.shape.begin(), x.shape.begin() + axis);
+    shape.insert(shape.end(), ishape.begin(), ishape.end());
+    shape.insert(shape.end(), x.shape.begin() + axis + 1, x.shape.end());
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= x.shape[i];
+    for (int64_t i = axis + 1; i < r; ++i) inner *= x.shape[i];
+    const int64_t dim = x.shape[axis];
+    std::vector<int64_t> offs;
+    offs.reserve(static_cast<std::size_t>(shape_numel(shape)));
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j : idx) {
+        if (j < -dim || j >= dim) throw InputError(str(node_context(g, n), "index ", j, " is out of range for size ", dim));
+        if (j < 0) j += dim;
+        for (int64_t k = 0; k < inner; ++k) offs.push_back((o * dim + j) * inner + k);
+      }
+    out.push_back(gather_elements(x, shape, offs));
+    return true;
+  }
+  if (op == "Slice") {
+    const Tensor& x = need(0);
+    const int64_t r = static_cast<int64_t>(x.shape.size());
+    const std::vector<int64_t> starts = int_input(g, n, in.size() > 1 ? in[1] : nullptr, "starts");
+    const std::vector<int64_t> ends = int_input(g, n, in.size() > 2 ? in[2] : nullptr, "ends");
+    std::vector<int64_t> axes, steps;
+    if (in.size() > 3 && in[3]) axes = in[3]->as_int64();
+    else for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    if (in.size() > 4 && in[4]) steps = in[4]->as_int64();
+    else steps.assign(starts.size(), 1);
+    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+      throw InputError(str(node_context(g, n), "starts, ends, axes and steps differ in length"));
+    std::vector<int64_t> begin(r, 0), step(r, 1);
+    Shape shape = x.shape;
+    for (std::size_t i = 0; i < starts.size(); ++i) {
+      const int64_t a = normalize_axis(axes[i], r, g, n);
+      if (steps[i] == 0) throw InputError(str(node_context(g, n), "step 0"));
+      begin[a] = starts[i];
+      step[a] = steps[i];
+      shape[a] = slice_length(x.shape[a], begin[a], ends[i], steps[i]);
+    }
+    const std::vector<int64_t> st = strides_of(x.shape);
+    std::vector<int64_t> offs(static_cast<std::size_t>(shape_numel(shape)));
+    std::vector<int64_t> idx(r, 0);
+    for (std::size_t k = 0; k < offs.size(); ++k) {
+      int64_t off = 0;
+      for (int64_t d = 0; d < r; ++d) off += (begin[d] + idx[d] * step[d]) * st[d];
+      offs[k] = off;
+      for (int64_t d = r - 1; d >= 0; --d) {
+        if (++idx[d] < shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+    out.push_back(gather_elements(x, shape, offs));
+    return true;
+  }
+  if (op == "Concat") {
+    const Tensor& first = need(0);
+    const int64_t r = static_cast<int64_t>(first.shape.size());
+    const int64_t axis = normalize_axis(n.get_int("axis", 0), r, g, n);
+    Shape shape = first.shape;
+    shape[axis] = 0;
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const Tensor& t = need(i);
+      if (t.dtype != first.dtype || static_cast<int64_t>(t.shape.size()) != r)
+        throw InputError(str(node_context(g, n), "inputs differ in type or rank"));
+      shape[axis] += t.shape[axis];
+    }
+    Tensor o(first.dtype, shape);
+    int64_t outer = 1;
+    for (int64_t i = 0; i < axis; ++i) outer *= shape[i];
+    const std::size_t es = dtype_size(first.dtype);
+    uint8_t* dst = o.bytes.data();
+    for (int64_t k = 0; k < outer; ++k)
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        const std::size_t chunk = static_cast<std::size_t>(in[i]->numel() / std::max<int64_t>(outer, 1)) * es;
+        if (in[i]->numel() == 0) continue;
+        std::memcpy(dst, in[i]->bytes.data() + k * chunk, chunk);
+        dst += chunk;
+      }
+    out.push_back(std::move(o));
+    return true;
+  }
+  if (op == "Transpose") {
+    const Tensor& x = need(0);
+    std::vector<int64_t> perm = n.get_ints("perm");
+    if (perm.empty())
+      for (int64_t i = static_cast<int64_t>(x.shape.size()) - 1; i >= 0; --i) perm.push_back(i);
+    if (perm.size() != x.shape.size()) throw InputError(str(node_context(g, n), "perm has the wrong length"));
+    out.push_back(transpose(x, perm));
+    return true;
+  }
+  if (op == "ConstantOfShape") {
+    const std::vector<int64_t> shape = need(0).as_int64();
+    if (shape_numel(shape) > kMaxFoldedElements) return false;
+    Tensor v = n.has("value") && n.attrs.at("value").t ? *n.attrs.at("value").t : Tensor::from(DType::F32, {1}, std::vector<float>{0.f});
+    Tensor o(v.dtype, shape);
+    const std::size_t es = dtype_size(v.dtype);
+    for (int64_t k = 0; k < o.numel(); ++k) std::memcpy(o.bytes.data() + k * es, v.bytes.data(), es);
+    out.push_back(std::move(o));
+    return true;
+  }
+  if (op == "Expand" || op == "Tile") {
+    const Tensor& x = need(0);
+    const std::vector<int64_t> arg = need(1).as_int64();
+    if (op == "Expand") {
+      const Shape shape = broadcast_shapes(x.shape, arg, g, n);
+      if (shape_numel(shape) > kMaxFoldedElements) return false;
+      out.push_back(gather_elements(x, shape, broadcast_offsets(shape, x.shape)));
+      return true;
+    }
+    if (arg.size() != x.shape.size()) throw InputError(str(node_context(g, n), "repeats has the wrong length"));
+    Shape shape = x.shape;
+    for (std::size_t i = 0; i < shape.size(); ++i) shape[i] *= arg[i];
+    if (shape_numel(shape) > kMaxFoldedElements) return false;
+    const std::vector<int64_t> st = strides_of(x.shape);
+    std::vector<int64_t> offs(static_cast<std::size_t>(shape_numel(shape)));
+    std::vector<int64_t> idx(shape.size(), 0);
+    for (std::size_t k = 0; k < offs.size(); ++k) {
+      int64_t off = 0;
+      for (std::size_t d = 0; d < shape.size(); ++d) off += (idx[d] % x.shape[d]) * st[d];
+      offs[k] = off;
+      for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+        if (++idx[d] < shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+    out.push_back(gather_elements(x, shape, offs));
+    return true;
+  }
+  if (op == "Range") {
+    const Tensor& s = need(0);
+    const double start = to_double(s)[0], limit = to_double(need(1))[0], delta = to_double(need(2))[0];
+    if (delta == 0) throw InputError(str(node_context(g, n), "delta 0"));
+    const int64_t count = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
+    if (count > kMaxFoldedElements) return false;
+    Tensor o(s.dtype, {count});
+    for (int64_t k = 0; k < count; ++k) store(o, k, start + static_cast<double>(k) * delta);
+    out.push_back(std::move(o));
+    return true;
+  }
+
+  // Element-wise arithmetic and comparisons.
+  using VD = std::vector<double>;
+  using VI = std::vector<int64_t>;
+  const DType t0 = in.empty() || !in[0] ? DType::Undefined : in[0]->dtype;
+  auto ew = [&](DType ot, std::function<double(const VD&)> fd, std::function<int64_t(const VI&)> fi) {
+    std::vector<const Tensor*> args;
+    for (std::size_t i = 0; i < in.size(); ++i) args.push_back(&need(i));
+    out.push_back(elementwise(g, n, args, ot, fd, fi));
+    return true;
+  };
+  if (op == "Add") return ew(t0, [](const VD& a) { return a[0] + a[1]; }, [](const VI& a) { return a[0] + a[1]; });
+  if (op == "Sub") return ew(t0, [](const VD& a) { return a[0] - a[1]; }, [](const VI& a) { return a[0] - a[1]; });
+  if (op == "Mul") return ew(t0, [](const VD& a) { return a[0] * a[1]; }, [](const VI& a) { return a[0] * a[1]; });
+  if (op == "Div") {
+    return ew(t0, [](const VD& a) { return a[0] / a[1]; }, [&](const VI& a) -> int64_t {
+      if (a[1] == 0) throw InputError(str(node_context(g, n), "integer division by zero"));
+      return a[0] / a[1];
+    });
+  }
+  if (op == "Mod") {
+    const bool fmod_mode = n.get_int("fmod", 0) != 0;
+    return ew(t0, [](const VD& a) { return std::fmod(a[0], a[1]); }, [&](const VI& a) -> int64_t {
+      if (a[1] == 0) throw InputError(str(node_context(g, n), "integer modulo by zero"));
+      int64_t m = a[0] % a[1];
+      if (!fmod_mode && m != 0 && ((m < 0) != (a[1] < 0))) m += a[1];  // Python-style sign
+      return m;
+    });
+  }
+  if (op == "Pow") return ew(t0, [](const VD& a) { return std::pow(a[0], a[1]); }, nullptr);
+  if (op == "Min" || op == "Max") {
+    const bool mx = op == "Max";
+    return ew(t0, [mx](const VD& a) { double m = a[0]; for (double v : a) m = mx ? std::max(m, v) : std::min(m, v); return m; },
+              [mx](const VI& a) { int64_t m = a[0]; for (int64_t v : a) m = mx ? std::max(m, v) : std::min(m, v); return m; });
+  }
+  if (op == "Equal") return ew(DType::Bool, [](const VD& a) { return double(a[0] == a[1]); }, [](const VI& a) { return int64_t(a[0] == a[1]); });
+  if (op == "Less") return ew(DType::Bool, [](const VD& a) { return double(a[0] < a[1]); }, [](const VI& a) { return int64_t(a[0] < a[1]); });
+  if (op == "Greater") return ew(DType::Bool, [](const VD& a) { return double(a[0] > a[1]); }, [](const VI& a) { return int64_t(a[0] > a[1]); });
+  if (op == "Where") {
+    const DType ot = in.size() > 1 && in[1] ? in[1]->dtype : DType::Undefined;
+    return ew(ot, [](const VD& a) { return a[0] != 0 ? a[1] : a[2]; }, [](const VI& a) { return a[0] != 0 ? a[1] : a[2]; });
+  }
+  if (op == "Not") return ew(DType::Bool, [](const VD& a) { return double(a[0] == 0); }, [](const VI& a) { return int64_t(a[0] == 0); });
+  if (op == "Neg") return ew(t0, [](const VD& a) { return -a[0]; }, [](const VI& a) { return -a[0]; });
+  if (op == "Abs") return ew(t0, [](const VD& a) { return std::fabs(a[0]); }, [](const VI& a) { return a[0] < 0 ? -a[0] : a[0]; });
+  if (op == "Floor") return ew(t0, [](const VD& a) { return std::floor(a[0]); }, nullptr);
+  if (op == "Ceil") return ew(t0, [](const VD& a) { return std::ceil(a[0]); }, nullptr);
+  if (op == "Sqrt") return ew(t0, [](const VD& a) { return std::sqrt(a[0]); }, nullptr);
+  if (op == "Exp") return ew(t0, [](const VD& a) { return std::exp(a[0]); }, nullptr);
+  if (op == "Log") return ew(t0, [](const VD& a) { return std::log(a[0]); }, nullptr);
+  if (op == "Reciprocal") return ew(t0, [](const VD& a) { return 1.0 / a[0]; }, nullptr);
+  if (op == "Relu") return ew(t0, [](const VD& a) { return a[0] > 0 ? a[0] : 0.0; }, [](const VI& a) { return a[0] > 0 ? a[0] : 0; });
+  if (op == "Sigmoid") return ew(t0, [](const VD& a) { return 1.0 / (1.0 + std::exp(-a[0])); }, nullptr);
+  return false;
+}
+
+}  // namespace sluice

@@ -1,0 +1,26 @@
+#pragma once
+// Evaluating a node on host tensors, for constant folding.  Covers the ops exporters use for shape
+// arithmetic (Shape, Gather, Slice, Concat, Cast, Unsqueeze, arithmetic, Floor, Range, ...) and the
+// cheap data movements applied to weights (Transpose, Reshape, ...).  Heavy ops (Conv, MatMul, pools)
+// are left to the engines even when their inputs are constant.
+#include <vector>
+
+#include "model/graph.h"
+
+namespace sluice {
+
+// Evaluates `n` with its inputs in `inputs` (nullptr for an absent optional input).  Returns false
+// when the op is not one the folder evaluates; throws InputError when the values are invalid.
+// `input_shapes` gives the static shape of each input even when its value is not known (Shape, Size
+// only need that); inputs[i] may be nullptr for those.
+bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs,
+                   const std::vector<const Shape*>& input_shapes, std::vector<Tensor>& outputs);
+
+// Cast of a whole tensor to another element type (float -> int truncates toward zero).
+Tensor cast_tensor(const Tensor& t, DType to);
+
+// Gather/Slice-style helpers exposed for shape inference, which needs the same index arithmetic.
+// Clamped [start, end) with step for one axis of size `dim`; returns the number of elements taken.
+int64_t slice_length(int64_t dim, int64_t& start, int64_t end, int64_t step);
+
+}  // namespace sluice

@@ -1,0 +1,502 @@
+#include "model/shape_inference.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/canonicalize.h"
+#include "model/const_eval.h"
+#include "model/graph_util.h"
+#include "model/prepare.h"
+
+namespace sluice {
+
+namespace {
+
+struct Ctx {
+  const Graph& g;
+  const Node& n;
+  const std::vector<const ValueInfo*>& in;
+  std::vector<ValueInfo>& out;
+  std::string& why;
+
+  [[noreturn]] void fail(const std::string& msg) const { throw InputError(node_context(g, n) + msg); }
+  const ValueInfo* input(std::size_t i) const { return i < in.size() ? in[i] : nullptr; }
+  // A constant input's value, or nullptr (absent, or computed at run time).
+  const Tensor* value(std::size_t i) const { return n.input(i).empty() ? nullptr : g.constant(n.input(i)); }
+  bool missing(std::size_t i, const char* what) {
+    why = str("its ", what, " input '", n.input(i), "' is not known");
+    return false;
+  }
+  bool not_constant(std::size_t i, const char* what) {
+    why = str("its ", what, " input '", n.input(i), "' is computed at run time; Sluice needs it to be a constant "
+              "once the input shape is fixed");
+    return false;
+  }
+  void set(std::size_t k, DType t, Shape s) {
+    if (k < out.size()) { out[k].dtype = t; out[k].shape = std::move(s); }
+  }
+};
+
+int64_t rank_of(const ValueInfo* v) { return static_cast<int64_t>(v->shape.size()); }
+
+// Output spatial sizes of Conv/FusedConv/MaxPool/AveragePool.
+Shape pooled_spatial(Ctx& c, const Shape& x, const std::vector<int64_t>& kernel, bool ceil_mode) {
+  const std::size_t sp = kernel.size();
+  if (x.size() != sp + 2) c.fail(str("input ", shape_str(x), " does not match a ", sp, "-D kernel"));
+  const std::vector<int64_t> strides = c.n.get_ints("strides", std::vector<int64_t>(sp, 1));
+  const std::vector<int64_t> dil = c.n.get_ints("dilations", std::vector<int64_t>(sp, 1));
+  std::vector<int64_t> pads = c.n.get_ints("pads", std::vector<int64_t>(2 * sp, 0));
+  const std::string auto_pad = c.n.get_string("auto_pad", "NOTSET");
+  if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp)
+    c.fail("strides, dilations or pads do not match the kernel's rank");
+  Shape out(sp);
+  for (std::size_t i = 0; i < sp; ++i) {
+    const int64_t in = x[i + 2], ek = (kernel[i] - 1) * dil[i] + 1;
+    if (strides[i] <= 0) c.fail("stride must be positive");
+    if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      out[i] = (in + strides[i] - 1) / strides[i];
+      continue;
+    }
+    if (auto_pad == "VALID") pads[i] = pads[i + sp] = 0;
+    const int64_t span = in + pads[i] + pads[i + sp] - ek;
+    if (span < 0) c.fail(str("kernel ", shape_str(kernel), " is larger than the padded input ", shape_str(x)));
+    if (ceil_mode) {
+      out[i] = (span + strides[i] - 1) / strides[i] + 1;
+      // The last window must start inside the input or its left padding (PyTorch and ORT agree).
+      if ((out[i] - 1) * strides[i] >= in + pads[i]) --out[i];
+    } else {
+      out[i] = span / strides[i] + 1;
+    }
+  }
+  return out;
+}
+
+bool infer_conv(Ctx& c) {
+  const ValueInfo *x = c.input(0), *w = c.input(1);
+  if (!x) return c.missing(0, "X");
+  if (!w) return c.missing(1, "W");
+  if (x->shape.size() < 3 || w->shape.size() != x->shape.size())
+    c.fail(str("input ", shape_str(x->shape), " and weights ", shape_str(w->shape), " do not fit a convolution"));
+  const int64_t group = c.n.get_int("group", 1);
+  std::vector<int64_t> kernel = c.n.get_ints("kernel_shape", Shape(w->shape.begin() + 2, w->shape.end()));
+  if (x->shape[1] != w->shape[1] * group)
+    c.fail(str("input ", shape_str(x->shape), " has ", x->shape[1], " channels but the weights ", shape_str(w->shape),
+               " with group ", group, " expect ", w->shape[1] * group));
+  Shape out = {x->shape[0], w->shape[0]};
+  for (int64_t d : pooled_spatial(c, x->shape, kernel, false)) out.push_back(d);
+  if (c.n.op == "FusedConv" && c.input(3) && c.input(3)->shape != out)
+    c.fail(str("residual input ", shape_str(c.input(3)->shape), " does not match the output ", shape_str(out)));
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+bool infer_conv_transpose(Ctx& c) {
+  const ValueInfo *x = c.input(0), *w = c.input(1);
+  if (!x) return c.missing(0, "X");
+  if (!w) return c.missing(1, "W");
+  if (x->shape.size() < 3 || w->shape.size() != x->shape.size() || x->shape[1] != w->shape[0])
+    c.fail(str("input ", shape_str(x->shape), " and weights ", shape_str(w->shape), " do not fit a transposed convolution"));
+  const std::size_t sp = x->shape.size() - 2;
+  const int64_t group = c.n.get_int("group", 1);
+  const std::vector<int64_t> kernel = c.n.get_ints("kernel_shape", Shape(w->shape.begin() + 2, w->shape.end()));
+  const std::vector<int64_t> strides = c.n.get_ints("strides", std::vector<int64_t>(sp, 1));
+  const std::vector<int64_t> dil = c.n.get_ints("dilations", std::vector<int64_t>(sp, 1));
+  const std::vector<int64_t> opad = c.n.get_ints("output_padding", std::vector<int64_t>(sp, 0));
+  const std::vector<int64_t> pads = c.n.get_ints("pads", std::vector<int64_t>(2 * sp, 0));
+  const std::vector<int64_t> oshape = c.n.get_ints("output_shape");
+  const std::string auto_pad = c.n.get_string("auto_pad", "NOTSET");
+  if (kernel.size() != sp || strides.size() != sp || dil.size() != sp || opad.size() != sp || pads.size() != 2 * sp)
+    c.fail("kernel_shape, strides, dilations, output_padding or pads do not match the input's rank");
+  Shape out = {x->shape[0], w->shape[1] * group};
+  for (std::size_t i = 0; i < sp; ++i) {
+    int64_t o;
+    if (!oshape.empty()) o = oshape[oshape.size() - sp + i];
+    else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") o = x->shape[i + 2] * strides[i];
+    else
+      o = strides[i] * (x->shape[i + 2] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 -
+          (auto_pad == "VALID" ? 0 : pads[i] + pads[i + sp]);
+    if (o <= 0) c.fail("the output would be empty");
+    out.push_back(o);
+  }
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+bool infer_pool(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "X");
+  const std::vector<int64_t> kernel = c.n.get_ints("kernel_shape");
+  if (kernel.empty()) c.fail("kernel_shape is required");
+  if (c.n.op == "AveragePool" && c.n.has("dilations")) {
+    for (int64_t d : c.n.get_ints("dilations")) if (d != 1) c.fail("AveragePool dilations are not supported");
+  }
+  Shape out = {x->shape[0], x->shape[1]};
+  for (int64_t d : pooled_spatial(c, x->shape, kernel, c.n.get_int("ceil_mode", 0) != 0)) out.push_back(d);
+  c.set(0, x->dtype, out);
+  c.set(1, DType::I64, out);  // MaxPool's optional indices
+  return true;
+}
+
+bool infer_resize(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "X");
+  if (c.n.get_string("keep_aspect_ratio_policy", "stretch") != "stretch")
+    c.fail("keep_aspect_ratio_policy other than 'stretch' is not supported");
+  const int64_t r = rank_of(x);
+  std::vector<int64_t> axes = c.n.get_ints("axes");
+  if (axes.empty()) for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  for (auto& a : axes) a = normalize_axis(a, r, c.g, c.n);
+  Shape out = x->shape;
+  if (!c.n.input(3).empty()) {
+    const Tensor* sizes = c.value(3);
+    if (!sizes) return c.not_constant(3, "sizes");
+    const std::vector<int64_t> s = sizes->as_int64();
+    if (s.size() != axes.size()) c.fail(str("sizes has ", s.size(), " values for ", axes.size(), " axes"));
+    for (std::size_t i = 0; i < axes.size(); ++i) out[axes[i]] = s[i];
+  } else if (!c.n.input(2).empty()) {
+    const Tensor* scales = c.value(2);
+    if (!scales) return c.not_constant(2, "scales");
+    const std::vector<float> s = scales->as_float();
+    if (s.size() != axes.size()) c.fail(str("scales has ", s.size(), " values for ", axes.size(), " axes"));
+    // float arithmetic, as onnxruntime does: floor(in * scale)
+    for (std::size_t i = 0; i < axes.size(); ++i)
+      out[axes[i]] = static_cast<int64_t>(std::floor(static_cast<float>(x->shape[axes[i]]) * s[i]));
+  } else {
+    c.fail("neither scales nor sizes is given");
+  }
+  for (int64_t d : out) if (d <= 0) c.fail(str("the output shape ", shape_str(out), " is empty"));
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+bool infer_matmul(Ctx& c, bool gemm) {
+  const ValueInfo *a = c.input(0), *b = c.input(1);
+  if (!a) return c.missing(0, "A");
+  if (!b) return c.missing(1, "B");
+  if (gemm) {
+    if (a->shape.size() != 2 || b->shape.size() != 2) c.fail("Gemm needs 2-D inputs");
+    const bool ta = c.n.get_int("transA", 0) != 0, tb = c.n.get_int("transB", 0) != 0;
+    const int64_t m = ta ? a->shape[1] : a->shape[0], k = ta ? a->shape[0] : a->shape[1];
+    const int64_t k2 = tb ? b->shape[1] : b->shape[0], nn = tb ? b->shape[0] : b->shape[1];
+    if (k != k2) c.fail(str("inner dimensions differ: ", shape_str(a->shape), " x ", shape_str(b->shape)));
+    c.set(0, a->dtype, {m, nn});
+    return true;
+  }
+  Shape sa = a->shape, sb = b->shape;
+  if (sa.empty() || sb.empty()) c.fail("MatMul of a scalar");
+  const bool va = sa.size() == 1, vb = sb.size() == 1;
+  if (va) sa.insert(sa.begin(), 1);
+  if (vb) sb.push_back(1);
+  if (sa.back() != sb[sb.size() - 2]) c.fail(str("inner dimensions differ: ", shape_str(a->shape), " x ", shape_str(b->shape)));
+  Shape batch = broadcast_shapes(Shape(sa.begin(), sa.end() - 2), Shape(sb.begin(), sb.end() - 2), c.g, c.n);
+  if (!va) batch.push_back(sa[sa.size() - 2]);
+  if (!vb) batch.push_back(sb.back());
+  c.set(0, a->dtype, batch);
+  return true;
+}
+
+bool infer_reshape_like(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "data");
+  const Shape& s = x->shape;
+  const int64_t r = rank_of(x);
+  const std::string& op = c.n.op;
+  Shape out;
+  if (op == "Flatten") {
+    int64_t axis = c.n.get_int("axis", 1);
+    if (axis < -r || axis > r) c.fail(str("axis ", axis, " is out of range for rank ", r));
+    if (axis < 0) axis += r;
+    out = {shape_numel(Shape(s.begin(), s.begin() + axis)), shape_numel(Shape(s.begin() + axis, s.end()))};
+  } else if (op == "Reshape") {
+    const Tensor* shape = c.value(1);
+    if (!shape) return c.not_constant(1, "shape");
+    out = shape->as_int64();
+    const bool allowzero = c.n.get_int("allowzero", 0) != 0;
+    int64_t infer_at = -1, known = 1;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (out[i] == 0 && !allowzero) {
+        if (static_cast<int64_t>(i) >= r) c.fail("shape copies a dimension the input does not have");
+        out[i] = s[i];
+      }
+      if (out[i] == -1) {
+        if (infer_at >= 0) c.fail("shape has more than one -1");
+        infer_at = static_cast<int64_t>(i);
+      } else if (out[i] < 0) {
+        c.fail(str("invalid target shape ", shape_str(shape->as_int64())));
+      } else {
+        known *= out[i];
+      }
+    }
+    if (infer_at >= 0) {
+      if (known == 0 || shape_numel(s) % known != 0)
+        c.fail(str("cannot reshape ", shape_str(s), " to ", shape_str(shape->as_int64())));
+      out[infer_at] = shape_numel(s) / known;
+    }
+    if (shape_numel(out) != shape_numel(s)) c.fail(str("cannot reshape ", shape_str(s), " to ", shape_str(out)));
+  } else if (op == "Squeeze") {
+    if (!c.n.input(1).empty() && !c.value(1)) return c.not_constant(1, "axes");
+    std::vector<bool> drop(s.size(), false);
+    if (c.value(1)) {
+      for (int64_t a : c.value(1)->as_int64()) {
+        const int64_t ax = normalize_axis(a, r, c.g, c.n);
+        if (s[ax] != 1) c.fail(str("cannot squeeze axis ", a, " of size ", s[ax], " in ", shape_str(s)));
+        drop[ax] = true;
+      }
+    } else {
+      for (std::size_t i = 0; i < s.size(); ++i) drop[i] = s[i] == 1;
+    }
+    for (std::size_t i = 0; i < s.size(); ++i) if (!drop[i]) out.push_back(s[i]);
+  } else {  // Unsqueeze
+    if (!c.value(1)) return c.n.input(1).empty() ? (c.fail("axes is required"), false) : c.not_constant(1, "axes");
+    const std::vector<int64_t> axes = c.value(1)->as_int64();
+    const int64_t orank = r + static_cast<int64_t>(axes.size());
+    std::vector<bool> ins(orank, false);
+    for (int64_t a : axes) {
+      const int64_t ax = normalize_axis(a, orank, c.g, c.n);
+      if (ins[ax]) c.fail("repeated axis");
+      ins[ax] = true;
+    }
+    std::size_t j = 0;
+    for (int64_t i = 0; i < orank; ++i) out.push_back(ins[i] ? 1 : s[j++]);
+  }
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+bool infer_elementwise(Ctx& c, std::size_t first, DType out_type) {
+  Shape s;
+  DType t = DType::Undefined;
+  for (std::size_t i = first; i < c.n.inputs.size(); ++i) {
+    const ValueInfo* v = c.input(i);
+    if (!v) return c.missing(i, "operand");
+    if (i == first) { s = v->shape; t = v->dtype; continue; }
+    s = broadcast_shapes(s, v->shape, c.g, c.n);
+    if (first == 0 && out_type == DType::Undefined && v->dtype != t)
+      c.fail(str("operands have different types (", dtype_name(t), " and ", dtype_name(v->dtype), ")"));
+  }
+  if (first == 1) {  // Where: the condition broadcasts too
+    if (!c.input(0)) return c.missing(0, "condition");
+    s = broadcast_shapes(c.input(0)->shape, s, c.g, c.n);
+  }
+  c.set(0, out_type == DType::Undefined ? t : out_type, s);
+  return true;
+}
+
+bool infer_reduce(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "data");
+  const int64_t r = rank_of(x);
+  const bool keep = c.n.get_int("keepdims", 1) != 0;
+  std::vector<bool> red(r, false);
+  if (!c.n.input(1).empty()) {
+    if (!c.value(1)) return c.not_constant(1, "axes");
+    for (int64_t a : c.value(1)->as_int64()) red[normalize_axis(a, r, c.g, c.n)] = true;
+  }
+  const bool none = std::none_of(red.begin(), red.end(), [](bool b) { return b; });
+  if (none && c.n.get_int("noop_with_empty_axes", 0) == 0) red.assign(r, true);
+  Shape out;
+  for (int64_t i = 0; i < r; ++i) {
+    if (!red[i]) out.push_back(x->shape[i]);
+    else if (keep) out.push_back(1);
+  }
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+bool infer_topk_argmax(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "X");
+  const int64_t r = rank_of(x);
+  const std::string& op = c.n.op;
+  const int64_t axis = normalize_axis(c.n.get_int("axis", op == "TopK" ? -1 : op == "ArgMaxCast" ? 1 : 0), r, c.g, c.n);
+  Shape out = x->shape;
+  if (op == "TopK") {
+    if (!c.value(1)) return c.n.input(1).empty() ? (c.fail("K is required"), false) : c.not_constant(1, "K");
+    const std::vector<int64_t> k = c.value(1)->as_int64();
+    if (k.size() != 1 || k[0] < 1 || k[0] > x->shape[axis])
+      c.fail(str("K must be between 1 and ", x->shape[axis], " (the size of axis ", axis, ")"));
+    out[axis] = k[0];
+    c.set(0, x->dtype, out);
+    c.set(1, DType::I64, out);
+    return true;
+  }
+  const bool keep = op == "ArgMax" && c.n.get_int("keepdims", 1) != 0;
+  if (keep) out[axis] = 1;
+  else out.erase(out.begin() + axis);
+  DType t = DType::I64;
+  if (op == "ArgMaxCast") {
+    t = dtype_from_onnx(static_cast<int>(c.n.get_int("to", 7)));
+    if (t != DType::U8 && t != DType::I32 && t != DType::I64) c.fail("'to' must be uint8, int32 or int64");
+    if (t == DType::U8 && x->shape[axis] > 256)
+      c.fail(str("uint8 indices cannot hold ", x->shape[axis], " classes; use int32"));
+  }
+  c.set(0, t, out);
+  return true;
+}
+
+bool infer_misc(Ctx& c) {
+  const std::string& op = c.n.op;
+  const ValueInfo* x = c.input(0);
+  if (op == "Constant") {
+    const Tensor t = constant_node_value(c.g, c.n);
+    c.set(0, t.dtype, t.shape);
+    return true;
+  }
+  if (!x && op != "Range") return c.missing(0, "data");
+  if (op == "Concat") {
+    const int64_t r = rank_of(x);
+    const int64_t axis = normalize_axis(c.n.get_int("axis", 0), r, c.g, c.n);
+    Shape out = x->shape;
+    for (std::size_t i = 1; i < c.n.inputs.size(); ++i) {
+      const ValueInfo* v = c.input(i);
+      if (!v) return c.missing(i, "operand");
+      bool ok = v->dtype == x->dtype && rank_of(v) == r;
+      for (int64_t d = 0; ok && d < r; ++d) ok = d == axis || v->shape[d] == x->shape[d];
+      if (!ok) c.fail(str("cannot concatenate ", shape_str(x->shape), " ", dtype_name(x->dtype), " and ",
+                          shape_str(v->shape), " ", dtype_name(v->dtype), " along axis ", axis));
+      out[axis] += v->shape[axis];
+    }
+    c.set(0, x->dtype, out);
+  } else if (op == "Transpose") {
+    std::vector<int64_t> perm = c.n.get_ints("perm");
+    if (perm.empty()) for (int64_t i = rank_of(x) - 1; i >= 0; --i) perm.push_back(i);
+    if (static_cast<int64_t>(perm.size()) != rank_of(x)) c.fail("perm has the wrong length");
+    Shape out;
+    for (int64_t p : perm) out.push_back(x->shape.at(normalize_axis(p, rank_of(x), c.g, c.n)));
+    c.set(0, x->dtype, out);
+  } else if (op == "Pad") {
+    if (!c.value(1)) return c.n.input(1).empty() ? (c.fail("pads is required"), false) : c.not_constant(1, "pads");
+    const std::vector<int64_t> pads = c.value(1)->as_int64();
+    const int64_t r = rank_of(x);
+    std::vector<int64_t> axes;
+    if (!c.n.input(3).empty()) {
+      if (!c.value(3)) return c.not_constant(3, "axes");
+      for (int64_t a : c.value(3)->as_int64()) axes.push_back(normalize_axis(a, r, c.g, c.n));
+    } else {
+      for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+    }
+    if (pads.size() != 2 * axes.size()) c.fail(str("pads has ", pads.size(), " values for ", axes.size(), " axes"));
+    Shape out = x->shape;
+    for (std::size_t i = 0; i < axes.size(); ++i) out[axes[i]] += pads[i] + pads[i + axes.size()];
+    for (int64_t d : out) if (d < 0) c.fail("negative pads remove more than the input holds");
+    c.set(0, x->dtype, out);
+  } else if (op == "Shape") {
+    const int64_t r = rank_of(x);
+    int64_t b = c.n.get_int("start", 0), e = c.n.get_int("end", r);
+    if (b < 0) b += r;
+    if (e < 0) e += r;
+    b = std::clamp<int64_t>(b, 0, r);
+    e = std::clamp<int64_t>(e, b, r);
+    c.set(0, DType::I64, {e - b});
+  } else if (op == "Size") {
+    c.set(0, DType::I64, {});
+  } else if (op == "Gather") {
+    const ValueInfo* idx = c.input(1);
+    if (!idx) return c.missing(1, "indices");
+    const int64_t axis = normalize_axis(c.n.get_int("axis", 0), rank_of(x), c.g, c.n);
+    Shape out(x->shape.begin(), x->shape.begin() + axis);
+    out.insert(out.end(), idx->shape.begin(), idx->shape.end());
+    out.insert(out.end(), x->shape.begin() + axis + 1, x->shape.end());
+    c.set(0, x->dtype, out);
+  } else if (op == "Slice") {
+    for (std::size_t i = 1; i < c.n.inputs.size(); ++i)
+      if (!c.n.input(i).empty() && !c.value(i)) return c.not_constant(i, "starts/ends/axes/steps");
+    if (!c.value(1) || !c.value(2)) c.fail("starts and ends are required");
+    const std::vector<int64_t> starts = c.value(1)->as_int64(), ends = c.value(2)->as_int64();
+    std::vector<int64_t> axes, steps;
+    if (c.value(3)) axes = c.value(3)->as_int64();
+    else for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    steps = c.value(4) ? c.value(4)->as_int64() : std::vector<int64_t>(starts.size(), 1);
+    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+      c.fail("starts, ends, axes and steps differ in length");
+    Shape out = x->shape;
+    for (std::size_t i = 0; i < starts.size(); ++i) {
+      const int64_t a = normalize_axis(axes[i], rank_of(x), c.g, c.n);
+      if (steps[i] == 0) c.fail("step 0");
+      int64_t b = starts[i];
+      out[a] = slice_length(x->shape[a], b, ends[i], steps[i]);
+    }
+    c.set(0, x->dtype, out);
+  } else if (op == "Cast") {
+    const DType to = dtype_from_onnx(static_cast<int>(c.n.get_int("to", 0)));
+    if (to == DType::Undefined) c.fail(str("Cast to an unsupported type ", c.n.get_int("to", 0)));
+    c.set(0, to, x->shape);
+  } else if (op == "GlobalAveragePool") {
+    Shape out = x->shape;
+    if (out.size() < 3) c.fail(str("input ", shape_str(out), " has no spatial dimensions"));
+    std::fill(out.begin() + 2, out.end(), 1);
+    c.set(0, x->dtype, out);
+  } else if (op == "Normalize") {
+    if (x->shape.size() < 2) c.fail("input needs a channel axis");
+    c.set(0, DType::F32, x->shape);
+  } else if (op == "BatchNormalization") {
+    if (x->shape.size() < 2) c.fail("input needs a channel axis");
+    c.set(0, x->dtype, x->shape);
+    for (std::size_t k = 1; k < c.out.size(); ++k) c.set(k, x->dtype, {x->shape[1]});
+  } else if (op == "ConstantOfShape" || op == "Expand" || op == "Tile") {
+    const std::size_t si = op == "ConstantOfShape" ? 0 : 1;
+    if (!c.value(si)) return c.not_constant(si, "shape");
+    const std::vector<int64_t> v = c.value(si)->as_int64();
+    if (op == "ConstantOfShape") {
+      const Attribute* a = c.n.has("value") ? &c.n.attrs.at("value") : nullptr;
+      c.set(0, a && a->t ? a->t->dtype : DType::F32, v);
+    } else if (op == "Expand") {
+      c.set(0, x->dtype, broadcast_shapes(x->shape, v, c.g, c.n));
+    } else {
+      Shape out = x->shape;
+      if (v.size() != out.size()) c.fail("repeats has the wrong length");
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] *= v[i];
+      c.set(0, x->dtype, out);
+    }
+  } else if (op == "Range") {
+    for (std::size_t i = 0; i < 3; ++i) if (!c.value(i)) return c.not_constant(i, "start/limit/delta");
+    std::vector<const Tensor*> ins = {c.value(0), c.value(1), c.value(2)};
+    std::vector<const Shape*> shapes(3, nullptr);
+    std::vector<Tensor> outs;
+    if (!evaluate_node(c.g, c.n, ins, shapes, outs)) { c.why = "the range is too long to fold"; return false; }
+    c.set(0, outs[0].dtype, outs[0].shape);
+  } else {
+    c.why = str("Sluice cannot infer the shape of op ", op);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool infer_node(const Graph& g, const Node& n, const std::vector<const ValueInfo*>& inputs,
+                std::vector<ValueInfo>& outputs, std::string& why) {
+  outputs.assign(n.outputs.size(), ValueInfo{});
+  for (std::size_t k = 0; k < n.outputs.size(); ++k) outputs[k].name = n.outputs[k];
+  Ctx c{g, n, inputs, outputs, why};
+  const std::string& op = n.op;
+  if (op == "Conv" || op == "FusedConv") return infer_conv(c);
+  if (op == "ConvTranspose") return infer_conv_transpose(c);
+  if (op == "MaxPool" || op == "AveragePool") return infer_pool(c);
+  if (op == "Resize") return infer_resize(c);
+  if (op == "Gemm" || op == "MatMul") return infer_matmul(c, op == "Gemm");
+  if (op == "Flatten" || op == "Reshape" || op == "Squeeze" || op == "Unsqueeze") return infer_reshape_like(c);
+  if (op == "ReduceMean") return infer_reduce(c);
+  if (op == "ArgMax" || op == "ArgMaxCast" || op == "TopK") return infer_topk_argmax(c);
+  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "Mod" || op == "Min" || op == "Max")
+    return infer_elementwise(c, 0, DType::Undefined);
+  if (op == "Equal" || op == "Less" || op == "Greater") return infer_elementwise(c, 0, DType::Bool);
+  if (op == "Where") return infer_elementwise(c, 1, DType::Undefined);
+  static const char* unary[] = {"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Identity", "Softmax",
+                                "Floor", "Ceil", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Clip"};
+  for (const char* u : unary)
+    if (op == u) {
+      if (!c.input(0)) return c.missing(0, "X");
+      c.set(0, c.input(0)->dtype, c.input(0)->shape);
+      return true;
+    }
+  if (op == "Not") {
+    if (!c.input(0)) return c.missing(0, "X");
+    c.set(0, DType::Bool, c.input(0)->shape);
+    return true;
+  }
+  return infer_misc(c);
+}
+
+}  // namespace sluice
