@@ -1,0 +1,223 @@
+// Reading a rank file: its header, datasets and the valid prefix of its ledger.  Works on a file
+// that was closed cleanly, on one a writer still holds, and on one whose writer was killed: the
+// last two are opened as a SWMR reader, which is what the writer's SWMR mode keeps consistent at
+// every moment (see rank_file_writer.cpp).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+
+#include "io/rank_file_format.h"
+
+namespace sluice {
+namespace rankfile {
+
+h5::Type ledger_file_type() {
+  h5::Type t(H5_CHECK(H5Tcreate(H5T_COMPOUND, 4 * sizeof(int64_t))));
+  H5_CHECK(H5Tinsert(t, "chunk_id", 0, H5T_STD_I64LE));
+  H5_CHECK(H5Tinsert(t, "first_index", 8, H5T_STD_I64LE));
+  H5_CHECK(H5Tinsert(t, "count", 16, H5T_STD_I64LE));
+  H5_CHECK(H5Tinsert(t, "first_row", 24, H5T_STD_I64LE));
+  return t;
+}
+
+h5::Type ledger_memory_type() {
+  h5::Type t(H5_CHECK(H5Tcreate(H5T_COMPOUND, sizeof(ChunkRecord))));
+  H5_CHECK(H5Tinsert(t, "chunk_id", offsetof(ChunkRecord, chunk_id), H5T_NATIVE_INT64));
+  H5_CHECK(H5Tinsert(t, "first_index", offsetof(ChunkRecord, first_index), H5T_NATIVE_INT64));
+  H5_CHECK(H5Tinsert(t, "count", offsetof(ChunkRecord, count), H5T_NATIVE_INT64));
+  H5_CHECK(H5Tinsert(t, "first_row", offsetof(ChunkRecord, first_row), H5T_NATIVE_INT64));
+  return t;
+}
+
+ChunkRecord ledger_fill() { return ChunkRecord{-1, -1, 0, -1}; }
+
+std::string iso8601(double unix_seconds) {
+  if (unix_seconds <= 0) return "";
+  const auto whole = static_cast<std::time_t>(unix_seconds);
+  const int millis = static_cast<int>((unix_seconds - static_cast<double>(whole)) * 1000.0);
+  std::tm tm{};
+  gmtime_r(&whole, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[48];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buf, std::clamp(millis, 0, 999));
+  return out;
+}
+
+double unix_now() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+int64_t dataset_chunk_rows(int64_t chunk_rows, std::size_t row_bytes) {
+  chunk_rows = std::max<int64_t>(chunk_rows, 1);
+  for (int64_t d = chunk_rows; d > 1; --d)
+    if (chunk_rows % d == 0 && static_cast<std::size_t>(d) * row_bytes <= kMaxChunkBytes) return d;
+  return 1;
+}
+
+ReadHandle open_for_reading(const std::string& path) {
+  h5::quiet_errors();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw InputError(str("rank file ", path, ": no such file"));
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    h5::error_stack_text();  // clear the stack
+    throw InputError(str("rank file ", path, ": not an HDF5 file"));
+  }
+  h5::Plist fapl = h5::file_access();
+  ReadHandle h;
+  // A plain open fails while the superblock says a writer holds the file (alive or killed).
+  h.file = h5::File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
+  if (h.file.valid()) {
+    h.clean = true;
+    return h;
+  }
+  h5::error_stack_text();
+  const hid_t swmr = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+  if (swmr < 0)
+    throw Error(str("rank file ", path, ": cannot be opened, even as a SWMR reader: ", h5::error_stack_text()));
+  h.file = h5::File(swmr);
+  return h;
+}
+
+namespace {
+
+struct DatasetList {
+  std::vector<std::string> names;
+};
+
+herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* data) {
+  static_cast<DatasetList*>(data)->names.emplace_back(name);
+  return 0;
+}
+
+// The datasets under /outputs in creation order (the order of the writer's specs).
+std::vector<std::string> output_names(hid_t file) {
+  h5::Group g(H5_CHECK(H5Gopen2(file, kOutputsGroup, H5P_DEFAULT)));
+  DatasetList list;
+  hsize_t idx = 0;
+  if (H5Literate(g, H5_INDEX_CRT_ORDER, H5_ITER_INC, &idx, collect_name, &list) < 0) {
+    h5::error_stack_text();  // no creation-order index: fall back to names
+    list.names.clear();
+    idx = 0;
+    H5_CHECK(H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_name, &list));
+  }
+  return list.names;
+}
+
+int deflate_level(hid_t dataset) {
+  h5::Plist dcpl(H5_CHECK(H5Dget_create_plist(dataset)));
+  unsigned flags = 0, cd[4] = {0, 0, 0, 0};
+  std::size_t ncd = 4;
+  unsigned filter_config = 0;
+  if (H5Pget_filter_by_id2(dcpl, H5Z_FILTER_DEFLATE, &flags, &ncd, cd, 0, nullptr, &filter_config) < 0) {
+    h5::error_stack_text();
+    return 0;
+  }
+  return ncd > 0 ? static_cast<int>(cd[0]) : 6;
+}
+
+std::string str_attr(hid_t obj, const char* name) { return h5::read_attr_string(obj, name).value_or(""); }
+int64_t int_attr(hid_t obj, const char* name, int64_t fallback = 0) { return h5::read_attr_int(obj, name).value_or(fallback); }
+
+}  // namespace
+
+RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index) {
+  RankFileInfo info;
+  info.path = path;
+  if (!h5::has_attr(file, attr::kFormat) || !h5::exists(file, kLedger) || !h5::exists(file, kSampleIndex) ||
+      !h5::exists(file, kOutputsGroup))
+    throw InputError(str("rank file ", path, ": not a sluice rank file (no ", attr::kFormat, " attribute or ledger)"));
+  const int64_t format = int_attr(file, attr::kFormat);
+  if (format != kFormatVersion)
+    throw InputError(str("rank file ", path, ": format version ", format, ", this sluice reads ", kFormatVersion));
+
+  info.rank = static_cast<int>(int_attr(file, attr::kRank, -1));
+  info.world_size = static_cast<int>(int_attr(file, attr::kWorldSize));
+  info.total_samples = int_attr(file, attr::kTotalSamples);
+  info.chunk_samples = int_attr(file, attr::kChunkSamples);
+  info.chunk_rows = int_attr(file, attr::kChunkRows);
+  info.attempt = static_cast<int>(int_attr(file, attr::kAttempt));
+  info.job_text = str_attr(file, attr::kJob);
+  info.model_path = str_attr(file, attr::kModelPath);
+  info.model_sha256 = str_attr(file, attr::kModelSha256);
+  info.host = str_attr(file, attr::kHost);
+  info.device = str_attr(file, attr::kDevice);
+  info.sluice_version = str_attr(file, attr::kVersion);
+  info.git_commit = str_attr(file, attr::kGitCommit);
+  info.start_time = str_attr(file, attr::kStartTime);
+  info.end_time = str_attr(file, attr::kEndTime);
+  info.start_unix = h5::read_attr_double(file, attr::kStartUnix).value_or(0);
+  info.end_unix = h5::read_attr_double(file, attr::kEndUnix).value_or(0);
+
+  // Rows present in every dataset: a commit's rows exist in all of them before its ledger entry.
+  h5::Dataset index(H5_CHECK(H5Dopen2(file, kSampleIndex, H5P_DEFAULT)));
+  int64_t file_rows = static_cast<int64_t>(h5::dims_of(index).at(0));
+  for (const std::string& name : output_names(file)) {
+    const std::string full = str(kOutputsGroup, "/", name);
+    h5::Dataset d(H5_CHECK(H5Dopen2(file, full.c_str(), H5P_DEFAULT)));
+    h5::Type type(H5_CHECK(H5Dget_type(d)));
+    DatasetSpec spec;
+    spec.name = name;
+    spec.dtype = h5::dtype_of(type);
+    if (spec.dtype == DType::Undefined) {
+      const std::string declared = str_attr(d, attr::kDtype);
+      if (declared.empty()) throw InputError(str("rank file ", path, ": dataset ", full, " has unsupported type ", h5::type_text(type)));
+      spec.dtype = dtype_from_name(declared);
+    }
+    const std::vector<hsize_t> dims = h5::dims_of(d);
+    if (dims.empty()) throw InputError(str("rank file ", path, ": dataset ", full, " is a scalar"));
+    spec.row_shape.assign(dims.begin() + 1, dims.end());
+    spec.deflate = deflate_level(d);
+    file_rows = std::min(file_rows, static_cast<int64_t>(dims[0]));
+    info.datasets.push_back(std::move(spec));
+  }
+  info.file_rows = file_rows;
+
+  // The ledger's valid prefix.  Its extent may already count a record whose bytes never reached
+  // the file (the writer was killed between the two); that slot reads as the fill value and ends it.
+  h5::Dataset ledger(H5_CHECK(H5Dopen2(file, kLedger, H5P_DEFAULT)));
+  const int64_t n = static_cast<int64_t>(h5::dims_of(ledger).at(0));
+  std::vector<ChunkRecord> records(static_cast<std::size_t>(n));
+  if (n > 0) {
+    h5::Type mem = ledger_memory_type();
+    H5_CHECK(H5Dread(ledger, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, records.data()));
+  }
+  int64_t end_row = 0;
+  for (const ChunkRecord& r : records) {
+    const bool valid = r.chunk_id >= 0 && r.first_index >= 0 && r.count > 0 && r.first_row >= end_row &&
+                       r.first_row + r.count <= file_rows;
+    if (!valid) break;
+    info.chunks.push_back(r);
+    end_row = r.first_row + r.count;
+  }
+  info.committed_rows = end_row;
+
+  if (verify_index && end_row > 0) {
+    std::vector<int64_t> idx(static_cast<std::size_t>(end_row));
+    h5::Space fspace = h5::select_rows(index, 0, end_row);
+    h5::Space mspace = h5::row_block_space(end_row, {});
+    H5_CHECK(H5Dread(index, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, idx.data()));
+    for (const ChunkRecord& r : info.chunks)
+      for (int64_t i = 0; i < r.count; ++i)
+        if (idx[static_cast<std::size_t>(r.first_row + i)] != r.first_index + i)
+          throw Error(str("rank file ", path, ": row ", r.first_row + i, " of chunk ", r.chunk_id, " holds sample ",
+                          idx[static_cast<std::size_t>(r.first_row + i)], " but the ledger says ", r.first_index + i));
+  }
+  return info;
+}
+
+}  // namespace rankfile
+
+RankFileInfo read_rank_file(const std::string& path) {
+  rankfile::ReadHandle h = rankfile::open_for_reading(path);
+  RankFileInfo info = rankfile::read_info(h.file, path, /*verify_index=*/true);
+  info.closed_cleanly = h.clean;
+  h.file.close();
+  return info;
+}
+
+}  // namespace sluice

@@ -1,0 +1,319 @@
+// The rank file: round trip, recovery after a killed writer, resume by appending, and the cost of
+// a commit.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "io/hdf5_util.h"
+#include "io/rank_file.h"
+#include "sluice/version.h"
+#include "test_io_util.h"
+
+using namespace sluice;
+using namespace sluice::testing;
+
+namespace {
+
+std::vector<DatasetSpec> three_outputs() {
+  return {DatasetSpec{"logits", DType::F32, {3, 4}}, DatasetSpec{"argmax", DType::U8, {4}},
+          DatasetSpec{"half", DType::F16, {2}}};
+}
+
+std::string attr_string(const std::string& path, const char* name) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  EXPECT_GE(f, 0);
+  auto v = h5::read_attr_string(f, name);
+  H5Fclose(f);
+  return v.value_or("<missing>");
+}
+
+// Runs `body` in a forked child; the body ends with die() while its RankFile is still open, so the
+// file is left exactly as a crash leaves it (no destructor, no close).
+[[noreturn]] void die() {
+  raise(SIGKILL);
+  _exit(4);
+}
+
+template <typename Body>
+void in_killed_child(Body body) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child: %s\n", e.what());
+      _exit(3);
+    }
+    _exit(5);  // the body did not die()
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "child status " << status;
+}
+
+}  // namespace
+
+TEST(RankFile, RoundTripKeepsRowsIndicesLedgerAndAttributes) {
+  TempDir dir;
+  const std::string path = dir.file("rank-00002.h5");
+  const auto specs = three_outputs();
+  auto f = open_rank_file(path, specs, 4, test_meta(2, 4), false);
+  // Chunks arrive out of order, as under dynamic sharding; 10 samples each in batches of 4, 4, 2.
+  const int64_t order[] = {3, 0, 7, 5};
+  for (int64_t id : order) write_chunk(*f, specs, id, id * 10, 10, 4);
+  EXPECT_EQ(f->committed_rows(), 40);
+  f->close();
+
+  const RankFileInfo info = read_rank_file(path);
+  EXPECT_TRUE(info.closed_cleanly);
+  EXPECT_EQ(info.rank, 2);
+  EXPECT_EQ(info.world_size, 4);
+  EXPECT_EQ(info.total_samples, 1000);
+  EXPECT_EQ(info.chunk_samples, 10);
+  EXPECT_EQ(info.chunk_rows, 4);
+  EXPECT_EQ(info.attempt, 0);
+  EXPECT_EQ(info.job_text, test_meta().job_text);
+  EXPECT_EQ(info.model_path, "jobs/models/quickstart.onnx");
+  EXPECT_EQ(info.model_sha256, std::string(64, 'a'));
+  EXPECT_EQ(info.host, "testhost");
+  EXPECT_EQ(info.device, "cpu");
+  EXPECT_EQ(info.sluice_version, SLUICE_VERSION);
+  EXPECT_EQ(info.git_commit, SLUICE_GIT_COMMIT);
+  EXPECT_EQ(info.start_time, "2023-11-14T22:13:20.250Z");
+  EXPECT_DOUBLE_EQ(info.start_unix, 1700000000.25);
+  EXPECT_FALSE(info.end_time.empty());
+  EXPECT_GT(info.end_unix, info.start_unix);
+  ASSERT_EQ(info.datasets.size(), 3u);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(info.datasets[i].name, specs[i].name);
+    EXPECT_EQ(info.datasets[i].dtype, specs[i].dtype);
+    EXPECT_EQ(info.datasets[i].row_shape, specs[i].row_shape);
+  }
+  ASSERT_EQ(info.chunks.size(), 4u);
+  for (std::size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(info.chunks[k].chunk_id, order[k]);
+    EXPECT_EQ(info.chunks[k].first_index, order[k] * 10);
+    EXPECT_EQ(info.chunks[k].count, 10);
+    EXPECT_EQ(info.chunks[k].first_row, static_cast<int64_t>(k) * 10);
+    EXPECT_EQ(check_chunk_rows(path, specs, info.chunks[k]), 0) << "chunk " << k;
+  }
+  EXPECT_EQ(info.committed_rows, 40);
+  EXPECT_EQ(info.file_rows, 40);
+  // Spot-check actual values through the C API: row 13 is sample 3 of chunk 0 (sample 3).
+  const auto logits = read_raw_rows(path, "/outputs/logits", 13, 1);
+  ASSERT_EQ(logits.size(), 12 * sizeof(float));
+  EXPECT_EQ(reinterpret_cast<const float*>(logits.data())[5], f32_value(3, 5));
+  EXPECT_EQ(attr_string(path, "job"), test_meta().job_text);
+}
+
+TEST(RankFile, Float16IsStoredAsAnIeeeHalfType) {
+  TempDir dir;
+  const std::string path = dir.file("rank-00000.h5");
+  const std::vector<DatasetSpec> specs{{"half", DType::F16, {2}}};
+  auto f = open_rank_file(path, specs, 4, test_meta(), false);
+  write_chunk(*f, specs, 0, 0, 4, 4);
+  f->close();
+  // Read through HDF5's conversion to native float: the stored type is a real float16.
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(file, "/outputs/half", H5P_DEFAULT);
+  float v[8] = {0};
+  ASSERT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), 0);
+  EXPECT_EQ(v[3], f32_value(1, 1));  // sample 1, element 1: 32.5, exact in float16
+  H5Dclose(d);
+  H5Fclose(file);
+}
+
+TEST(RankFile, RefusesToCreateOverAnExistingFileOrWithBadSpecs) {
+  TempDir dir;
+  const std::string path = dir.file("rank-00000.h5");
+  const auto specs = three_outputs();
+  open_rank_file(path, specs, 4, test_meta(), false)->close();
+  EXPECT_THROW(open_rank_file(path, specs, 4, test_meta(), false), InputError);
+  EXPECT_THROW(open_rank_file(dir.file("b.h5"), {}, 4, test_meta(), false), InputError);
+  EXPECT_THROW(open_rank_file(dir.file("c.h5"), {{"a/b", DType::F32, {2}}}, 4, test_meta(), false), InputError);
+  EXPECT_THROW(open_rank_file(dir.file("d.h5"), {{"a", DType::F32, {2}}, {"a", DType::U8, {2}}}, 4, test_meta(), false),
+               InputError);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("b.h5")));
+  EXPECT_THROW(open_rank_file(dir.file("nodir/x.h5"), specs, 4, test_meta(), false), InputError);
+}
+
+TEST(RankFile, CommitMustNameExactlyTheAppendedRows) {
+  TempDir dir;
+  const auto specs = three_outputs();
+  auto f = open_rank_file(dir.file("r.h5"), specs, 4, test_meta(), false);
+  EXPECT_THROW(f->commit(ChunkRecord{0, 0, 4, -1}), Error);  // nothing appended
+  write_chunk(*f, specs, 0, 0, 6, 4, /*commit=*/false);
+  EXPECT_THROW(f->commit(ChunkRecord{0, 0, 5, -1}), Error);
+  f->commit(ChunkRecord{0, 0, 6, -1});
+  EXPECT_EQ(f->committed_rows(), 6);
+}
+
+TEST(RankFile, KilledWriterLeavesCommittedChunksReadableAndRecoveryDropsTheRest) {
+  TempDir dir;
+  const std::string path = dir.file("rank-00001.h5");
+  const auto specs = three_outputs();
+  in_killed_child([&] {
+    auto f = open_rank_file(path, specs, 4, test_meta(1, 2), false);
+    write_chunk(*f, specs, 0, 0, 10, 4);
+    write_chunk(*f, specs, 2, 20, 10, 4);
+    write_chunk(*f, specs, 1, 10, 7, 4);
+    write_chunk(*f, specs, 3, 30, 10, 4, /*commit=*/false);  // appended, never committed
+    die();
+  });
+  RankFileInfo crashed = read_rank_file(path);
+  EXPECT_FALSE(crashed.closed_cleanly);
+  ASSERT_EQ(crashed.chunks.size(), 3u);
+  EXPECT_EQ(crashed.committed_rows, 27);
+  EXPECT_TRUE(crashed.end_time.empty());
+  for (const ChunkRecord& c : crashed.chunks) EXPECT_EQ(check_chunk_rows(path, specs, c), 0);
+
+  recover_rank_file(path);
+  const RankFileInfo rec = read_rank_file(path);
+  EXPECT_TRUE(rec.closed_cleanly);
+  EXPECT_EQ(rec.file_rows, 27);  // the 10 uncommitted rows are gone
+  EXPECT_EQ(rec.committed_rows, 27);
+  ASSERT_EQ(rec.chunks.size(), 3u);
+  for (std::size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ(rec.chunks[k].chunk_id, crashed.chunks[k].chunk_id);
+    EXPECT_EQ(rec.chunks[k].first_row, crashed.chunks[k].first_row);
+    EXPECT_EQ(check_chunk_rows(path, specs, rec.chunks[k]), 0);
+  }
+  EXPECT_EQ(rec.rank, 1);
+  EXPECT_EQ(rec.host, "testhost");
+  EXPECT_EQ(rec.job_text, test_meta().job_text);
+  EXPECT_FALSE(std::filesystem::exists(path + ".recovering"));
+
+  // An already clean file is left alone: same inode, same bytes.
+  const auto before = std::filesystem::last_write_time(path);
+  recover_rank_file(path);
+  EXPECT_EQ(std::filesystem::last_write_time(path), before);
+}
+
+TEST(RankFile, ResumeAppendsAfterTheCommittedRowsOfARecoveredFile) {
+  TempDir dir;
+  const std::string path = dir.file("rank-00000.h5");
+  const auto specs = three_outputs();
+  in_killed_child([&] {
+    auto f = open_rank_file(path, specs, 4, test_meta(), false);
+    write_chunk(*f, specs, 0, 0, 10, 4);
+    write_chunk(*f, specs, 1, 10, 10, 4, /*commit=*/false);
+    die();
+  });
+  EXPECT_FALSE(read_rank_file(path).closed_cleanly);
+  // open_rank_file(append) recovers on its own when the file needs it.
+  RankFileMeta meta = test_meta();
+  meta.attempt = 1;
+  meta.host = "otherhost";
+  meta.start_time = 1700000100.0;
+  auto f = open_rank_file(path, specs, 4, meta, true);
+  EXPECT_EQ(f->committed_rows(), 10);
+  write_chunk(*f, specs, 1, 10, 10, 4);
+  write_chunk(*f, specs, 2, 20, 5, 4);
+  f->close();
+
+  const RankFileInfo info = read_rank_file(path);
+  EXPECT_TRUE(info.closed_cleanly);
+  EXPECT_EQ(info.attempt, 1);
+  EXPECT_EQ(info.host, "otherhost");
+  EXPECT_EQ(info.start_unix, 1700000100.0);
+  ASSERT_EQ(info.chunks.size(), 3u);
+  EXPECT_EQ(info.chunks[1].first_row, 10);
+  EXPECT_EQ(info.chunks[2].first_row, 20);
+  EXPECT_EQ(info.committed_rows, 25);
+  for (const ChunkRecord& c : info.chunks) EXPECT_EQ(check_chunk_rows(path, specs, c), 0);
+
+  // A second resume of the clean file: the attempt counts up even when the caller passes 0.
+  auto g = open_rank_file(path, specs, 4, test_meta(), true);
+  write_chunk(*g, specs, 3, 30, 3, 4);
+  g->close();
+  const RankFileInfo again = read_rank_file(path);
+  EXPECT_EQ(again.attempt, 2);
+  ASSERT_EQ(again.chunks.size(), 4u);
+  EXPECT_EQ(again.chunks[3].first_row, 25);
+  EXPECT_EQ(check_chunk_rows(path, specs, again.chunks[3]), 0);
+}
+
+TEST(RankFile, ResumeRefusesAFileWithOtherOutputs) {
+  TempDir dir;
+  const std::string path = dir.file("rank-00000.h5");
+  const auto specs = three_outputs();
+  open_rank_file(path, specs, 4, test_meta(), false)->close();
+  const std::vector<DatasetSpec> other{{"logits", DType::F32, {3, 5}}};
+  try {
+    open_rank_file(path, other, 4, test_meta(), true);
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be resumed"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(open_rank_file(dir.file("missing.h5"), specs, 4, test_meta(), true), InputError);
+}
+
+TEST(RankFile, CompressedCommitsStartOnFreshChunks) {
+  TempDir dir;
+  const std::string path = dir.file("rank-00000.h5");
+  std::vector<DatasetSpec> specs{{"logits", DType::F32, {8}, 4}, {"argmax", DType::U8, {1}}};
+  auto f = open_rank_file(path, specs, 4, test_meta(), false);
+  write_chunk(*f, specs, 0, 0, 10, 4);   // rows 0..9, chunk 2 of the file half full
+  write_chunk(*f, specs, 1, 50, 6, 4);   // starts at row 12, not 10
+  f->close();
+  const RankFileInfo info = read_rank_file(path);
+  ASSERT_EQ(info.chunks.size(), 2u);
+  EXPECT_EQ(info.chunks[1].first_row, 12);
+  EXPECT_EQ(info.committed_rows, 18);
+  EXPECT_EQ(info.datasets[0].deflate, 4);
+  for (const ChunkRecord& c : info.chunks) EXPECT_EQ(check_chunk_rows(path, specs, c), 0);
+  // The padding rows belong to no sample.
+  const auto pad = read_raw_rows(path, "/sample_index", 10, 2);
+  EXPECT_EQ(reinterpret_cast<const int64_t*>(pad.data())[0], -1);
+  EXPECT_EQ(reinterpret_cast<const int64_t*>(pad.data())[1], -1);
+}
+
+TEST(RankFile, ReadingSomethingElseIsAnInputError) {
+  TempDir dir;
+  EXPECT_THROW(read_rank_file(dir.file("none.h5")), InputError);
+  {
+    FILE* fp = std::fopen(dir.file("text.h5").c_str(), "w");
+    std::fputs("not hdf5", fp);
+    std::fclose(fp);
+  }
+  EXPECT_THROW(read_rank_file(dir.file("text.h5")), InputError);
+  hid_t f = H5Fcreate(dir.file("plain.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  H5Fclose(f);
+  EXPECT_THROW(read_rank_file(dir.file("plain.h5")), InputError);
+}
+
+// The cost of a commit: two H5Fflush calls (rows first, then the ledger record), measured apart
+// from the rows' own write.  Printed for the record; the bound only catches pathologies.
+TEST(RankFile, CommitCost) {
+  TempDir dir;
+  const std::vector<DatasetSpec> specs{{"logits", DType::F32, {1000}}, {"argmax", DType::U8, {1}}};
+  for (bool fsync : {false, true}) {
+    RankFileMeta meta = test_meta();
+    meta.fsync_commits = fsync;
+    const std::string path = dir.file(fsync ? "fsync.h5" : "plain.h5");
+    auto f = open_rank_file(path, specs, 32, meta, false);
+    const int commits = fsync ? 50 : 200;
+    double commit_s = 0, append_s = 0;
+    for (int k = 0; k < commits; ++k) {
+      auto t0 = std::chrono::steady_clock::now();
+      write_chunk(*f, specs, k, k * 32, 32, 32, /*commit=*/false);
+      auto t1 = std::chrono::steady_clock::now();
+      f->commit(ChunkRecord{k, k * 32, 32, -1});
+      auto t2 = std::chrono::steady_clock::now();
+      append_s += std::chrono::duration<double>(t1 - t0).count();
+      commit_s += std::chrono::duration<double>(t2 - t1).count();
+    }
+    f->close();
+    const double per_commit_ms = commit_s / commits * 1e3;
+    std::printf("[ commit cost ] fsync=%d: %.3f ms per commit, %.3f ms per 32-row append (128 KB)\n", fsync,
+                per_commit_ms, append_s / commits * 1e3);
+    RecordProperty(fsync ? "commit_ms_fsync" : "commit_ms", std::to_string(per_commit_ms));
+    EXPECT_LT(per_commit_ms, fsync ? 500.0 : 50.0);
+    EXPECT_EQ(read_rank_file(path).chunks.size(), static_cast<std::size_t>(commits));
+  }
+}
