@@ -1,0 +1,294 @@
+// The builder: graph values to tensor slots, nodes to steps (engine_internal.h).
+#include <cstring>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/engine_internal.h"
+#include "engine/cuda/kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+class FnStep final : public Step {
+ public:
+  FnStep(std::string label, StepFn fn) : Step(std::move(label)), fn_(std::move(fn)) {}
+  void run(Context& ctx, const Bindings& b, cudaStream_t s) override { fn_(ctx, b, s); }
+
+ private:
+  StepFn fn_;
+};
+
+DType compute_type(Precision p) {
+  switch (p) {
+    case Precision::FP16: return DType::F16;
+    case Precision::BF16: return DType::BF16;
+    default: return DType::F32;
+  }
+}
+
+// Host conversion of a constant to the engine's element type.
+std::vector<uint8_t> convert_bytes(const Tensor& t, DType to) {
+  if (t.dtype == to) return t.bytes;
+  const std::vector<float> f = t.as_float();
+  std::vector<uint8_t> out(f.size() * dtype_size(to));
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    const uint64_t bits = scalar_bits(to, f[i]);
+    std::memcpy(out.data() + i * dtype_size(to), &bits, dtype_size(to));   // little-endian: low bytes
+  }
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<Step> make_step(std::string label, StepFn fn) {
+  return std::make_unique<FnStep>(std::move(label), std::move(fn));
+}
+
+cudnnDataType_t cudnn_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDNN_DATA_FLOAT;
+    case DType::F16: return CUDNN_DATA_HALF;
+    case DType::BF16: return CUDNN_DATA_BFLOAT16;
+    default: SLUICE_THROW("cuDNN: element type ", dtype_name(t), " is not a float type");
+  }
+}
+
+uint64_t scalar_bits(DType t, double v) {
+  uint64_t bits = 0;
+  switch (t) {
+    case DType::F32: { const float f = static_cast<float>(v); std::memcpy(&bits, &f, 4); break; }
+    case DType::F64: std::memcpy(&bits, &v, 8); break;
+    case DType::F16: bits = f32_to_f16(static_cast<float>(v)); break;
+    case DType::BF16: bits = f32_to_bf16(static_cast<float>(v)); break;
+    case DType::U8: bits = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
+    case DType::I8: bits = static_cast<uint8_t>(static_cast<int8_t>(static_cast<int64_t>(v))); break;
+    case DType::I32: bits = static_cast<uint32_t>(static_cast<int32_t>(static_cast<int64_t>(v))); break;
+    case DType::I64: bits = static_cast<uint64_t>(static_cast<int64_t>(v)); break;
+    case DType::Bool: bits = v != 0.0 ? 1 : 0; break;
+    default: SLUICE_THROW("element type ", dtype_name(t), " has no scalar conversion");
+  }
+  return bits;
+}
+
+Builder::Builder(const sluice::Graph& g, Precision p) : graph(g), precision(p), compute(compute_type(p)) {
+  if (g.inputs.size() != 1)
+    throw InputError(str("cuda engine: the graph has ", g.inputs.size(), " inputs; the engine runs graphs with one"));
+  for (const auto& in : g.inputs) {
+    TensorSlot s;
+    s.name = in.name;
+    s.dtype = in.dtype;
+    s.shape = in.shape;
+    s.bytes = in.bytes();
+    s.where = Where::Input;
+    raw_inputs_[in.name] = new_slot(std::move(s));
+  }
+  output_slots_.assign(g.outputs.size(), -1);
+}
+
+int Builder::new_slot(TensorSlot s) {
+  for (int64_t d : s.shape)
+    if (d < 0) throw InputError(str("cuda engine: tensor '", s.name, "' has an unknown dimension: ", shape_str(s.shape)));
+  slots.push_back(std::move(s));
+  return static_cast<int>(slots.size()) - 1;
+}
+
+const ValueInfo& Builder::value(const std::string& name) const {
+  const ValueInfo* v = graph.value(name);
+  if (!v) throw InputError(str("cuda engine: tensor '", name, "' has no inferred type and shape"));
+  return *v;
+}
+
+int64_t Builder::axis(const Node& n, int64_t a, int64_t rank) const {
+  if (a < -rank || a >= rank) fail(n, "axis ", a, " is out of range for rank ", rank);
+  return a < 0 ? a + rank : a;
+}
+
+const Tensor* Builder::const_input(const Node& n, std::size_t i) const {
+  if (!has_input(n, i)) return nullptr;
+  return graph.constant(n.input(i));
+}
+
+const Tensor& Builder::require_const(const Node& n, std::size_t i, const char* what) const {
+  if (!has_input(n, i)) fail(n, what, " (input ", i, ") is missing");
+  const Tensor* t = const_input(n, i);
+  if (!t) fail(n, what, " (input '", n.input(i), "') must be a constant once the input shape is fixed");
+  return *t;
+}
+
+std::vector<int64_t> Builder::const_ints(const Node& n, std::size_t i, const char* what) const {
+  const Tensor& t = require_const(n, i, what);
+  if (t.dtype != DType::I64 && t.dtype != DType::I32) fail(n, what, " must be int64 or int32, not ", dtype_name(t.dtype));
+  return t.as_int64();
+}
+
+std::vector<float> Builder::const_floats(const Node& n, std::size_t i, const char* what) const {
+  return require_const(n, i, what).as_float();
+}
+
+int Builder::input_raw(const Node& n, std::size_t i) {
+  const std::string& name = n.input(i);
+  if (name.empty()) fail(n, "input ", i, " is missing");
+  const auto raw = raw_inputs_.find(name);
+  if (raw != raw_inputs_.end()) return raw->second;
+  return input(n, i);
+}
+
+int Builder::input(const Node& n, std::size_t i) {
+  const std::string& name = n.input(i);
+  if (name.empty()) fail(n, "input ", i, " is missing");
+  const auto it = ids_.find(name);
+  if (it != ids_.end()) return it->second;
+
+  const auto raw = raw_inputs_.find(name);
+  if (raw != raw_inputs_.end()) {
+    const TensorSlot& r = slot(raw->second);
+    if (r.dtype == internal(r.dtype)) return ids_[name] = raw->second;
+    // Float32 model input under fp16/bf16: convert once, right before its first reader.
+    TensorSlot s;
+    s.name = name + " (" + dtype_name(compute) + ")";
+    s.dtype = compute;
+    s.shape = r.shape;
+    s.bytes = static_cast<std::size_t>(r.numel()) * dtype_size(compute);
+    const int id = new_slot(std::move(s));
+    copy_or_cast("convert input " + name, raw->second, id);
+    return ids_[name] = id;
+  }
+
+  if (const Tensor* t = graph.constant(name)) {
+    TensorSlot s;
+    s.name = name;
+    s.dtype = internal(t->dtype);
+    s.shape = t->shape;
+    s.bytes = static_cast<std::size_t>(t->numel()) * dtype_size(s.dtype);
+    s.where = Where::Constant;
+    s.index = static_cast<int>(weights.size());
+    weights.push_back(convert_bytes(*t, s.dtype));
+    return ids_[name] = new_slot(std::move(s));
+  }
+  fail(n, "input '", name, "' is not produced by an earlier node");
+}
+
+int Builder::graph_output_slot(std::size_t k) {
+  const ValueInfo& o = graph.outputs[k];
+  const ValueInfo& v = graph.value(o.name) ? value(o.name) : o;
+  TensorSlot s;
+  s.name = o.name;
+  s.dtype = v.dtype;
+  s.shape = v.shape;
+  s.bytes = v.bytes();
+  s.where = Where::Output;
+  s.index = static_cast<int>(k);
+  const int id = new_slot(std::move(s));
+  output_slots_[k] = id;
+  return id;
+}
+
+int Builder::output(const Node& n, std::size_t i) {
+  if (!has_output(n, i)) return -1;
+  const std::string& name = n.outputs[i];
+  if (ids_.count(name) || raw_inputs_.count(name)) fail(n, "tensor '", name, "' is written twice");
+  const ValueInfo& v = value(name);
+  for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
+    if (graph.outputs[k].name != name || output_slots_[k] != -1) continue;
+    if (internal(v.dtype) == v.dtype) return ids_[name] = graph_output_slot(k);
+    // Written in the compute type, converted into the output buffer after the node.
+    const int tmp = temp(internal(v.dtype), v.shape, name);
+    pending_casts_.emplace_back(tmp, graph_output_slot(k));
+    return ids_[name] = tmp;
+  }
+  return ids_[name] = temp(internal(v.dtype), v.shape, name);
+}
+
+int Builder::temp(DType t, const Shape& s, const std::string& label) {
+  TensorSlot slot;
+  slot.name = label;
+  slot.dtype = t;
+  slot.shape = s;
+  slot.bytes = static_cast<std::size_t>(shape_numel(s)) * dtype_size(t);
+  return new_slot(std::move(slot));
+}
+
+int Builder::constant(const std::string& label, const Tensor& t) {
+  TensorSlot s;
+  s.name = label;
+  s.dtype = t.dtype;
+  s.shape = t.shape;
+  s.bytes = t.nbytes();
+  s.where = Where::Constant;
+  s.index = static_cast<int>(weights.size());
+  weights.push_back(t.bytes);
+  return new_slot(std::move(s));
+}
+
+void Builder::alias_or_copy(const Node& n, std::size_t out_index, int src) {
+  const std::string& name = n.outputs.at(out_index);
+  const ValueInfo& v = value(name);
+  const TensorSlot& from = slot(src);
+  if (static_cast<std::size_t>(shape_numel(v.shape)) * dtype_size(from.dtype) != from.bytes)
+    fail(n, "output ", shape_str(v.shape), " does not have as many elements as input ", shape_str(from.shape));
+  bool is_graph_output = false;
+  for (const auto& o : graph.outputs) is_graph_output |= o.name == name;
+  if (is_graph_output) {
+    // Output buffers belong to the io set: the value has to be copied there.
+    const int dst = output(n, out_index);
+    copy_or_cast(n.name + " (copy)", src, dst);
+    return;
+  }
+  if (ids_.count(name)) fail(n, "tensor '", name, "' is written twice");
+  TensorSlot s;
+  s.name = name;
+  s.dtype = from.dtype;
+  s.shape = v.shape;
+  s.bytes = from.bytes;
+  s.where = Where::Alias;
+  s.index = from.where == Where::Alias ? from.index : src;
+  s.offset = from.where == Where::Alias ? from.offset : 0;
+  ids_[name] = new_slot(std::move(s));
+}
+
+void Builder::add(std::unique_ptr<Step> step, std::vector<int> uses) {
+  steps.push_back(std::move(step));
+  step_slots.push_back(std::move(uses));
+}
+
+void Builder::copy_or_cast(const std::string& label, int src, int dst) {
+  const TensorSlot& a = slot(src);
+  const TensorSlot& b = slot(dst);
+  if (a.dtype == b.dtype) {
+    const std::size_t bytes = b.bytes;
+    add(label, {src, dst}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+      CUDA_CHECK(cudaMemcpyAsync(bd.at(dst), bd.at(src), bytes, cudaMemcpyDeviceToDevice, s));
+    });
+  } else {
+    const DType from = a.dtype, to = b.dtype;
+    const int64_t n = b.numel();
+    add(label, {src, dst}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+      cast(from, to, bd.at(src), bd.at(dst), n, s);
+    });
+  }
+}
+
+void Builder::lower_node(const Node& n) {
+  const bool known = lower_conv(*this, n) || lower_gemm(*this, n) || lower_elementwise(*this, n) ||
+                     lower_layout(*this, n) || lower_reduce(*this, n);
+  if (!known)
+    fail(n, "op ", n.domain.empty() ? "" : n.domain + ".", n.op, " is not implemented by the cuda engine");
+  for (const auto& [from, to] : pending_casts_) copy_or_cast("convert output " + slot(to).name, from, to);
+  pending_casts_.clear();
+}
+
+void Builder::lower_all() {
+  for (const Node& n : graph.nodes) lower_node(n);
+  // Outputs no node wrote: a graph input or constant passed through, or a value listed twice.
+  for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
+    if (output_slots_[k] != -1) continue;
+    const std::string& name = graph.outputs[k].name;
+    Node probe;
+    probe.name = "graph output " + name;
+    probe.op = "Output";
+    probe.inputs = {name};
+    const int src = input(probe, 0);
+    copy_or_cast("output " + name, src, graph_output_slot(k));
+  }
+}
+
+}  // namespace sluice::cuda

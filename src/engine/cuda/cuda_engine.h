@@ -1,0 +1,30 @@
+#pragma once
+// What the CUDA engine tells beyond the Engine interface: its build figures (for logs and tests)
+// and blocking helpers for one-off runs (`sluice forward --device cuda`, tests).
+#include <cstddef>
+#include <vector>
+
+#include "engine/engine.h"
+#include "model/tensor.h"
+
+namespace sluice::cuda {
+
+struct EngineStats {
+  int steps = 0;            // enqueued operations per forward pass
+  int convolutions = 0;     // cuDNN convolution steps
+  int algos_measured = 0;   // convolution algorithms found by measurement at this start
+  int algos_cached = 0;     // ... and read from the algorithm cache
+  std::size_t arena_bytes = 0;   // activation arena after the memory plan
+  std::size_t naive_bytes = 0;   // what one buffer per activation would have taken
+  std::size_t weight_bytes = 0, workspace_bytes = 0, io_bytes = 0;
+  bool graphs_captured = false;  // forward() replays CUDA graphs
+};
+
+// The figures of a CUDA engine; nullptr for any other engine.
+const EngineStats* engine_stats(const Engine& e);
+
+// Copies `input` into set `set`'s input buffer, runs forward and returns the outputs as host
+// tensors (graph dtypes).  Blocks; works for the cpu engine too.  Not for the steady state.
+std::vector<Tensor> run_forward(Engine& e, const Tensor& input, int set = 0);
+
+}  // namespace sluice::cuda

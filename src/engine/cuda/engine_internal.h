@@ -1,0 +1,158 @@
+#pragma once
+// What the CUDA engine is made of, shared by its files: tensor slots, steps and the builder that
+// lowers graph nodes into steps.
+//
+// Building happens once: every node becomes one or more Steps (a cuDNN call, a cuBLAS call, an own
+// kernel, a memcpy) that read and write tensor slots.  Slots live in the activation arena (offsets
+// from the memory plan), in an io set's input or output buffer, in the weights buffer, or alias
+// another slot (Reshape & co).  A Bindings table turns slot ids into pointers for one io set, so
+// the same steps serve every set and a CUDA graph captured per set has its pointers fixed.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/cuda/cuda_engine.h"
+#include "engine/engine.h"
+#include "model/graph.h"
+
+namespace sluice::cuda {
+
+class AlgoCache;
+
+enum class Where { Arena, Input, Output, Constant, Alias };
+
+struct TensorSlot {
+  std::string name;
+  DType dtype = DType::Undefined;   // in device memory (F32 graph values become the compute type)
+  Shape shape;
+  std::size_t bytes = 0;
+  Where where = Where::Arena;
+  int index = 0;            // Output: graph output number; Constant: index in Builder::weights; Alias: the root slot
+  std::size_t offset = 0;   // Arena: offset in the arena; Alias: byte offset in the root
+  int64_t numel() const { return shape_numel(shape); }
+};
+
+// Pointers of every slot for one io set.
+struct Bindings {
+  std::vector<void*> ptr;
+  template <typename T = void> T* at(int slot) const { return static_cast<T*>(ptr[static_cast<std::size_t>(slot)]); }
+};
+
+// Everything a step may use while it is prepared or run.
+struct Context {
+  cudnnHandle_t cudnn = nullptr;
+  cublasHandle_t cublas = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  Precision precision = Precision::FP32;
+  DType compute = DType::F32;
+  bool deterministic = false;
+  AlgoCache* cache = nullptr;
+  std::string cache_prefix;   // GPU, cuDNN version and precision: the part of every cache key they share
+  EngineStats* stats = nullptr;
+};
+
+class Step {
+ public:
+  explicit Step(std::string label) : label_(std::move(label)) {}
+  virtual ~Step() = default;
+  const std::string& label() const { return label_; }
+  // Workspace this step needs at most (before prepare: an upper bound it will not exceed).
+  virtual std::size_t workspace_bytes() const { return 0; }
+  // Called once after memory exists and before any capture: measure algorithms, check that the
+  // library accepts the call.  Buffers hold no meaningful data yet.
+  virtual void prepare(Context& ctx, const Bindings& b) {}
+  // Enqueues the step's work on `s`; never synchronizes or allocates.
+  virtual void run(Context& ctx, const Bindings& b, cudaStream_t s) = 0;
+
+ private:
+  std::string label_;
+};
+
+// A step made of a lambda (most own-kernel steps).
+using StepFn = std::function<void(Context&, const Bindings&, cudaStream_t)>;
+std::unique_ptr<Step> make_step(std::string label, StepFn fn);
+
+class Builder {
+ public:
+  Builder(const sluice::Graph& g, Precision p);
+
+  const sluice::Graph& graph;
+  const Precision precision;
+  const DType compute;   // the element type of float activations and weights
+
+  std::vector<TensorSlot> slots;
+  std::vector<std::unique_ptr<Step>> steps;
+  std::vector<std::vector<int>> step_slots;   // the slots each step reads or writes
+  std::vector<std::vector<uint8_t>> weights;  // host bytes of each Constant slot (same order as their offsets)
+
+  // The slot of node input i: constants become weights (F32 ones in the compute type), graph
+  // inputs are converted to the compute type on first use.  InputError when absent.
+  int input(const Node& n, std::size_t i);
+  // Like input() but a graph input keeps its own type (Normalize reads uint8/float32 directly).
+  int input_raw(const Node& n, std::size_t i);
+  bool has_input(const Node& n, std::size_t i) const { return !n.input(i).empty(); }
+  // The slot node output i is written to; -1 for an absent optional output.
+  int output(const Node& n, std::size_t i);
+  bool has_output(const Node& n, std::size_t i) const { return i < n.outputs.size() && !n.outputs[i].empty(); }
+  // Scratch for one node's steps (planned like any activation).
+  int temp(DType t, const Shape& s, const std::string& label);
+  // A device constant that is not a graph tensor (folded parameters, mean/std tables).
+  int constant(const std::string& label, const Tensor& t);
+  // Output i shares src's bytes when it can (Reshape, Flatten, ...), else it is copied.
+  void alias_or_copy(const Node& n, std::size_t out_index, int src);
+  // Appends a step that reads/writes `uses`.
+  void add(std::unique_ptr<Step> step, std::vector<int> uses);
+  void add(const std::string& label, std::vector<int> uses, StepFn fn) { add(make_step(label, std::move(fn)), std::move(uses)); }
+
+  const TensorSlot& slot(int id) const { return slots[static_cast<std::size_t>(id)]; }
+  const ValueInfo& value(const std::string& name) const;
+  // Host value of a constant input (nullptr when the input is absent or not a constant).
+  const Tensor* const_input(const Node& n, std::size_t i) const;
+  const Tensor& require_const(const Node& n, std::size_t i, const char* what) const;
+  std::vector<int64_t> const_ints(const Node& n, std::size_t i, const char* what) const;
+  std::vector<float> const_floats(const Node& n, std::size_t i, const char* what) const;
+  DType internal(DType graph_dtype) const { return graph_dtype == DType::F32 ? compute : graph_dtype; }
+  int64_t axis(const Node& n, int64_t a, int64_t rank) const;
+
+  template <typename... Args>
+  [[noreturn]] void fail(const Node& n, const Args&... args) const {
+    throw InputError(str("cuda engine: ", n.describe(), ": ", args...));
+  }
+
+  // Lowers every node, then makes sure each graph output is written.
+  void lower_all();
+
+ private:
+  int new_slot(TensorSlot s);
+  int graph_output_slot(std::size_t k);
+  void lower_node(const Node& n);
+  void copy_or_cast(const std::string& label, int src, int dst);
+
+  std::unordered_map<std::string, int> ids_;          // graph value -> slot
+  std::unordered_map<std::string, int> raw_inputs_;   // graph input -> its slot in the input buffer
+  std::vector<int> output_slots_;                     // graph output k -> slot (or -1)
+  std::vector<std::pair<int, int>> pending_casts_;    // (internal slot, output slot) after a node
+};
+
+// Lowering by op family; each returns false when the op is not theirs.
+bool lower_conv(Builder& b, const Node& n);
+bool lower_gemm(Builder& b, const Node& n);
+bool lower_elementwise(Builder& b, const Node& n);
+bool lower_layout(Builder& b, const Node& n);
+bool lower_reduce(Builder& b, const Node& n);
+
+// cuDNN data type of a float dtype.
+cudnnDataType_t cudnn_type(DType t);
+// Bits of `v` converted to the element type t (for fills and pad constants).
+uint64_t scalar_bits(DType t, double v);
+
+}  // namespace sluice::cuda

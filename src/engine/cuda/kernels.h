@@ -1,0 +1,140 @@
+#pragma once
+// The engine's own CUDA kernels, as plain host functions that enqueue on a stream.  Everything the
+// kernels need is passed by value in small parameter structs (no device allocations, no host
+// synchronization), so a captured CUDA graph replays them with the pointers baked in.
+//
+// Float kernels run on float, __half and __nv_bfloat16 storage and compute in float.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/dtype.h"
+
+namespace sluice::cuda {
+
+constexpr int kMaxRank = 8;
+
+enum class Act : int {
+  Identity = 0, Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid, HardSwish, Exp, Log, Sqrt, Neg,
+  Abs, Erf, Reciprocal, Floor, Ceil, Round, Elu, Softplus, Gelu, GeluTanh, Selu, Sin, Cos, Not
+};
+// Activation parameters: LeakyRelu/Elu alpha in a; Clip min/max in a/b; HardSigmoid alpha/beta;
+// Selu alpha/gamma.
+struct ActParams {
+  Act act = Act::Identity;
+  float a = 0.f, b = 0.f;
+};
+
+enum class BinOp : int { Add = 0, Sub, Mul, Div, Pow, Max, Min, PRelu, Mod };
+enum class RedOp : int { Sum = 0, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSumExp };
+
+// y = f(x) elementwise, n elements of float type t.
+void unary(DType t, const void* x, void* y, int64_t n, ActParams p, cudaStream_t s);
+
+// y = a op b with NumPy broadcasting.  Shapes are already collapsed and padded to `rank` dims; a
+// stride of 0 marks a broadcast dimension.
+struct BroadcastShape {
+  int rank = 0;
+  int64_t out[kMaxRank] = {};
+  int64_t sa[kMaxRank] = {};
+  int64_t sb[kMaxRank] = {};
+};
+void binary(DType t, BinOp op, const void* a, const void* b, void* y, const BroadcastShape& shape,
+            ActParams post, cudaStream_t s);
+
+// The convolution epilogue: y = act(y + bias[c] + z) over [outer, channels, inner]; bias and z may
+// be null.
+void bias_act(DType t, void* y, const void* bias, const void* z, int64_t outer, int64_t channels,
+              int64_t inner, ActParams p, cudaStream_t s);
+
+// y = x * scale[c] + shift[c] (float scale/shift): unfused BatchNormalization.
+void channel_affine(DType t, const void* x, void* y, const float* scale, const float* shift,
+                    int64_t outer, int64_t channels, int64_t inner, cudaStream_t s);
+
+// Any-to-any element type conversion (float types round to nearest even; to integers truncates
+// like a C cast; to bool: x != 0).
+void cast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t s);
+
+// y = (float(x) * scale - mean[c]) / std[c], x uint8 or float type, y float type.  mean/std are
+// device arrays of `channels` floats, or of 1 float when per_channel is false.
+void normalize(DType in, DType out, const void* x, void* y, int64_t outer, int64_t channels,
+               int64_t inner, float scale, const float* mean, const float* stddev, bool per_channel,
+               cudaStream_t s);
+
+// y[i] = x[sum_d (i_d % in_dim[d]) * in_stride[d]] for each output multi-index i: Transpose,
+// Slice (x already offset, strides scaled by steps, possibly negative), Expand, Tile.
+struct CopyShape {
+  int rank = 0;
+  int64_t out[kMaxRank] = {};
+  int64_t in_dim[kMaxRank] = {};
+  int64_t in_stride[kMaxRank] = {};
+};
+void strided_copy(std::size_t elem_size, const void* x, void* y, const CopyShape& shape, cudaStream_t s);
+
+enum class PadMode : int { Constant = 0, Reflect, Edge, Wrap };
+struct PadShape {
+  int rank = 0;
+  int64_t in[kMaxRank] = {};
+  int64_t out[kMaxRank] = {};
+  int64_t begin[kMaxRank] = {};   // may be negative (cropping)
+  PadMode mode = PadMode::Constant;
+  uint64_t value_bits = 0;        // the constant, already in the element type's bits
+};
+void pad(std::size_t elem_size, const void* x, void* y, const PadShape& shape, cudaStream_t s);
+
+// ONNX Resize on up to kMaxRank dims; at most 3 dims may interpolate (linear) or 4^2 (cubic, two dims).
+enum class ResizeMode : int { Nearest = 0, Linear, Cubic };
+enum class CoordMode : int { HalfPixel = 0, PytorchHalfPixel, AlignCorners, Asymmetric,
+                             TfHalfPixelForNearest, HalfPixelSymmetric };
+// Simple: Resize-10 and Upsample (ceil when downsampling, truncate otherwise).
+enum class NearestMode : int { RoundPreferFloor = 0, RoundPreferCeil, Floor, Ceil, Simple };
+struct ResizeShape {
+  int rank = 0;
+  int64_t in[kMaxRank] = {};
+  int64_t out[kMaxRank] = {};
+  float scale[kMaxRank] = {};     // output/input, as ONNX uses it in the coordinate formulas
+  ResizeMode mode = ResizeMode::Nearest;
+  CoordMode coord = CoordMode::HalfPixel;
+  NearestMode nearest = NearestMode::RoundPreferFloor;
+  float cubic_a = -0.75f;
+  bool exclude_outside = false;
+};
+void resize(DType t, const void* x, void* y, const ResizeShape& shape, cudaStream_t s);
+
+// Max/average pooling over 1 to 3 spatial dims of [N, C, spatial...].
+struct PoolShape {
+  int dims = 2;
+  int64_t n = 0, c = 0;
+  int64_t in[3] = {1, 1, 1}, out[3] = {1, 1, 1};
+  int64_t kernel[3] = {1, 1, 1}, stride[3] = {1, 1, 1}, dilation[3] = {1, 1, 1};
+  int64_t pad[3] = {0, 0, 0}, pad_end[3] = {0, 0, 0};   // begin and end padding of each dim
+  bool is_max = true;
+  bool count_include_pad = false;
+};
+void pool(DType t, const void* x, void* y, const PoolShape& shape, cudaStream_t s);
+
+// Reductions over the middle axis of [outer, r, inner].
+void reduce(DType t, RedOp op, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, cudaStream_t s);
+
+// Softmax / LogSoftmax over the middle axis of [outer, r, inner].
+void softmax(DType t, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, bool log, cudaStream_t s);
+
+// ArgMax / ArgMin over the middle axis of [outer, r, inner]; index type I64, I32 or U8.
+void argmax(DType t, DType index_type, const void* x, void* y, int64_t outer, int64_t r, int64_t inner,
+            bool is_min, bool select_last, cudaStream_t s);
+
+// TopK over the middle axis of [outer, r, inner]: values [outer, k, inner] and int64 indices;
+// sorted, ties broken by the lower index.
+void topk(DType t, const void* x, void* values, int64_t* indices, int64_t outer, int64_t r, int64_t inner,
+          int64_t k, bool largest, cudaStream_t s);
+
+// LayerNormalization-style normalization over the last `cols` elements of each row:
+// y = (x - mean) / sqrt(var + eps) * gamma + beta (gamma/beta float device arrays or null).
+void row_norm(DType t, const void* x, void* y, int64_t rows, int64_t cols, float eps, const float* gamma,
+              const float* beta, cudaStream_t s);
+
+// Fills n elements of elem_size bytes with the same bit pattern.
+void fill(std::size_t elem_size, void* y, int64_t n, uint64_t bits, cudaStream_t s);
+
+}  // namespace sluice::cuda

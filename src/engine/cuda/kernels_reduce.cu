@@ -1,0 +1,404 @@
+// Kernels that reduce: pooling windows, reductions along one axis, softmax, argmax and top-k.
+// Rows along the last axis (inner == 1) get one warp each so the reads are coalesced; reductions
+// over a middle axis give one thread to each (outer, inner) pair, whose reads are coalesced across
+// the threads of a warp.
+#include <cfloat>
+
+#include "engine/cuda/kernels.h"
+#include "engine/cuda/kernels_common.cuh"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+// ---- pooling -------------------------------------------------------------------------------------
+
+template <typename T>
+__global__ void pool_kernel(const T* x, T* y, int64_t n, PoolShape s) {
+  SLUICE_GRID_STRIDE(i, n) {
+    int64_t o[3];
+    int64_t rem = i;
+    for (int d = s.dims - 1; d >= 0; --d) {
+      const int64_t q = rem / s.out[d];
+      o[d] = rem - q * s.out[d];
+      rem = q;
+    }
+    const int64_t plane = rem;   // n * C + c
+    int64_t in_plane = 1;
+    for (int d = 0; d < s.dims; ++d) in_plane *= s.in[d];
+    const T* xp = x + plane * in_plane;
+    float acc = s.is_max ? -INFINITY : 0.f;
+    int64_t count = 0;
+    int64_t k[3] = {0, 0, 0};
+    const int64_t k0 = s.kernel[0], k1 = s.dims > 1 ? s.kernel[1] : 1, k2 = s.dims > 2 ? s.kernel[2] : 1;
+    for (k[0] = 0; k[0] < k0; ++k[0])
+      for (k[1] = 0; k[1] < k1; ++k[1])
+        for (k[2] = 0; k[2] < k2; ++k[2]) {
+          int64_t off = 0;
+          bool inside = true, in_padded = true;
+          for (int d = 0; d < s.dims; ++d) {
+            const int64_t j = o[d] * s.stride[d] - s.pad[d] + k[d] * s.dilation[d];
+            if (j < 0 || j >= s.in[d]) inside = false;
+            if (j < -s.pad[d] || j >= s.in[d] + s.pad_end[d]) in_padded = false;
+            off = off * s.in[d] + j;
+          }
+          if (inside) {
+            const float v = to_f(xp[off]);
+            acc = s.is_max ? fmaxf(acc, v) : acc + v;
+          }
+          if (s.count_include_pad ? in_padded : inside) ++count;
+        }
+    if (!s.is_max) acc = count > 0 ? acc / static_cast<float>(count) : 0.f;
+    y[i] = from_f<T>(acc);
+  }
+}
+
+// ---- reductions ----------------------------------------------------------------------------------
+
+__device__ __forceinline__ float red_init(RedOp op) {
+  switch (op) {
+    case RedOp::Max: return -INFINITY;
+    case RedOp::Min: return INFINITY;
+    case RedOp::Prod: return 1.f;
+    default: return 0.f;
+  }
+}
+__device__ __forceinline__ float red_step(RedOp op, float acc, float v) {
+  switch (op) {
+    case RedOp::Max: return fmaxf(acc, v);
+    case RedOp::Min: return fminf(acc, v);
+    case RedOp::Prod: return acc * v;
+    case RedOp::SumSquare:
+    case RedOp::L2: return acc + v * v;
+    case RedOp::L1: return acc + fabsf(v);
+    default: return acc + v;
+  }
+}
+__device__ __forceinline__ float red_combine(RedOp op, float a, float b) {
+  switch (op) {
+    case RedOp::Max: return fmaxf(a, b);
+    case RedOp::Min: return fminf(a, b);
+    case RedOp::Prod: return a * b;
+    default: return a + b;
+  }
+}
+__device__ __forceinline__ float red_final(RedOp op, float acc, int64_t r) {
+  switch (op) {
+    case RedOp::Mean: return acc / static_cast<float>(r);
+    case RedOp::L2: return sqrtf(acc);
+    default: return acc;
+  }
+}
+
+// One warp per row of r contiguous elements.  LogSumExp takes two passes (max, then the sum).
+template <typename T>
+__global__ void reduce_rows_kernel(const T* x, T* y, int64_t rows, int64_t r, RedOp op) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps) {
+    const T* xr = x + row * r;
+    float out;
+    if (op == RedOp::LogSumExp) {
+      float m = -INFINITY;
+      for (int64_t j = lane; j < r; j += 32) m = fmaxf(m, to_f(xr[j]));
+      m = warp_max(m);
+      float sum = 0.f;
+      for (int64_t j = lane; j < r; j += 32) sum += expf(to_f(xr[j]) - m);
+      sum = warp_sum(sum);
+      out = logf(sum) + m;
+    } else {
+      float acc = red_init(op);
+      for (int64_t j = lane; j < r; j += 32) acc = red_step(op, acc, to_f(xr[j]));
+      for (int o = 16; o > 0; o >>= 1) acc = red_combine(op, acc, __shfl_xor_sync(kFull, acc, o));
+      out = red_final(op, acc, r);
+    }
+    if (lane == 0) y[row] = from_f<T>(out);
+  }
+}
+
+template <typename T>
+__global__ void reduce_mid_kernel(const T* x, T* y, int64_t outer, int64_t r, int64_t inner, RedOp op) {
+  SLUICE_GRID_STRIDE(i, outer * inner) {
+    const int64_t o = i / inner, in = i - o * inner;
+    const T* xp = x + o * r * inner + in;
+    float out;
+    if (op == RedOp::LogSumExp) {
+      float m = -INFINITY;
+      for (int64_t j = 0; j < r; ++j) m = fmaxf(m, to_f(xp[j * inner]));
+      float sum = 0.f;
+      for (int64_t j = 0; j < r; ++j) sum += expf(to_f(xp[j * inner]) - m);
+      out = logf(sum) + m;
+    } else {
+      float acc = red_init(op);
+      for (int64_t j = 0; j < r; ++j) acc = red_step(op, acc, to_f(xp[j * inner]));
+      out = red_final(op, acc, r);
+    }
+    y[i] = from_f<T>(out);
+  }
+}
+
+// ---- softmax -------------------------------------------------------------------------------------
+
+template <typename T>
+__global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t r, bool log) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps) {
+    const T* xr = x + row * r;
+    T* yr = y + row * r;
+    float m = -INFINITY;
+    for (int64_t j = lane; j < r; j += 32) m = fmaxf(m, to_f(xr[j]));
+    m = warp_max(m);
+    float sum = 0.f;
+    for (int64_t j = lane; j < r; j += 32) sum += expf(to_f(xr[j]) - m);
+    sum = warp_sum(sum);
+    const float inv = 1.f / sum, lsum = logf(sum);
+    for (int64_t j = lane; j < r; j += 32) {
+      const float v = to_f(xr[j]) - m;
+      yr[j] = from_f<T>(log ? v - lsum : expf(v) * inv);
+    }
+  }
+}
+
+template <typename T>
+__global__ void softmax_mid_kernel(const T* x, T* y, int64_t outer, int64_t r, int64_t inner, bool log) {
+  SLUICE_GRID_STRIDE(i, outer * inner) {
+    const int64_t o = i / inner, in = i - o * inner;
+    const T* xp = x + o * r * inner + in;
+    T* yp = y + o * r * inner + in;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < r; ++j) m = fmaxf(m, to_f(xp[j * inner]));
+    float sum = 0.f;
+    for (int64_t j = 0; j < r; ++j) sum += expf(to_f(xp[j * inner]) - m);
+    const float inv = 1.f / sum, lsum = logf(sum);
+    for (int64_t j = 0; j < r; ++j) {
+      const float v = to_f(xp[j * inner]) - m;
+      yp[j * inner] = from_f<T>(log ? v - lsum : expf(v) * inv);
+    }
+  }
+}
+
+// ---- argmax --------------------------------------------------------------------------------------
+
+// Is (va, ia) a better pick than (vb, ib)?  Larger (or smaller for argmin) wins; ties go to the
+// first index, or to the last with select_last.
+__device__ __forceinline__ bool arg_better(float va, int64_t ia, float vb, int64_t ib, bool is_min, bool last) {
+  if (ib < 0) return ia >= 0;
+  if (ia < 0) return false;
+  if (va != vb) return is_min ? va < vb : va > vb;
+  return last ? ia > ib : ia < ib;
+}
+
+template <typename T, typename I>
+__global__ void argmax_rows_kernel(const T* x, I* y, int64_t rows, int64_t r, bool is_min, bool last) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps) {
+    const T* xr = x + row * r;
+    float bv = 0.f;
+    int64_t bi = -1;
+    for (int64_t j = lane; j < r; j += 32) {
+      const float v = to_f(xr[j]);
+      if (arg_better(v, j, bv, bi, is_min, last)) { bv = v; bi = j; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(kFull, bv, o);
+      const int64_t oi = __shfl_xor_sync(kFull, bi, o);
+      if (arg_better(ov, oi, bv, bi, is_min, last)) { bv = ov; bi = oi; }
+    }
+    if (lane == 0) y[row] = static_cast<I>(bi < 0 ? 0 : bi);
+  }
+}
+
+template <typename T, typename I>
+__global__ void argmax_mid_kernel(const T* x, I* y, int64_t outer, int64_t r, int64_t inner, bool is_min, bool last) {
+  SLUICE_GRID_STRIDE(i, outer * inner) {
+    const int64_t o = i / inner, in = i - o * inner;
+    const T* xp = x + o * r * inner + in;
+    float bv = 0.f;
+    int64_t bi = -1;
+    for (int64_t j = 0; j < r; ++j) {
+      const float v = to_f(xp[j * inner]);
+      if (arg_better(v, j, bv, bi, is_min, last)) { bv = v; bi = j; }
+    }
+    y[i] = static_cast<I>(bi < 0 ? 0 : bi);
+  }
+}
+
+// ---- top-k ---------------------------------------------------------------------------------------
+
+// One warp per (outer, inner) row.  Pick j is the best element ranked strictly after pick j-1 in
+// the order (value, then lower index), so no element is taken twice and no marks are needed.
+template <typename T>
+__global__ void topk_kernel(const T* x, T* values, int64_t* indices, int64_t rows, int64_t r, int64_t inner,
+                            int64_t k, bool largest) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps) {
+    const int64_t o = row / inner, in = row - o * inner;
+    const T* xp = x + o * r * inner + in;
+    float pv = 0.f;
+    int64_t pi = -1;
+    for (int64_t j = 0; j < k; ++j) {
+      float bv = 0.f;
+      int64_t bi = -1;
+      for (int64_t e = lane; e < r; e += 32) {
+        const float v = to_f(xp[e * inner]);
+        // candidates must rank after the previous pick
+        if (pi >= 0 && !arg_better(pv, pi, v, e, !largest, false)) continue;
+        if (arg_better(v, e, bv, bi, !largest, false)) { bv = v; bi = e; }
+      }
+      for (int off = 16; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(kFull, bv, off);
+        const int64_t oi = __shfl_xor_sync(kFull, bi, off);
+        if (arg_better(ov, oi, bv, bi, !largest, false)) { bv = ov; bi = oi; }
+      }
+      if (lane == 0) {
+        const int64_t dst = (o * k + j) * inner + in;
+        values[dst] = xp[(bi < 0 ? 0 : bi) * inner];
+        indices[dst] = bi < 0 ? 0 : bi;
+      }
+      pv = bv;
+      pi = bi;
+    }
+  }
+}
+
+// ---- row normalization ---------------------------------------------------------------------------
+
+template <typename T>
+__global__ void row_norm_kernel(const T* x, T* y, int64_t rows, int64_t cols, float eps, const float* gamma,
+                                const float* beta) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
+       row += warps) {
+    const T* xr = x + row * cols;
+    T* yr = y + row * cols;
+    float sum = 0.f;
+    for (int64_t j = lane; j < cols; j += 32) sum += to_f(xr[j]);
+    const float mean = warp_sum(sum) / static_cast<float>(cols);
+    float sq = 0.f;
+    for (int64_t j = lane; j < cols; j += 32) {
+      const float d = to_f(xr[j]) - mean;
+      sq += d * d;
+    }
+    const float inv = rsqrtf(warp_sum(sq) / static_cast<float>(cols) + eps);
+    for (int64_t j = lane; j < cols; j += 32) {
+      float v = (to_f(xr[j]) - mean) * inv;
+      if (gamma) v *= gamma[j];
+      if (beta) v += beta[j];
+      yr[j] = from_f<T>(v);
+    }
+  }
+}
+
+unsigned warp_grid(int64_t rows) {
+  const int64_t per_block = kThreads / 32;
+  const int64_t blocks = (rows + per_block - 1) / per_block;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > (1 << 20) ? (1 << 20) : blocks));
+}
+
+}  // namespace
+
+void pool(DType t, const void* x, void* y, const PoolShape& shape, cudaStream_t s) {
+  int64_t n = shape.n * shape.c;
+  for (int d = 0; d < shape.dims; ++d) n *= shape.out[d];
+  if (n <= 0) return;
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    pool_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n, shape);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void reduce(DType t, RedOp op, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, cudaStream_t s) {
+  if (outer * inner <= 0) return;
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    if (inner == 1)
+      reduce_rows_kernel<T><<<warp_grid(outer), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), outer,
+                                                                  r, op);
+    else
+      reduce_mid_kernel<T><<<grid_for(outer * inner), kThreads, 0, s>>>(static_cast<const T*>(x),
+                                                                        static_cast<T*>(y), outer, r, inner, op);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void softmax(DType t, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, bool log, cudaStream_t s) {
+  if (outer * inner * r <= 0) return;
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    if (inner == 1)
+      softmax_rows_kernel<T><<<warp_grid(outer), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y),
+                                                                   outer, r, log);
+    else
+      softmax_mid_kernel<T><<<grid_for(outer * inner), kThreads, 0, s>>>(static_cast<const T*>(x),
+                                                                         static_cast<T*>(y), outer, r, inner, log);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void argmax(DType t, DType index_type, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, bool is_min,
+            bool select_last, cudaStream_t s) {
+  if (outer * inner <= 0) return;
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    auto launch = [&](auto itag) {
+      using I = decltype(itag);
+      if (inner == 1)
+        argmax_rows_kernel<T, I><<<warp_grid(outer), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<I*>(y),
+                                                                       outer, r, is_min, select_last);
+      else
+        argmax_mid_kernel<T, I><<<grid_for(outer * inner), kThreads, 0, s>>>(
+            static_cast<const T*>(x), static_cast<I*>(y), outer, r, inner, is_min, select_last);
+    };
+    switch (index_type) {
+      case DType::I64: launch(int64_t{}); break;
+      case DType::I32: launch(int32_t{}); break;
+      case DType::U8: launch(uint8_t{}); break;
+      default: SLUICE_THROW("cuda argmax: index type ", dtype_name(index_type), " is not supported");
+    }
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void topk(DType t, const void* x, void* values, int64_t* indices, int64_t outer, int64_t r, int64_t inner, int64_t k,
+          bool largest, cudaStream_t s) {
+  const int64_t rows = outer * inner;
+  if (rows <= 0 || k <= 0) return;
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    topk_kernel<T><<<warp_grid(rows), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(values), indices,
+                                                        rows, r, inner, k, largest);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void row_norm(DType t, const void* x, void* y, int64_t rows, int64_t cols, float eps, const float* gamma,
+              const float* beta, cudaStream_t s) {
+  if (rows <= 0) return;
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    row_norm_kernel<T><<<warp_grid(rows), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, cols,
+                                                            eps, gamma, beta);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace sluice::cuda

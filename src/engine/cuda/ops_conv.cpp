@@ -1,0 +1,425 @@
+// Convolutions on cuDNN's legacy API: Conv and sluice.FusedConv through
+// cudnnConvolutionBiasActivationForward (ReLU, bias and residual in one call) or
+// cudnnConvolutionForward plus one epilogue kernel, ConvTranspose through
+// cudnnConvolutionBackwardData.  Algorithms are measured once at start-up (cudnnFind*Ex) and kept
+// in the algorithm cache.  Notes on the choices: /work/shared/notes/cudnn-on-hopper.md.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/log.h"
+#include "engine/cuda/algo_cache.h"
+#include "engine/cuda/cuda_raii.h"
+#include "engine/cuda/engine_internal.h"
+#include "engine/cuda/kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+// Spatial geometry of one convolution, every vector with one entry per spatial dim.
+struct ConvGeom {
+  std::vector<int64_t> kernel, stride, dilation, pad_begin, pad_end;
+  int64_t groups = 1;
+  bool symmetric() const { return pad_begin == pad_end; }
+};
+
+ConvGeom conv_geometry(const Builder& b, const Node& n, const Shape& x, const Shape& w, const Shape& y, bool transpose) {
+  const std::size_t sp = x.size() - 2;
+  ConvGeom g;
+  g.kernel.assign(w.begin() + 2, w.end());
+  g.stride = n.get_ints("strides", std::vector<int64_t>(sp, 1));
+  g.dilation = n.get_ints("dilations", std::vector<int64_t>(sp, 1));
+  g.groups = n.get_int("group", 1);
+  std::vector<int64_t> pads = n.get_ints("pads", std::vector<int64_t>(2 * sp, 0));
+  if (g.stride.size() != sp || g.dilation.size() != sp || pads.size() != 2 * sp)
+    b.fail(n, "strides, dilations or pads do not match ", sp, " spatial dims");
+  const std::string auto_pad = n.get_string("auto_pad", "NOTSET");
+  g.pad_begin.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(sp));
+  g.pad_end.assign(pads.begin() + static_cast<std::ptrdiff_t>(sp), pads.end());
+  for (std::size_t d = 0; d < sp; ++d) {
+    const int64_t in = x[d + 2], out = y[d + 2], k = (g.kernel[d] - 1) * g.dilation[d] + 1;
+    int64_t total = -1;
+    if (!transpose && (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER"))
+      total = std::max<int64_t>(0, (out - 1) * g.stride[d] + k - in);
+    if (transpose && (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER" || n.has("output_shape"))) {
+      const std::vector<int64_t> op = n.get_ints("output_padding", std::vector<int64_t>(sp, 0));
+      total = std::max<int64_t>(0, g.stride[d] * (in - 1) + op[d] + k - out);
+    }
+    if (auto_pad == "VALID") g.pad_begin[d] = g.pad_end[d] = 0;
+    if (total >= 0) {
+      // ONNX: the odd pixel goes to the end for SAME_UPPER, to the beginning otherwise.
+      const bool upper = auto_pad == "SAME_UPPER";
+      const int64_t small = total / 2;
+      g.pad_begin[d] = upper ? small : total - small;
+      g.pad_end[d] = total - g.pad_begin[d];
+    }
+  }
+  return g;
+}
+
+cudnnMathType_t math_type(Precision p) {
+  switch (p) {
+    case Precision::FP32: return CUDNN_FMA_MATH;        // no TF32
+    case Precision::TF32: return CUDNN_DEFAULT_MATH;    // TF32 tensor cores allowed
+    default: return CUDNN_TENSOR_OP_MATH;
+  }
+}
+
+void set_tensor(cudnnTensorDescriptor_t d, DType t, const std::vector<int>& dims) {
+  std::vector<int> strides(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+  CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, cudnn_type(t), static_cast<int>(dims.size()), dims.data(), strides.data()));
+}
+
+// cuDNN wants at least 2 spatial dims: a 1-D convolution becomes a 2-D one with height 1.
+std::vector<int> dims_of(const Shape& s) {
+  std::vector<int> d;
+  for (int64_t v : s) d.push_back(static_cast<int>(v));
+  if (d.size() == 3) d.insert(d.begin() + 2, 1);
+  return d;
+}
+std::vector<int> spatial_of(const std::vector<int64_t>& v, int64_t one) {
+  std::vector<int> d;
+  for (int64_t x : v) d.push_back(static_cast<int>(x));
+  if (d.size() == 1) d.insert(d.begin(), static_cast<int>(one));
+  return d;
+}
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+// Descriptors shared by forward and transposed convolutions.
+struct ConvDescs {
+  TensorDesc x = make_tensor_desc(), y = make_tensor_desc(), bias = make_tensor_desc();
+  FilterDesc w = make_filter_desc();
+  ConvDesc conv = make_conv_desc();
+  std::string key;   // shapes and geometry, for the algorithm cache
+
+  // `in`/`out` are cuDNN's x and y of the forward convolution (for a transposed one: its output
+  // and its input).
+  ConvDescs(DType t, Precision p, const Shape& in, const Shape& w_shape, const Shape& out, const ConvGeom& g,
+            const std::vector<int64_t>& pads) {
+    const std::vector<int> xd = dims_of(in), yd = dims_of(out), wd = dims_of(w_shape);
+    set_tensor(x, t, xd);
+    set_tensor(y, t, yd);
+    std::vector<int> bd(yd.size(), 1);
+    bd[1] = yd[1];
+    set_tensor(bias, t, bd);
+    CUDNN_CHECK(cudnnSetFilterNdDescriptor(w, cudnn_type(t), CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()));
+    const std::vector<int> pad = spatial_of(pads, 0), stride = spatial_of(g.stride, 1), dil = spatial_of(g.dilation, 1);
+    CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(conv, static_cast<int>(pad.size()), pad.data(), stride.data(), dil.data(),
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, static_cast<int>(g.groups)));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math_type(p)));
+    key = str(dtype_name(t), "|x", join(xd), "|w", join(wd), "|y", join(yd), "|p", join(pad), "|s", join(stride), "|d",
+              join(dil), "|g", g.groups);
+  }
+};
+
+constexpr float kOne = 1.f, kZero = 0.f;
+
+class ConvStep final : public Step {
+ public:
+  ConvStep(std::string label, DType t, Precision p, const Shape& xs, const Shape& ws, const Shape& ys, const ConvGeom& g,
+           int x, int w, int bias, int z, int y, ActParams act)
+      : Step(std::move(label)), t_(t), p_(p), d_(t, p, xs, ws, ys, g, g.pad_begin), x_(x), w_(w), bias_(bias), z_(z),
+        y_(y), act_(act), channels_(ys[1]), outer_(ys[0]) {
+    inner_ = 1;
+    for (std::size_t i = 2; i < ys.size(); ++i) inner_ *= ys[i];
+    act_desc_ = make_activation_desc();
+    // Fusable in one cuDNN call: ReLU (any algorithm) or no activation (one algorithm only).
+    fusable_ = act.act == Act::Relu || act.act == Act::Identity;
+    CUDNN_CHECK(cudnnSetActivationDescriptor(act_desc_, act.act == Act::Relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+                                             CUDNN_PROPAGATE_NAN, 0.0));
+  }
+
+  void prepare(Context& ctx, const Bindings& b) override {
+    ctx.stats->convolutions++;
+    const std::string key = str(ctx.cache_prefix, "|conv|", d_.key, bias_ >= 0 ? "|bias" : "", z_ >= 0 ? "|z" : "",
+                                "|act", static_cast<int>(act_.act));
+    if (auto hit = ctx.cache->get(key)) {
+      int algo = -1, math = -1, fused = 0;
+      if (std::sscanf(hit->c_str(), "%d %d %d", &algo, &math, &fused) == 3 &&
+          try_use(ctx, b, static_cast<cudnnConvolutionFwdAlgo_t>(algo), static_cast<cudnnMathType_t>(math), fused != 0)) {
+        ctx.stats->algos_cached++;
+        return;
+      }
+    }
+    // Measure every algorithm on the real buffers (their content does not matter).
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int returned = 0;
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(ctx.cudnn, d_.x, b.at(x_), d_.w, b.at(w_), d_.conv, d_.y,
+                                                       b.at(y_), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf,
+                                                       ctx.workspace, ctx.workspace_bytes));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> ok;
+    for (int i = 0; i < returned; ++i) {
+      const auto& r = perf[i];
+      if (r.status != CUDNN_STATUS_SUCCESS || r.memory > ctx.workspace_bytes) continue;
+      if (ctx.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
+      // fp32 must not run on TF32 tensor cores.
+      if (p_ == Precision::FP32 && r.mathType == CUDNN_TENSOR_OP_MATH) continue;
+      ok.push_back(r);
+    }
+    if (ok.empty()) SLUICE_THROW("cuDNN found no usable algorithm for convolution ", label(), " (", d_.key, ")");
+    // Prefer the fused call when the fastest algorithm allows it; otherwise convolution + epilogue.
+    bool chosen = false;
+    for (const auto& r : ok) {
+      const bool fuse = fusable_ && (act_.act == Act::Relu || r.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) &&
+                        (bias_ >= 0 || z_ >= 0 || act_.act == Act::Relu);
+      if (try_use(ctx, b, r.algo, math_for(r.mathType), fuse)) { chosen = true; break; }
+      if (fuse && try_use(ctx, b, r.algo, math_for(r.mathType), false)) { chosen = true; break; }
+    }
+    if (!chosen) SLUICE_THROW("cuDNN rejected every measured algorithm for convolution ", label(), " (", d_.key, ")");
+    ctx.stats->algos_measured++;
+    ctx.cache->put(key, str(static_cast<int>(algo_), " ", static_cast<int>(math_), " ", fused_ ? 1 : 0));
+  }
+
+  void run(Context& ctx, const Bindings& b, cudaStream_t s) override {
+    CUDNN_CHECK(enqueue(ctx, b, algo_, fused_));
+    if (!fused_ && (bias_ >= 0 || z_ >= 0 || act_.act != Act::Identity))
+      bias_act(t_, b.at(y_), bias_ >= 0 ? b.at(bias_) : nullptr, z_ >= 0 ? b.at(z_) : nullptr, outer_, channels_, inner_,
+               act_, s);
+  }
+
+ private:
+  cudnnMathType_t math_for(cudnnMathType_t found) const { return p_ == Precision::FP32 ? CUDNN_FMA_MATH : found; }
+
+  cudnnStatus_t enqueue(Context& ctx, const Bindings& b, cudnnConvolutionFwdAlgo_t algo, bool fused) {
+    std::size_t ws = 0;
+    cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(ctx.cudnn, d_.x, d_.w, d_.conv, d_.y, algo, &ws);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    if (ws > ctx.workspace_bytes) return CUDNN_STATUS_NOT_SUPPORTED;
+    if (!fused)
+      return cudnnConvolutionForward(ctx.cudnn, &kOne, d_.x, b.at(x_), d_.w, b.at(w_), d_.conv, algo, ctx.workspace, ws,
+                                     &kZero, d_.y, b.at(y_));
+    // Without a residual, z is y itself with weight 0 (cuDNN requires a z pointer).
+    const float alpha2 = z_ >= 0 ? 1.f : 0.f;
+    return cudnnConvolutionBiasActivationForward(ctx.cudnn, &kOne, d_.x, b.at(x_), d_.w, b.at(w_), d_.conv, algo,
+                                                 ctx.workspace, ws, &alpha2, d_.y, z_ >= 0 ? b.at(z_) : b.at(y_),
+                                                 d_.bias, b.at(bias_), act_desc_, d_.y, b.at(y_));
+  }
+
+  // Checks that cuDNN accepts the call with this algorithm, and keeps it if so.
+  bool try_use(Context& ctx, const Bindings& b, cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t math, bool fused) {
+    if (fused && bias_ < 0) return false;   // the builder gives fusable convolutions a bias
+    if (fused && act_.act == Act::Identity && algo != CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM) return false;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(d_.conv, math));
+    if (enqueue(ctx, b, algo, fused) != CUDNN_STATUS_SUCCESS) return false;
+    algo_ = algo;
+    math_ = math;
+    fused_ = fused;
+    return true;
+  }
+
+  DType t_;
+  Precision p_;
+  ConvDescs d_;
+  ActivationDesc act_desc_;
+  int x_, w_, bias_, z_, y_;
+  ActParams act_;
+  int64_t channels_, outer_, inner_ = 1;
+  bool fusable_ = false;
+  cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  cudnnMathType_t math_ = CUDNN_DEFAULT_MATH;
+  bool fused_ = false;
+};
+
+class ConvTransposeStep final : public Step {
+ public:
+  // y_full: the uncropped output (cuDNN's dx), cropped into y by a later step when pads differ.
+  ConvTransposeStep(std::string label, DType t, Precision p, const Shape& xs, const Shape& ws, const Shape& full,
+                    const ConvGeom& g, const std::vector<int64_t>& pads, int x, int w, int y_full)
+      : Step(std::move(label)), p_(p), d_(t, p, full, ws, xs, g, pads), x_(x), w_(w), y_(y_full) {}
+
+  void prepare(Context& ctx, const Bindings& b) override {
+    ctx.stats->convolutions++;
+    const std::string key = str(ctx.cache_prefix, "|convT|", d_.key);
+    if (auto hit = ctx.cache->get(key)) {
+      int algo = -1, math = -1;
+      if (std::sscanf(hit->c_str(), "%d %d", &algo, &math) == 2 &&
+          try_use(ctx, b, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), static_cast<cudnnMathType_t>(math))) {
+        ctx.stats->algos_cached++;
+        return;
+      }
+    }
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int returned = 0;
+    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(ctx.cudnn, d_.w, b.at(w_), d_.y, b.at(x_), d_.conv, d_.x,
+                                                            b.at(y_), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned,
+                                                            perf, ctx.workspace, ctx.workspace_bytes));
+    bool chosen = false;
+    for (int i = 0; i < returned && !chosen; ++i) {
+      const auto& r = perf[i];
+      if (r.status != CUDNN_STATUS_SUCCESS || r.memory > ctx.workspace_bytes) continue;
+      if (ctx.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
+      if (p_ == Precision::FP32 && r.mathType == CUDNN_TENSOR_OP_MATH) continue;
+      chosen = try_use(ctx, b, r.algo, p_ == Precision::FP32 ? CUDNN_FMA_MATH : r.mathType);
+    }
+    if (!chosen) SLUICE_THROW("cuDNN found no usable algorithm for transposed convolution ", label(), " (", d_.key, ")");
+    ctx.stats->algos_measured++;
+    ctx.cache->put(key, str(static_cast<int>(algo_), " ", static_cast<int>(math_)));
+  }
+
+  void run(Context& ctx, const Bindings& b, cudaStream_t) override { CUDNN_CHECK(enqueue(ctx, b, algo_)); }
+
+ private:
+  cudnnStatus_t enqueue(Context& ctx, const Bindings& b, cudnnConvolutionBwdDataAlgo_t algo) {
+    std::size_t ws = 0;
+    cudnnStatus_t st = cudnnGetConvolutionBackwardDataWorkspaceSize(ctx.cudnn, d_.w, d_.y, d_.conv, d_.x, algo, &ws);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    if (ws > ctx.workspace_bytes) return CUDNN_STATUS_NOT_SUPPORTED;
+    return cudnnConvolutionBackwardData(ctx.cudnn, &kOne, d_.w, b.at(w_), d_.y, b.at(x_), d_.conv, algo, ctx.workspace, ws,
+                                        &kZero, d_.x, b.at(y_));
+  }
+  bool try_use(Context& ctx, const Bindings& b, cudnnConvolutionBwdDataAlgo_t algo, cudnnMathType_t math) {
+    CUDNN_CHECK(cudnnSetConvolutionMathType(d_.conv, math));
+    if (enqueue(ctx, b, algo) != CUDNN_STATUS_SUCCESS) return false;
+    algo_ = algo;
+    math_ = math;
+    return true;
+  }
+
+  Precision p_;
+  ConvDescs d_;   // cuDNN's view: x = our output (dx), y = our input (dy)
+  int x_, w_, y_;
+  cudnnConvolutionBwdDataAlgo_t algo_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  cudnnMathType_t math_ = CUDNN_DEFAULT_MATH;
+};
+
+ActParams fused_activation(const Builder& b, const Node& n) {
+  ActParams p;
+  const std::string a = n.get_string("activation", "");
+  if (a.empty()) p.act = Act::Identity;
+  else if (a == "Relu") p.act = Act::Relu;
+  else if (a == "Clip") { p.act = Act::Clip; p.a = n.get_float("clip_min", -INFINITY); p.b = n.get_float("clip_max", INFINITY); }
+  else if (a == "LeakyRelu") { p.act = Act::LeakyRelu; p.a = n.get_float("alpha", 0.01f); }
+  else b.fail(n, "activation '", a, "' is not supported (Relu, Clip, LeakyRelu)");
+  return p;
+}
+
+void check_float(const Builder& b, const Node& n, int slot) {
+  if (b.slot(slot).dtype != b.compute)
+    b.fail(n, "tensor '", b.slot(slot).name, "' is ", dtype_name(b.slot(slot).dtype), "; convolutions run on ",
+           dtype_name(b.compute));
+}
+
+void lower_conv_forward(Builder& b, const Node& n) {
+  const bool fused_op = n.op == "FusedConv";
+  int x = b.input(n, 0);
+  const int w = b.input(n, 1);
+  check_float(b, n, x);
+  check_float(b, n, w);
+  Shape xs = b.slot(x).shape;
+  const Shape ws = b.slot(w).shape;
+  const int y = b.output(n, 0);
+  const Shape ys = b.slot(y).shape;
+  if (xs.size() < 3 || xs.size() > 5 || ws.size() != xs.size()) b.fail(n, "input ", shape_str(xs), " and weights ", shape_str(ws), " are not a 1-D to 3-D convolution");
+  ConvGeom g = conv_geometry(b, n, xs, ws, ys, false);
+  int bias = b.has_input(n, 2) ? b.input(n, 2) : -1;
+  const int z = fused_op && b.has_input(n, 3) ? b.input(n, 3) : -1;
+  const ActParams act = fused_op ? fused_activation(b, n) : ActParams{};
+  if (bias >= 0) check_float(b, n, bias);
+  if (z >= 0) {
+    check_float(b, n, z);
+    if (b.slot(z).shape != ys) b.fail(n, "residual ", shape_str(b.slot(z).shape), " does not match the output ", shape_str(ys));
+  }
+  if (bias < 0 && (act.act == Act::Relu || z >= 0)) {
+    // The fused cuDNN call needs a bias: give it zeros.
+    Tensor zeros(b.compute, {ys[1]});
+    bias = b.constant(n.name + " (zero bias)", zeros);
+  }
+  if (!g.symmetric()) {
+    // cuDNN pads symmetrically: pad explicitly first (e.g. TensorFlow's SAME_UPPER exports).
+    Shape padded = xs;
+    PadShape ps;
+    ps.rank = static_cast<int>(xs.size());
+    for (std::size_t d = 0; d < xs.size(); ++d) {
+      ps.in[d] = xs[d];
+      if (d >= 2) {
+        padded[d] += g.pad_begin[d - 2] + g.pad_end[d - 2];
+        ps.begin[d] = g.pad_begin[d - 2];
+      }
+      ps.out[d] = padded[d];
+    }
+    const int xp = b.temp(b.compute, padded, n.name + " (padded input)");
+    const std::size_t es = dtype_size(b.compute);
+    const int src = x;
+    b.add(n.name + " pad", {src, xp}, [=](Context&, const Bindings& bd, cudaStream_t s) { pad(es, bd.at(src), bd.at(xp), ps, s); });
+    x = xp;
+    xs = padded;
+    std::fill(g.pad_begin.begin(), g.pad_begin.end(), 0);
+    std::fill(g.pad_end.begin(), g.pad_end.end(), 0);
+  }
+  std::vector<int> uses = {x, w, y};
+  if (bias >= 0) uses.push_back(bias);
+  if (z >= 0) uses.push_back(z);
+  b.add(std::make_unique<ConvStep>(n.name, b.compute, b.precision, xs, ws, ys, g, x, w, bias, z, y, act), uses);
+}
+
+void lower_conv_transpose(Builder& b, const Node& n) {
+  const int x = b.input(n, 0);
+  const int w = b.input(n, 1);
+  check_float(b, n, x);
+  check_float(b, n, w);
+  const Shape xs = b.slot(x).shape, ws = b.slot(w).shape;
+  const int y = b.output(n, 0);
+  const Shape ys = b.slot(y).shape;
+  if (xs.size() < 3 || xs.size() > 5 || ws.size() != xs.size()) b.fail(n, "input ", shape_str(xs), " and weights ", shape_str(ws), " are not a 1-D to 3-D transposed convolution");
+  const ConvGeom g = conv_geometry(b, n, xs, ws, ys, true);
+  const std::size_t sp = xs.size() - 2;
+  // cuDNN's filter for the backward-data view: [C_in, C_out / group, k...] is exactly ONNX's layout.
+  const int bias = b.has_input(n, 2) ? b.input(n, 2) : -1;
+  int64_t inner = 1;
+  for (std::size_t d = 2; d < ys.size(); ++d) inner *= ys[d];
+  if (g.symmetric()) {
+    b.add(std::make_unique<ConvTransposeStep>(n.name, b.compute, b.precision, xs, ws, ys, g, g.pad_begin, x, w, y), {x, w, y});
+  } else {
+    // Unequal pads: compute the unpadded output, then crop it.
+    Shape full = ys;
+    CopyShape cs;
+    cs.rank = static_cast<int>(ys.size());
+    int64_t offset = 0, stride = 1;
+    std::vector<int64_t> strides(ys.size());
+    for (std::size_t d = ys.size(); d-- > 0;) {
+      if (d >= 2) full[d] = ys[d] + g.pad_begin[d - 2] + g.pad_end[d - 2];
+      strides[d] = stride;
+      stride *= full[d];
+    }
+    for (std::size_t d = 0; d < ys.size(); ++d) {
+      cs.out[d] = ys[d];
+      cs.in_dim[d] = ys[d];
+      cs.in_stride[d] = strides[d];
+      if (d >= 2) offset += g.pad_begin[d - 2] * strides[d];
+    }
+    const int tmp = b.temp(b.compute, full, n.name + " (uncropped)");
+    b.add(std::make_unique<ConvTransposeStep>(n.name, b.compute, b.precision, xs, ws, full, g, std::vector<int64_t>(sp, 0), x,
+                                              w, tmp),
+          {x, w, tmp});
+    const std::size_t es = dtype_size(b.compute);
+    b.add(n.name + " crop", {tmp, y}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+      strided_copy(es, static_cast<const char*>(bd.at(tmp)) + offset * static_cast<int64_t>(es), bd.at(y), cs, s);
+    });
+  }
+  if (bias >= 0) {
+    const DType t = b.compute;
+    const int64_t outer = ys[0], channels = ys[1];
+    b.add(n.name + " bias", {bias, y}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+      bias_act(t, bd.at(y), bd.at(bias), nullptr, outer, channels, inner, ActParams{}, s);
+    });
+  }
+}
+
+}  // namespace
+
+bool lower_conv(Builder& b, const Node& n) {
+  if (n.op == "Conv" && n.domain.empty()) lower_conv_forward(b, n);
+  else if (n.op == "FusedConv" && n.domain == "sluice") lower_conv_forward(b, n);
+  else if (n.op == "ConvTranspose" && n.domain.empty()) lower_conv_transpose(b, n);
+  else return false;
+  return true;
+}
+
+}  // namespace sluice::cuda

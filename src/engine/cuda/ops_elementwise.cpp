@@ -1,0 +1,288 @@
+// Elementwise ops: activations, broadcasting arithmetic, casts, the input normalization and the
+// per-channel normalizations (BatchNormalization that was not folded, LayerNormalization).
+#include <cmath>
+#include <cstring>
+
+#include "engine/cuda/cuda_check.h"
+
+#include "engine/cuda/engine_internal.h"
+#include "engine/cuda/kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+// A float input in the compute type; float constants of another type are converted.
+int float_input(Builder& b, const Node& n, std::size_t i) {
+  const int id = b.input(n, i);
+  if (b.slot(id).dtype == b.compute) return id;
+  if (const Tensor* t = b.const_input(n, i)) {
+    Tensor c(b.compute, t->shape);
+    const std::vector<float> f = t->as_float();
+    for (std::size_t k = 0; k < f.size(); ++k) {
+      const uint64_t bits = scalar_bits(b.compute, f[k]);
+      std::memcpy(c.bytes.data() + k * dtype_size(b.compute), &bits, dtype_size(b.compute));
+    }
+    return b.constant(n.input(i) + " (" + dtype_name(b.compute) + ")", c);
+  }
+  b.fail(n, "input '", n.input(i), "' is ", dtype_name(b.slot(id).dtype), "; this op runs on float tensors only");
+}
+
+// Right-aligned NumPy broadcasting of a and b onto out, with adjacent dims merged when both
+// operands walk them contiguously (or both broadcast them), so most calls end up 1-D or 2-D.
+BroadcastShape broadcast_shape(const Builder& bl, const Node& n, const Shape& out, const Shape& a, const Shape& b) {
+  const std::size_t r = out.size();
+  std::vector<int64_t> o(out.begin(), out.end()), sa(r, 0), sb(r, 0);
+  auto strides = [&](const Shape& s, std::vector<int64_t>& st) {
+    if (s.size() > r) bl.fail(n, "input ", shape_str(s), " has more dims than the output ", shape_str(out));
+    int64_t acc = 1;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      const std::size_t d = r - 1 - i;
+      const int64_t dim = s[s.size() - 1 - i];
+      if (dim != 1 && dim != o[d]) bl.fail(n, "input ", shape_str(s), " does not broadcast to ", shape_str(out));
+      st[d] = dim == 1 ? 0 : acc;
+      acc *= dim;
+    }
+  };
+  strides(a, sa);
+  strides(b, sb);
+  // Merge from the innermost dim outwards.
+  std::vector<int64_t> mo, ma, mb;
+  for (std::size_t i = r; i-- > 0;) {
+    if (o[i] == 1) continue;
+    if (!mo.empty()) {
+      const bool a_ok = (sa[i] == 0 && ma.back() == 0) || (ma.back() != 0 && sa[i] == ma.back() * mo.back());
+      const bool b_ok = (sb[i] == 0 && mb.back() == 0) || (mb.back() != 0 && sb[i] == mb.back() * mo.back());
+      if (a_ok && b_ok) {
+        mo.back() *= o[i];
+        continue;
+      }
+    }
+    mo.push_back(o[i]);
+    ma.push_back(sa[i]);
+    mb.push_back(sb[i]);
+  }
+  if (mo.empty()) {
+    mo.push_back(1);
+    ma.push_back(0);
+    mb.push_back(0);
+  }
+  if (mo.size() > static_cast<std::size_t>(kMaxRank)) bl.fail(n, "broadcast over more than ", kMaxRank, " dims");
+  BroadcastShape s;
+  s.rank = static_cast<int>(mo.size());
+  for (int d = 0; d < s.rank; ++d) {
+    const std::size_t src = mo.size() - 1 - static_cast<std::size_t>(d);
+    s.out[d] = mo[src];
+    s.sa[d] = ma[src];
+    s.sb[d] = mb[src];
+  }
+  return s;
+}
+
+bool unary_act(const Node& n, ActParams* p) {
+  static const std::map<std::string, Act> table = {
+      {"Relu", Act::Relu}, {"Sigmoid", Act::Sigmoid}, {"Tanh", Act::Tanh}, {"HardSwish", Act::HardSwish},
+      {"Exp", Act::Exp}, {"Log", Act::Log}, {"Sqrt", Act::Sqrt}, {"Neg", Act::Neg}, {"Abs", Act::Abs},
+      {"Erf", Act::Erf}, {"Reciprocal", Act::Reciprocal}, {"Floor", Act::Floor}, {"Ceil", Act::Ceil},
+      {"Round", Act::Round}, {"Softplus", Act::Softplus}, {"Sin", Act::Sin}, {"Cos", Act::Cos},
+      {"LeakyRelu", Act::LeakyRelu}, {"HardSigmoid", Act::HardSigmoid}, {"Elu", Act::Elu}, {"Selu", Act::Selu},
+      {"Gelu", Act::Gelu}};
+  const auto it = table.find(n.op);
+  if (it == table.end()) return false;
+  p->act = it->second;
+  switch (p->act) {
+    case Act::LeakyRelu: p->a = n.get_float("alpha", 0.01f); break;
+    case Act::HardSigmoid: p->a = n.get_float("alpha", 0.2f); p->b = n.get_float("beta", 0.5f); break;
+    case Act::Elu: p->a = n.get_float("alpha", 1.f); break;
+    case Act::Selu:
+      p->a = n.get_float("alpha", 1.67326319217681884765625f);
+      p->b = n.get_float("gamma", 1.05070102214813232421875f);
+      break;
+    case Act::Gelu:
+      if (n.get_string("approximate", "none") == "tanh") p->act = Act::GeluTanh;
+      break;
+    default: break;
+  }
+  return true;
+}
+
+void lower_unary(Builder& b, const Node& n, ActParams p) {
+  const int x = float_input(b, n, 0);
+  const int y = b.output(n, 0);
+  const DType t = b.compute;
+  const int64_t count = b.slot(y).numel();
+  b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { unary(t, bd.at(x), bd.at(y), count, p, s); });
+}
+
+void lower_clip(Builder& b, const Node& n) {
+  ActParams p;
+  p.act = Act::Clip;
+  p.a = -INFINITY;
+  p.b = INFINITY;
+  if (b.has_input(n, 1)) p.a = b.const_floats(n, 1, "min").at(0);
+  if (b.has_input(n, 2)) p.b = b.const_floats(n, 2, "max").at(0);
+  lower_unary(b, n, p);
+}
+
+void lower_binary(Builder& b, const Node& n, BinOp op) {
+  // Variadic Sum/Max/Min/Mean fold pairwise into the output.
+  const std::size_t count = n.inputs.size();
+  if (count == 0) b.fail(n, "no inputs");
+  const int y = b.output(n, 0);
+  const Shape out = b.slot(y).shape;
+  const DType t = b.compute;
+  if (count == 1) {
+    const int x = float_input(b, n, 0);
+    const BroadcastShape s = broadcast_shape(b, n, out, b.slot(x).shape, b.slot(x).shape);
+    b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
+      binary(t, BinOp::Max, bd.at(x), bd.at(x), bd.at(y), s, ActParams{}, st);
+    });
+    return;
+  }
+  int acc = float_input(b, n, 0);
+  for (std::size_t i = 1; i < count; ++i) {
+    const int rhs = float_input(b, n, i);
+    const BroadcastShape s = broadcast_shape(b, n, out, b.slot(acc).shape, b.slot(rhs).shape);
+    const int lhs = acc;
+    b.add(n.name, {lhs, rhs, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
+      binary(t, op, bd.at(lhs), bd.at(rhs), bd.at(y), s, ActParams{}, st);
+    });
+    acc = y;
+  }
+  if (n.op == "Mean") {
+    Tensor k(t, {});
+    const uint64_t bits = scalar_bits(t, 1.0 / static_cast<double>(count));
+    std::memcpy(k.bytes.data(), &bits, dtype_size(t));
+    const int kid = b.constant(n.name + " (1/n)", k);
+    const BroadcastShape s = broadcast_shape(b, n, out, out, {});
+    b.add(n.name + " mean", {y, kid}, [=](Context&, const Bindings& bd, cudaStream_t st) {
+      binary(t, BinOp::Mul, bd.at(y), bd.at(kid), bd.at(y), s, ActParams{}, st);
+    });
+  }
+}
+
+void lower_cast(Builder& b, const Node& n) {
+  const int x = b.input(n, 0);
+  const int y = b.output(n, 0);
+  const DType from = b.slot(x).dtype, to = b.slot(y).dtype;
+  const int64_t count = b.slot(y).numel();
+  const std::size_t bytes = b.slot(y).bytes;
+  if (from == to) {
+    b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+      CUDA_CHECK(cudaMemcpyAsync(bd.at(y), bd.at(x), bytes, cudaMemcpyDeviceToDevice, s));
+    });
+    return;
+  }
+  b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { cast(from, to, bd.at(x), bd.at(y), count, s); });
+}
+
+void lower_normalize(Builder& b, const Node& n) {
+  const int x = b.input_raw(n, 0);
+  const int y = b.output(n, 0);
+  const Shape xs = b.slot(x).shape;
+  const DType in = b.slot(x).dtype, out = b.slot(y).dtype;
+  if (in != DType::U8 && in != DType::F32 && in != DType::F16 && in != DType::BF16)
+    b.fail(n, "input is ", dtype_name(in), "; Normalize reads uint8 or float");
+  if (xs.size() < 2) b.fail(n, "input ", shape_str(xs), " has no channel axis");
+  const float scale = n.get_float("scale", 1.f);
+  std::vector<float> mean = n.get_floats("mean", {0.f}), stddev = n.get_floats("std", {1.f});
+  if (mean.empty()) mean = {0.f};
+  if (stddev.empty()) stddev = {1.f};
+  const int64_t channels = xs[1];
+  const bool per_channel = mean.size() > 1 || stddev.size() > 1;
+  if (per_channel) {
+    if (mean.size() == 1) mean.assign(static_cast<std::size_t>(channels), mean[0]);
+    if (stddev.size() == 1) stddev.assign(static_cast<std::size_t>(channels), stddev[0]);
+    if (static_cast<int64_t>(mean.size()) != channels || static_cast<int64_t>(stddev.size()) != channels)
+      b.fail(n, "mean/std have ", mean.size(), "/", stddev.size(), " values for ", channels, " channels");
+  }
+  const int mid = b.constant(n.name + " (mean)", Tensor::from(DType::F32, {static_cast<int64_t>(mean.size())}, mean));
+  const int sid = b.constant(n.name + " (std)", Tensor::from(DType::F32, {static_cast<int64_t>(stddev.size())}, stddev));
+  int64_t inner = 1;
+  for (std::size_t d = 2; d < xs.size(); ++d) inner *= xs[d];
+  const int64_t outer = xs[0];
+  b.add(n.name, {x, y, mid, sid}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+    normalize(in, out, bd.at(x), bd.at(y), outer, channels, inner, scale, bd.at<float>(mid), bd.at<float>(sid), per_channel, s);
+  });
+}
+
+void lower_batchnorm(Builder& b, const Node& n) {
+  const int x = float_input(b, n, 0);
+  const int y = b.output(n, 0);
+  const Shape xs = b.slot(x).shape;
+  if (xs.size() < 2) b.fail(n, "input ", shape_str(xs), " has no channel axis");
+  const std::vector<float> scale = b.const_floats(n, 1, "scale"), bias = b.const_floats(n, 2, "B"),
+                           mean = b.const_floats(n, 3, "mean"), var = b.const_floats(n, 4, "var");
+  const float eps = n.get_float("epsilon", 1e-5f);
+  const int64_t channels = xs[1];
+  std::vector<float> a(static_cast<std::size_t>(channels)), c(static_cast<std::size_t>(channels));
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = scale.at(i) / std::sqrt(var.at(i) + eps);
+    c[i] = bias.at(i) - mean.at(i) * a[i];
+  }
+  const int aid = b.constant(n.name + " (scale)", Tensor::from(DType::F32, {channels}, a));
+  const int cid = b.constant(n.name + " (shift)", Tensor::from(DType::F32, {channels}, c));
+  int64_t inner = 1;
+  for (std::size_t d = 2; d < xs.size(); ++d) inner *= xs[d];
+  const int64_t outer = xs[0];
+  const DType t = b.compute;
+  b.add(n.name, {x, y, aid, cid}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+    channel_affine(t, bd.at(x), bd.at(y), bd.at<float>(aid), bd.at<float>(cid), outer, channels, inner, s);
+  });
+}
+
+void lower_layernorm(Builder& b, const Node& n) {
+  const int x = float_input(b, n, 0);
+  const int y = b.output(n, 0);
+  if (b.has_output(n, 1) || b.has_output(n, 2)) b.fail(n, "the Mean and InvStdDev outputs are not supported");
+  const Shape xs = b.slot(x).shape;
+  const int64_t axis = b.axis(n, n.get_int("axis", -1), static_cast<int64_t>(xs.size()));
+  int64_t rows = 1, cols = 1;
+  for (std::size_t d = 0; d < xs.size(); ++d) (static_cast<int64_t>(d) < axis ? rows : cols) *= xs[d];
+  auto table = [&](std::size_t i, const char* what) -> int {
+    if (!b.has_input(n, i)) return -1;
+    std::vector<float> v = b.const_floats(n, i, what);
+    if (v.size() == 1) v.assign(static_cast<std::size_t>(cols), v[0]);
+    if (static_cast<int64_t>(v.size()) != cols) b.fail(n, what, " has ", v.size(), " values for ", cols, " normalized elements");
+    return b.constant(n.name + " (" + what + ")", Tensor::from(DType::F32, {cols}, v));
+  };
+  const int g = table(1, "scale"), be = table(2, "B");
+  const float eps = n.get_float("epsilon", 1e-5f);
+  const DType t = b.compute;
+  std::vector<int> uses = {x, y};
+  if (g >= 0) uses.push_back(g);
+  if (be >= 0) uses.push_back(be);
+  b.add(n.name, uses, [=](Context&, const Bindings& bd, cudaStream_t s) {
+    row_norm(t, bd.at(x), bd.at(y), rows, cols, eps, g >= 0 ? bd.at<float>(g) : nullptr, be >= 0 ? bd.at<float>(be) : nullptr, s);
+  });
+}
+
+}  // namespace
+
+bool lower_elementwise(Builder& b, const Node& n) {
+  if (n.domain == "sluice") {
+    if (n.op != "Normalize") return false;
+    lower_normalize(b, n);
+    return true;
+  }
+  if (!n.domain.empty()) return false;
+  ActParams p;
+  if (unary_act(n, &p)) { lower_unary(b, n, p); return true; }
+  static const std::map<std::string, BinOp> binops = {
+      {"Add", BinOp::Add}, {"Sub", BinOp::Sub}, {"Mul", BinOp::Mul}, {"Div", BinOp::Div}, {"Pow", BinOp::Pow},
+      {"Max", BinOp::Max}, {"Min", BinOp::Min}, {"Sum", BinOp::Add}, {"Mean", BinOp::Add}, {"PRelu", BinOp::PRelu},
+      {"Mod", BinOp::Mod}};
+  const auto it = binops.find(n.op);
+  if (it != binops.end()) {
+    if (n.op == "Mod" && n.get_int("fmod", 0) == 0) b.fail(n, "integer Mod (fmod=0) is not supported");
+    lower_binary(b, n, it->second);
+    return true;
+  }
+  if (n.op == "Clip") lower_clip(b, n);
+  else if (n.op == "Cast") lower_cast(b, n);
+  else if (n.op == "BatchNormalization") lower_batchnorm(b, n);
+  else if (n.op == "LayerNormalization") lower_layernorm(b, n);
+  else return false;
+  return true;
+}
+
+}  // namespace sluice::cuda

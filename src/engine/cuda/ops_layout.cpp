@@ -1,0 +1,372 @@
+// Ops that move data: views (Reshape & co share their input's bytes), Transpose, Concat, Split,
+// Slice, Gather, Pad, Expand, Tile and Resize.  Contiguous blocks go through cudaMemcpy2DAsync;
+// the rest through the strided-copy, pad and resize kernels.
+#include <algorithm>
+#include <cmath>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/engine_internal.h"
+#include "engine/cuda/kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+std::vector<int64_t> contiguous_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (std::size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
+  return st;
+}
+
+void check_rank(const Builder& b, const Node& n, const Shape& s) {
+  if (s.size() > static_cast<std::size_t>(kMaxRank)) b.fail(n, "rank ", s.size(), " is above the supported ", kMaxRank);
+}
+
+// outer x (block of `width` bytes) copies: the shape of Concat, Split and Gather pieces.
+struct Block2D {
+  int src = -1, dst = -1;
+  std::size_t src_offset = 0, dst_offset = 0, src_pitch = 0, dst_pitch = 0, width = 0, height = 0;
+};
+
+void add_blocks(Builder& b, const Node& n, const std::vector<Block2D>& blocks, std::vector<int> uses) {
+  b.add(n.name, std::move(uses), [=](Context&, const Bindings& bd, cudaStream_t s) {
+    for (const auto& k : blocks) {
+      if (k.width == 0 || k.height == 0) continue;
+      if (k.height == 1) {   // a plain copy: no pitch limits
+        CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(bd.at(k.dst)) + k.dst_offset,
+                                   static_cast<const char*>(bd.at(k.src)) + k.src_offset, k.width,
+                                   cudaMemcpyDeviceToDevice, s));
+        continue;
+      }
+      CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(bd.at(k.dst)) + k.dst_offset, k.dst_pitch,
+                                   static_cast<const char*>(bd.at(k.src)) + k.src_offset, k.src_pitch, k.width, k.height,
+                                   cudaMemcpyDeviceToDevice, s));
+    }
+  });
+}
+
+void lower_view(Builder& b, const Node& n) {
+  const int x = b.input(n, 0);
+  b.alias_or_copy(n, 0, x);
+}
+
+void lower_transpose(Builder& b, const Node& n) {
+  const int x = b.input(n, 0);
+  const int y = b.output(n, 0);
+  const Shape xs = b.slot(x).shape;
+  check_rank(b, n, xs);
+  const std::size_t r = xs.size();
+  std::vector<int64_t> perm = n.get_ints("perm");
+  if (perm.empty())
+    for (std::size_t d = 0; d < r; ++d) perm.push_back(static_cast<int64_t>(r - 1 - d));
+  if (perm.size() != r) b.fail(n, "perm has ", perm.size(), " entries for rank ", r);
+  const auto st = contiguous_strides(xs);
+  CopyShape cs;
+  cs.rank = static_cast<int>(r);
+  for (std::size_t d = 0; d < r; ++d) {
+    const int64_t p = b.axis(n, perm[d], static_cast<int64_t>(r));
+    cs.out[d] = xs[static_cast<std::size_t>(p)];
+    cs.in_dim[d] = cs.out[d];
+    cs.in_stride[d] = st[static_cast<std::size_t>(p)];
+  }
+  const std::size_t es = dtype_size(b.slot(x).dtype);
+  b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { strided_copy(es, bd.at(x), bd.at(y), cs, s); });
+}
+
+void lower_concat(Builder& b, const Node& n) {
+  const int y = b.output(n, 0);
+  const Shape ys = b.slot(y).shape;
+  const int64_t axis = b.axis(n, n.get_int("axis", 0), static_cast<int64_t>(ys.size()));
+  const std::size_t es = dtype_size(b.slot(y).dtype);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= ys[static_cast<std::size_t>(d)];
+  for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < ys.size(); ++d) inner *= ys[d];
+  std::vector<Block2D> blocks;
+  std::vector<int> uses = {y};
+  int64_t at = 0;
+  for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+    if (!b.has_input(n, i)) continue;
+    const int x = b.input(n, i);
+    if (b.slot(x).dtype != b.slot(y).dtype) b.fail(n, "input ", i, " is ", dtype_name(b.slot(x).dtype), ", the output ", dtype_name(b.slot(y).dtype));
+    const Shape xs = b.slot(x).shape;
+    const int64_t len = xs.size() == ys.size() ? xs[static_cast<std::size_t>(axis)] : 0;
+    Block2D k;
+    k.src = x;
+    k.dst = y;
+    k.width = static_cast<std::size_t>(len * inner) * es;
+    k.src_pitch = std::max<std::size_t>(k.width, 1);
+    k.dst_pitch = static_cast<std::size_t>(ys[static_cast<std::size_t>(axis)] * inner) * es;
+    k.dst_offset = static_cast<std::size_t>(at * inner) * es;
+    k.height = static_cast<std::size_t>(outer);
+    blocks.push_back(k);
+    uses.push_back(x);
+    at += len;
+  }
+  if (at != ys[static_cast<std::size_t>(axis)]) b.fail(n, "inputs add up to ", at, " along axis ", axis, ", the output has ", ys[static_cast<std::size_t>(axis)]);
+  add_blocks(b, n, blocks, uses);
+}
+
+void lower_split(Builder& b, const Node& n) {
+  const int x = b.input(n, 0);
+  const Shape xs = b.slot(x).shape;
+  const int64_t axis = b.axis(n, n.get_int("axis", 0), static_cast<int64_t>(xs.size()));
+  const std::size_t es = dtype_size(b.slot(x).dtype);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= xs[static_cast<std::size_t>(d)];
+  for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < xs.size(); ++d) inner *= xs[d];
+  std::vector<Block2D> blocks;
+  std::vector<int> uses = {x};
+  int64_t at = 0;
+  for (std::size_t i = 0; i < n.outputs.size(); ++i) {
+    const std::string& name = n.outputs[i];
+    // Outputs nobody reads still advance the position.
+    const int64_t len = name.empty() ? 0 : b.value(name).shape.at(static_cast<std::size_t>(axis));
+    const int y = b.output(n, i);
+    if (y >= 0) {
+      Block2D k;
+      k.src = x;
+      k.dst = y;
+      k.width = static_cast<std::size_t>(len * inner) * es;
+      k.dst_pitch = std::max<std::size_t>(k.width, 1);
+      k.src_pitch = static_cast<std::size_t>(xs[static_cast<std::size_t>(axis)] * inner) * es;
+      k.src_offset = static_cast<std::size_t>(at * inner) * es;
+      k.height = static_cast<std::size_t>(outer);
+      blocks.push_back(k);
+      uses.push_back(y);
+    }
+    at += len;
+  }
+  add_blocks(b, n, blocks, uses);
+}
+
+void lower_slice(Builder& b, const Node& n) {
+  const int x = b.input(n, 0);
+  const int y = b.output(n, 0);
+  const Shape xs = b.slot(x).shape, ys = b.slot(y).shape;
+  check_rank(b, n, xs);
+  const std::size_t r = xs.size();
+  const std::vector<int64_t> starts = b.const_ints(n, 1, "starts"), ends = b.const_ints(n, 2, "ends");
+  std::vector<int64_t> axes, steps;
+  if (b.has_input(n, 3)) axes = b.const_ints(n, 3, "axes");
+  else for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (b.has_input(n, 4)) steps = b.const_ints(n, 4, "steps");
+  else steps.assign(starts.size(), 1);
+  if (axes.size() != starts.size() || steps.size() != starts.size() || ends.size() != starts.size())
+    b.fail(n, "starts, ends, axes and steps differ in length");
+  std::vector<int64_t> first(r, 0), step(r, 1);
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const std::size_t a = static_cast<std::size_t>(b.axis(n, axes[i], static_cast<int64_t>(r)));
+    const int64_t dim = xs[a];
+    if (steps[i] == 0) b.fail(n, "step 0");
+    int64_t s = starts[i];
+    if (s < 0) s += dim;
+    s = steps[i] > 0 ? std::clamp<int64_t>(s, 0, dim) : std::clamp<int64_t>(s, 0, dim - 1);
+    first[a] = s;
+    step[a] = steps[i];
+  }
+  const auto st = contiguous_strides(xs);
+  CopyShape cs;
+  cs.rank = static_cast<int>(r);
+  int64_t offset = 0;
+  for (std::size_t d = 0; d < r; ++d) {
+    cs.out[d] = ys[d];
+    cs.in_dim[d] = ys[d];
+    cs.in_stride[d] = st[d] * step[d];
+    offset += first[d] * st[d];
+  }
+  const std::size_t es = dtype_size(b.slot(x).dtype);
+  b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+    strided_copy(es, static_cast<const char*>(bd.at(x)) + offset * static_cast<int64_t>(es), bd.at(y), cs, s);
+  });
+}
+
+void lower_gather(Builder& b, const Node& n) {
+  const int x = b.input(n, 0);
+  const int y = b.output(n, 0);
+  const Shape xs = b.slot(x).shape;
+  const int64_t axis = b.axis(n, n.get_int("axis", 0), static_cast<int64_t>(xs.size()));
+  const std::vector<int64_t> idx = b.const_ints(n, 1, "indices");
+  if (idx.size() > 1024) b.fail(n, idx.size(), " indices: Gather supports up to 1024 constant indices");
+  const std::size_t es = dtype_size(b.slot(x).dtype);
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= xs[static_cast<std::size_t>(d)];
+  for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < xs.size(); ++d) inner *= xs[d];
+  const int64_t dim = xs[static_cast<std::size_t>(axis)];
+  std::vector<Block2D> blocks;
+  for (std::size_t j = 0; j < idx.size(); ++j) {
+    int64_t i = idx[j] < 0 ? idx[j] + dim : idx[j];
+    if (i < 0 || i >= dim) b.fail(n, "index ", idx[j], " is out of range for a dim of ", dim);
+    Block2D k;
+    k.src = x;
+    k.dst = y;
+    k.width = static_cast<std::size_t>(inner) * es;
+    k.src_pitch = static_cast<std::size_t>(dim * inner) * es;
+    k.dst_pitch = static_cast<std::size_t>(static_cast<int64_t>(idx.size()) * inner) * es;
+    k.src_offset = static_cast<std::size_t>(i * inner) * es;
+    k.dst_offset = j * static_cast<std::size_t>(inner) * es;
+    k.height = static_cast<std::size_t>(outer);
+    blocks.push_back(k);
+  }
+  add_blocks(b, n, blocks, {x, y});
+}
+
+void lower_pad(Builder& b, const Node& n) {
+  const int x = b.input(n, 0);
+  const int y = b.output(n, 0);
+  const Shape xs = b.slot(x).shape, ys = b.slot(y).shape;
+  check_rank(b, n, xs);
+  const std::size_t r = xs.size();
+  const std::vector<int64_t> pads = b.const_ints(n, 1, "pads");
+  std::vector<int64_t> axes;
+  if (b.has_input(n, 3)) axes = b.const_ints(n, 3, "axes");
+  else for (std::size_t d = 0; d < r; ++d) axes.push_back(static_cast<int64_t>(d));
+  if (pads.size() != 2 * axes.size()) b.fail(n, pads.size(), " pads for ", axes.size(), " axes");
+  PadShape ps;
+  ps.rank = static_cast<int>(r);
+  for (std::size_t d = 0; d < r; ++d) {
+    ps.in[d] = xs[d];
+    ps.out[d] = ys[d];
+  }
+  for (std::size_t i = 0; i < axes.size(); ++i) ps.begin[b.axis(n, axes[i], static_cast<int64_t>(r))] = pads[i];
+  const std::string mode = n.get_string("mode", "constant");
+  if (mode == "constant") ps.mode = PadMode::Constant;
+  else if (mode == "reflect") ps.mode = PadMode::Reflect;
+  else if (mode == "edge") ps.mode = PadMode::Edge;
+  else if (mode == "wrap") ps.mode = PadMode::Wrap;
+  else b.fail(n, "mode '", mode, "' is unknown");
+  double value = 0.0;
+  if (b.has_input(n, 2)) {
+    const Tensor& v = b.require_const(n, 2, "constant_value");
+    if (v.numel() > 0) value = v.as_float().at(0);
+  }
+  ps.value_bits = scalar_bits(b.slot(x).dtype, value);
+  const std::size_t es = dtype_size(b.slot(x).dtype);
+  b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { pad(es, bd.at(x), bd.at(y), ps, s); });
+}
+
+// Expand and Tile: each output index reads input index (i % in_dim) per dim.
+void lower_repeat(Builder& b, const Node& n) {
+  const int x = b.input(n, 0);
+  const int y = b.output(n, 0);
+  const Shape xs = b.slot(x).shape, ys = b.slot(y).shape;
+  check_rank(b, n, ys);
+  if (xs.size() > ys.size()) b.fail(n, "input ", shape_str(xs), " has more dims than the output ", shape_str(ys));
+  const auto st = contiguous_strides(xs);
+  CopyShape cs;
+  cs.rank = static_cast<int>(ys.size());
+  const std::size_t lead = ys.size() - xs.size();
+  for (std::size_t d = 0; d < ys.size(); ++d) {
+    cs.out[d] = ys[d];
+    cs.in_dim[d] = d < lead ? 1 : xs[d - lead];
+    cs.in_stride[d] = d < lead ? 0 : st[d - lead];
+  }
+  const std::size_t es = dtype_size(b.slot(x).dtype);
+  b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { strided_copy(es, bd.at(x), bd.at(y), cs, s); });
+}
+
+CoordMode coord_mode(const Builder& b, const Node& n, const std::string& m) {
+  if (m == "half_pixel") return CoordMode::HalfPixel;
+  if (m == "pytorch_half_pixel") return CoordMode::PytorchHalfPixel;
+  if (m == "align_corners") return CoordMode::AlignCorners;
+  if (m == "asymmetric") return CoordMode::Asymmetric;
+  if (m == "tf_half_pixel_for_nn") return CoordMode::TfHalfPixelForNearest;
+  if (m == "half_pixel_symmetric") return CoordMode::HalfPixelSymmetric;
+  b.fail(n, "coordinate_transformation_mode '", m, "' is not supported");
+}
+
+void lower_resize(Builder& b, const Node& n) {
+  const int x = b.input(n, 0);
+  const int y = b.output(n, 0);
+  const Shape xs = b.slot(x).shape, ys = b.slot(y).shape;
+  check_rank(b, n, xs);
+  if (ys.size() != xs.size()) b.fail(n, "output ", shape_str(ys), " and input ", shape_str(xs), " differ in rank");
+  const std::size_t r = xs.size();
+  const bool legacy = n.op == "Upsample" || b.graph.opset < 11;
+  ResizeShape rs;
+  rs.rank = static_cast<int>(r);
+  const std::string mode = n.get_string("mode", "nearest");
+  if (mode == "nearest") rs.mode = ResizeMode::Nearest;
+  else if (mode == "linear" || mode == "bilinear") rs.mode = ResizeMode::Linear;
+  else if (mode == "cubic") rs.mode = ResizeMode::Cubic;
+  else b.fail(n, "mode '", mode, "' is not supported");
+  rs.coord = coord_mode(b, n, legacy ? "asymmetric" : n.get_string("coordinate_transformation_mode", "half_pixel"));
+  const std::string nearest = legacy ? "simple" : n.get_string("nearest_mode", "round_prefer_floor");
+  if (nearest == "round_prefer_floor") rs.nearest = NearestMode::RoundPreferFloor;
+  else if (nearest == "round_prefer_ceil") rs.nearest = NearestMode::RoundPreferCeil;
+  else if (nearest == "floor") rs.nearest = NearestMode::Floor;
+  else if (nearest == "ceil") rs.nearest = NearestMode::Ceil;
+  else if (nearest == "simple") rs.nearest = NearestMode::Simple;
+  else b.fail(n, "nearest_mode '", nearest, "' is unknown");
+  if (n.get_int("antialias", 0) != 0) b.fail(n, "antialias=1 is not supported");
+  rs.cubic_a = n.get_float("cubic_coeff_a", -0.75f);
+  rs.exclude_outside = n.get_int("exclude_outside", 0) != 0;
+  if (rs.mode != ResizeMode::Nearest && b.slot(x).dtype != b.compute) b.fail(n, "interpolating Resize needs a float input");
+
+  // Scales per axis, with the ONNX rules: the scales input, else sizes / input (opset-18 axes and
+  // keep_aspect_ratio_policy included), else output / input.
+  std::vector<int64_t> axes(r);
+  for (std::size_t d = 0; d < r; ++d) axes[d] = static_cast<int64_t>(d);
+  if (n.has("axes")) {
+    axes = n.get_ints("axes");
+    for (auto& a : axes) a = b.axis(n, a, static_cast<int64_t>(r));
+  }
+  std::vector<float> scales(r, 1.f), given;
+  std::vector<int64_t> sizes;
+  if (n.op == "Upsample" && b.graph.opset < 9) {
+    given = n.get_floats("scales");
+  } else {
+    const std::size_t si = legacy ? 1 : 2;
+    if (b.has_input(n, si) && b.require_const(n, si, "scales").numel() > 0) given = b.const_floats(n, si, "scales");
+    if (!legacy && b.has_input(n, 3) && b.require_const(n, 3, "sizes").numel() > 0) sizes = b.const_ints(n, 3, "sizes");
+  }
+  if (!given.empty()) {
+    if (given.size() != axes.size()) b.fail(n, "scales has ", given.size(), " values for ", axes.size(), " axes");
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      if (!(given[i] > 0.f)) b.fail(n, "scales must be positive");
+      scales[static_cast<std::size_t>(axes[i])] = given[i];
+    }
+  } else if (!sizes.empty()) {
+    if (sizes.size() != axes.size()) b.fail(n, "sizes has ", sizes.size(), " values for ", axes.size(), " axes");
+    const std::string policy = n.get_string("keep_aspect_ratio_policy", "stretch");
+    float keep = policy == "not_larger" ? 1e30f : 0.f;
+    for (std::size_t i = 0; i < axes.size(); ++i) {
+      const float s = static_cast<float>(sizes[i]) / static_cast<float>(xs[static_cast<std::size_t>(axes[i])]);
+      scales[static_cast<std::size_t>(axes[i])] = s;
+      keep = policy == "not_larger" ? std::min(keep, s) : std::max(keep, s);
+    }
+    if (policy != "stretch") {
+      if (policy != "not_larger" && policy != "not_smaller") b.fail(n, "keep_aspect_ratio_policy '", policy, "' is unknown");
+      for (auto a : axes) scales[static_cast<std::size_t>(a)] = keep;
+    }
+  } else {
+    for (std::size_t d = 0; d < r; ++d) scales[d] = static_cast<float>(ys[d]) / static_cast<float>(xs[d]);
+  }
+  for (std::size_t d = 0; d < r; ++d) {
+    rs.in[d] = xs[d];
+    rs.out[d] = ys[d];
+    rs.scale[d] = scales[d];
+  }
+  const DType t = b.slot(x).dtype;
+  b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { resize(t, bd.at(x), bd.at(y), rs, s); });
+}
+
+}  // namespace
+
+bool lower_layout(Builder& b, const Node& n) {
+  if (!n.domain.empty()) return false;
+  const std::string& op = n.op;
+  if (op == "Dropout" && b.has_output(n, 1)) b.fail(n, "the mask output of Dropout is not supported");
+  if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" || op == "Identity" || op == "Dropout")
+    lower_view(b, n);
+  else if (op == "Transpose") lower_transpose(b, n);
+  else if (op == "Concat") lower_concat(b, n);
+  else if (op == "Split") lower_split(b, n);
+  else if (op == "Slice") lower_slice(b, n);
+  else if (op == "Gather") lower_gather(b, n);
+  else if (op == "Pad") lower_pad(b, n);
+  else if (op == "Expand" || op == "Tile") lower_repeat(b, n);
+  else if (op == "Resize" || op == "Upsample") lower_resize(b, n);
+  else return false;
+  return true;
+}
+
+}  // namespace sluice::cuda
