@@ -122,7 +122,6 @@ int run_job(JobConfig job, const std::string& job_toml, int argc, char** argv) {
   }
 
   RunContext ctx(job, job_toml, mpi);
-  agreed(mpi, [&] { validate_job(job); });
   agreed(mpi, [&] { ctx.open_source(); });
   agreed(mpi, [&] { ctx.load_model(); });
   agreed(mpi, [&] { ctx.plan(); });   // rank 0 prepares the output folder; the plan is broadcast
@@ -158,7 +157,11 @@ void add_run_command(CLI::App& app, Commands& commands) {
   static JobConfig job;
   CLI::App* run = app.add_subcommand("run", "Run a job: the model over every sample, outputs to HDF5 rank files");
   add_job_options(*run, job);
-  commands.handlers["run"] = [run](int argc, char** argv) { return run_job(job, job_to_toml(*run), argc, argv); };
+  commands.handlers["run"] = [run](int argc, char** argv) {
+    apply_job_file(*run, job);
+    validate_job(job);
+    return run_job(job, job_to_toml(job), argc, argv);
+  };
 }
 
 }  // namespace sluice

@@ -1,5 +1,7 @@
 #pragma once
-// Binding the job (app/job.h) to CLI11 options, validating it, and echoing it.
+// Binding the job (app/job.h) to CLI11 options, reading job files, validating and echoing the job.
+// One list of fields (visit_job in job_options.cpp) feeds the options, the job-file keys and the
+// TOML echo, so they cannot drift apart.
 #include <string>
 
 #include "app/job.h"
@@ -10,15 +12,19 @@ class App;
 
 namespace sluice {
 
-// Adds one option per JobConfig field to `run`, with the field's default shown in --help, and the
-// --config job file (TOML; unknown keys are errors).
+// Adds one option per JobConfig field to `run` (defaults shown in --help), plus --config.
 void add_job_options(CLI::App& run, JobConfig& job);
 
-// Checks values that CLI11 cannot (ranges, names, combinations); throws UsageError.
+// Applies the job file named by --config (if any): every key is the long name of an option of
+// `run`; options given on the command line win.  Throws UsageError for a missing or malformed file,
+// an unknown key or a bad value, naming the file.
+void apply_job_file(CLI::App& run, const JobConfig& job);
+
+// Checks values that CLI11 cannot (combinations); throws UsageError.
 void validate_job(const JobConfig& job);
 
-// The resolved job as TOML (every key, the file's and the flags' values merged), for the echo at
-// start and the rank files' `job` attribute.
-std::string job_to_toml(const CLI::App& run);
+// The resolved job as TOML (every key), for the echo at start and the rank files' `job` attribute;
+// reading it back as a job file gives the same job.
+std::string job_to_toml(JobConfig job);
 
 }  // namespace sluice

@@ -1,0 +1,108 @@
+// Job options: flags, job files (TOML) and their precedence, and the echo round trip.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "app/job_options.h"
+#include "core/error.h"
+
+using namespace sluice;
+
+namespace {
+
+struct Parsed {
+  JobConfig job;
+  CLI::App app{"test"};
+  CLI::App* run = nullptr;
+  explicit Parsed(std::vector<std::string> args) {
+    run = app.add_subcommand("run");
+    add_job_options(*run, job);
+    args.insert(args.begin(), "run");
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
+    apply_job_file(*run, job);
+  }
+};
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST(JobOptions, DefaultsWithoutArguments) {
+  Parsed p({});
+  EXPECT_EQ(p.job.batch_size, 32);
+  EXPECT_EQ(p.job.sharding, "dynamic");
+  EXPECT_EQ(p.job.outputs, std::vector<std::string>{"logits"});
+  EXPECT_TRUE(p.job.cuda_graphs);
+}
+
+TEST(JobOptions, JobFileKeysAreOptionNamesAndFlagsOverrideThem) {
+  const std::string path = write_file("job1.toml",
+                                      "# a job\nbatch-size = 7\nsample-shape = [3, 5, 9]\noutputs = [\"logits\", \"argmax\"]\n"
+                                      "cuda-graphs = false\nname = 'single quoted'\nscale = 0.5 # comment\n");
+  Parsed p({"--config", path, "--batch-size", "9"});
+  EXPECT_EQ(p.job.batch_size, 9);  // the flag wins
+  EXPECT_EQ(p.job.sample_shape, (std::vector<int64_t>{3, 5, 9}));
+  EXPECT_EQ(p.job.outputs, (std::vector<std::string>{"logits", "argmax"}));
+  EXPECT_FALSE(p.job.cuda_graphs);
+  EXPECT_EQ(p.job.name, "single quoted");
+  EXPECT_FLOAT_EQ(p.job.scale, 0.5f);
+}
+
+TEST(JobOptions, EchoReadsBackAsTheSameJob) {
+  Parsed a({"--batch-size", "5", "--outputs", "argmax,softmax", "--mean", "0.5,0.25,1", "--name", "q\"uote",
+            "--no-cuda-graphs", "--sample-shape", "1,2,3"});
+  const std::string path = write_file("echo.toml", job_to_toml(a.job));
+  Parsed b({"--config", path});
+  EXPECT_EQ(job_to_toml(b.job), job_to_toml(a.job));
+  EXPECT_EQ(b.job.batch_size, 5);
+  EXPECT_EQ(b.job.mean, (std::vector<float>{0.5f, 0.25f, 1.0f}));
+  EXPECT_EQ(b.job.name, "q\"uote");
+  EXPECT_FALSE(b.job.cuda_graphs);
+}
+
+TEST(JobOptions, MalformedJobFilesAreUsageErrorsNamingTheFileAndLine) {
+  for (const char* text : {"batch-size = [\n", "name = \"open\n", "[run]\nbatch-size = 3\n", "just words\n"}) {
+    const std::string path = write_file("bad.toml", text);
+    try {
+      Parsed p({"--config", path});
+      FAIL() << "accepted: " << text;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("line"), std::string::npos) << e.what();
+      EXPECT_EQ(e.exit_code(), kExitUsage);
+    }
+  }
+}
+
+TEST(JobOptions, UnknownKeysAndBadValuesAreRejected) {
+  const std::string unknown = write_file("unknown.toml", "batchsize = 3\n");
+  EXPECT_THROW(Parsed({"--config", unknown}), UsageError);
+  const std::string hidden = write_file("hidden.toml", "throttle-ms = 3\n");
+  EXPECT_THROW(Parsed({"--config", hidden}), UsageError);  // test-only options are flags, not job keys
+  const std::string bad = write_file("badvalue.toml", "device = \"gpu\"\n");
+  EXPECT_THROW(Parsed({"--config", bad}), UsageError);
+  EXPECT_THROW(Parsed({"--config", "/nonexistent/job.toml"}), UsageError);
+  EXPECT_THROW(Parsed({"--batch-size", "0"}), CLI::ValidationError);
+  EXPECT_THROW(Parsed({"--sharding", "round-robin"}), CLI::ValidationError);
+}
+
+TEST(JobOptions, ValidateRejectsContradictions) {
+  JobConfig j;
+  j.resume = j.overwrite = true;
+  EXPECT_THROW(validate_job(j), UsageError);
+  JobConfig k;
+  k.outputs = {"logits", "logits"};
+  EXPECT_THROW(validate_job(k), UsageError);
+  JobConfig l;
+  l.stddev = {1.f, 0.f, 1.f};
+  EXPECT_THROW(validate_job(l), UsageError);
+  EXPECT_NO_THROW(validate_job(JobConfig{}));
+}
