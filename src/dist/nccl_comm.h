@@ -1,0 +1,66 @@
+#pragma once
+// NCCL for the job's GPU-to-GPU traffic: a communicator made from an MPI communicator, and the
+// weight broadcast (rank `root` read the model; every other rank receives each constant tensor
+// bit for bit).  NCCL refuses communicators whose ranks share a GPU ("invalid usage"), so the
+// broadcast falls back to MPI there.
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <string>
+
+#include "core/error.h"
+#include "dist/mpi_context.h"   // MPI_CHECK
+#include "model/graph.h"
+
+#define NCCL_CHECK(call)                                                                                   \
+  do {                                                                                                     \
+    const ncclResult_t sluice_nccl_res_ = (call);                                                          \
+    if (sluice_nccl_res_ != ncclSuccess)                                                                   \
+      throw ::sluice::Error(::sluice::format_failure(#call, __FILE__, __LINE__,                            \
+                                                     ::sluice::str(ncclGetErrorString(sluice_nccl_res_),   \
+                                                                   " ", ncclGetLastError(nullptr))));      \
+  } while (0)
+
+namespace sluice {
+
+class NcclComm {
+ public:
+  // Collective over `comm`: the root of `comm` (rank 0) creates the unique id and broadcasts it
+  // with MPI; each rank brings the CUDA device it drives.
+  NcclComm(MPI_Comm comm, int device);
+  ~NcclComm();
+  NcclComm(NcclComm&& o) noexcept;
+  NcclComm& operator=(NcclComm&&) = delete;
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  ncclComm_t get() const { return comm_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int device() const { return device_; }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  int rank_ = 0, size_ = 1, device_ = 0;
+};
+
+// True when two ranks of `comm` drive the same GPU (same host and PCI bus id).  Collective.
+bool ranks_share_gpu(MPI_Comm comm, int device);
+
+struct WeightBroadcast {
+  std::string transport;   // "nccl" or "mpi"
+  int tensors = 0;
+  std::size_t bytes = 0;
+  double seconds = 0;
+};
+
+// Every rank of `comm` ends with root's constants (names, types, shapes and bytes), replacing
+// whatever its graph held.  Collective.  NCCL when `device` >= 0 and no two ranks share a GPU,
+// MPI otherwise.  The non-root ranks need not have read the weights (their constants may be empty).
+WeightBroadcast broadcast_weights(Graph& g, MPI_Comm comm, int root, int device);
+// The two transports, for callers that already know which one applies (and for tests).
+WeightBroadcast broadcast_weights_nccl(Graph& g, NcclComm& nccl, MPI_Comm comm, int root);
+WeightBroadcast broadcast_weights_mpi(Graph& g, MPI_Comm comm, int root);
+
+}  // namespace sluice
