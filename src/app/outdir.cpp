@@ -29,7 +29,7 @@ std::vector<std::string> list_rank_files(const std::string& outdir) {
   if (!d) return files;
   while (dirent* e = readdir(d)) {
     const std::string n = e->d_name;
-    if (n.size() == 14 && n.rfind("rank-", 0) == 0 && n.compare(10, 3, ".h5") == 0 &&
+    if (n.size() == 13 && n.rfind("rank-", 0) == 0 && n.compare(10, 3, ".h5") == 0 &&
         std::all_of(n.begin() + 5, n.begin() + 10, ::isdigit))
       files.push_back(outdir + "/" + n);
   }
