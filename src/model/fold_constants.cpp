@@ -1,6 +1,7 @@
 // Constant folding and the shape-inference pass.  They alternate: folding a Shape node needs its
 // input's static shape, and the folded values (Resize sizes, Reshape targets) let inference reach
 // further, until a round changes nothing.
+#include <unordered_map>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -38,10 +39,22 @@ void seed_values(Graph& g, bool strict) {
 int fold_sweep(Graph& g) {
   std::unordered_set<std::string> graph_outputs;
   for (const auto& o : g.outputs) graph_outputs.insert(o.name);
+  // Identity of a constant (TorchScript writes one per shared weight): alias it instead of copying
+  // the weights.
+  std::unordered_map<std::string, std::string> alias;
+  for (const Node& n : g.nodes)
+    if (n.op == "Identity" && n.domain.empty() && n.inputs.size() == 1 && n.outputs.size() == 1 &&
+        g.is_constant(n.inputs[0]) && !graph_outputs.count(n.outputs[0]))
+      alias[n.outputs[0]] = n.inputs[0];
   std::vector<Node> kept;
   kept.reserve(g.nodes.size());
-  int folded = 0;
+  int folded = static_cast<int>(alias.size());
   for (Node& n : g.nodes) {
+    if (n.op == "Identity" && !n.outputs.empty() && alias.count(n.outputs[0])) continue;
+    for (auto& in : n.inputs) {
+      auto a = alias.find(in);
+      if (a != alias.end()) in = a->second;
+    }
     bool foldable = !n.outputs.empty();
     // A graph output must keep a producer: the engines fill output buffers by running nodes.
     for (const auto& o : n.outputs) foldable = foldable && !o.empty() && !graph_outputs.count(o);

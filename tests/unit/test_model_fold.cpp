@@ -237,3 +237,16 @@ TEST(InferShapes, InconsistentShapesAndRuntimeShapeValuesAreInputErrors) {
     EXPECT_THROW(infer_shapes(g), InputError);  // 8 channels into weights for 3
   }
 }
+
+TEST(FoldConstants, IdentityOfAWeightIsAnAliasNotACopy) {
+  GraphBuilder b;
+  b.input("x", {1, 2, 4, 4}).output("y");
+  b.floats("w", {2, 2, 1, 1}, {1.f, 0.f, 0.f, 1.f});
+  b.node("Identity", {"w"}, {"w_shared"});
+  b.node("Conv", {"x", "w_shared"}, {"y"});
+  Graph g = b.g;
+  fold_constants(g);
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].inputs[1], "w");
+  EXPECT_FALSE(g.is_constant("w_shared"));
+}

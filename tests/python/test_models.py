@@ -1,0 +1,206 @@
+"""Sluice's CPU engine on real exported models, checked against onnxruntime and torch eager.
+
+Models come from data_tools/export_model.py (torch runs in a separate interpreter, Debian's
+/usr/bin/python3 by default: set SLUICE_TORCH_PYTHON to change it), exported once per session into a
+temporary folder at a small input size.  Sluice runs them through the debug command
+
+    sluice forward --model M.onnx --input x.npy --outdir D --device cpu
+
+which writes each graph output to D/<name with characters outside [A-Za-z0-9_.-] replaced by _>.npy.
+Also checked: bad models (corrupt file, external data escaping the model's folder, an unsupported
+op) end with exit status 3 and one line naming the file or the op.
+"""
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = os.environ.get("SLUICE_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+SLUICE_BIN = os.environ.get("SLUICE_BIN", os.path.join(ROOT, "build", "sluice"))
+TORCH_PY = os.environ.get("SLUICE_TORCH_PYTHON", "/usr/bin/python3")
+EXPORT = os.path.join(ROOT, "data_tools", "export_model.py")
+HEIGHT = WIDTH = 96
+REL_TOL = 1e-4
+ARGMAX_AGREEMENT = 0.999
+
+if not os.access(SLUICE_BIN, os.X_OK):
+    pytest.skip(f"no sluice binary at {SLUICE_BIN} (set SLUICE_BIN)", allow_module_level=True)
+
+
+def torch_available():
+    try:
+        return subprocess.run([TORCH_PY, "-c", "import torch, torchvision"], capture_output=True).returncode == 0
+    except OSError:
+        return False
+
+
+def forward_available():
+    r = subprocess.run([SLUICE_BIN, "forward", "--help"], capture_output=True, text=True)
+    return r.returncode == 0 and "--model" in r.stdout
+
+
+needs_torch = pytest.mark.skipif(not torch_available(), reason=f"{TORCH_PY} has no torch/torchvision")
+pytestmark = pytest.mark.skipif(not forward_available(), reason="this sluice has no `forward` command yet")
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("models")
+
+
+def export(cache, model, exporter="torchscript"):
+    """Exports `model` once per session; returns its folder (model.onnx, input.npy, torch_output.npy)."""
+    folder = cache / f"{model}-{exporter}"
+    if not (folder / "model.onnx").exists():
+        folder.mkdir(exist_ok=True)
+        r = subprocess.run([TORCH_PY, EXPORT, "--model", model, "--out", str(folder / "model.onnx"),
+                            "--height", str(HEIGHT), "--width", str(WIDTH), "--batch", "2", "--seed", "0",
+                            "--exporter", exporter, "--save-reference", str(folder)],
+                           capture_output=True, text=True)
+        if r.returncode == 2 and "unavailable" in r.stderr:
+            pytest.skip(r.stderr.strip())
+        assert r.returncode == 0, r.stderr
+    return folder
+
+
+def file_name(output):
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", output) + ".npy"
+
+
+def sluice_forward(model, x, workdir):
+    """Runs `sluice forward` on x; returns {output name: array} for the model's outputs."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    x_path, out_dir = workdir / "x.npy", workdir / "out"
+    np.save(x_path, x)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    r = subprocess.run([SLUICE_BIN, "forward", "--model", str(model), "--input", str(x_path), "--outdir",
+                        str(out_dir), "--device", "cpu"], capture_output=True, text=True)
+    assert r.returncode == 0, f"sluice forward failed ({r.returncode}): {r.stderr}"
+    names = [o.name for o in onnx.load(str(model), load_external_data=False).graph.output]
+    return {n: np.load(out_dir / file_name(n)) for n in names}
+
+
+def onnxruntime_run(model, x):
+    s = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return s.run(None, {s.get_inputs()[0].name: x})[0]
+
+
+def check_close(got, ref, what):
+    assert got.shape == ref.shape, f"{what}: shape {got.shape} != {ref.shape}"
+    rel = np.abs(got.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30)
+    assert rel <= REL_TOL, f"{what}: max|diff|/max|ref| = {rel:.2e} > {REL_TOL}"
+    agree = (got.argmax(axis=1) == ref.argmax(axis=1)).mean()
+    assert agree >= ARGMAX_AGREEMENT, f"{what}: argmax over channels agrees on {agree:.4%} only"
+
+
+def check_model(folder, tmp_path):
+    model = folder / "model.onnx"
+    x = np.load(folder / "input.npy")
+    got = sluice_forward(model, x, tmp_path)
+    assert len(got) == 1, list(got)
+    y = next(iter(got.values()))
+    check_close(y, onnxruntime_run(model, x), "vs onnxruntime")
+    check_close(y, np.load(folder / "torch_output.npy"), "vs torch eager")
+    return y
+
+
+@needs_torch
+@pytest.mark.parametrize("model", ["resnet18", "resnet50", "deeplabv3_resnet50"])
+def test_torchscript_export_matches_onnxruntime_and_torch(model, cache, tmp_path):
+    y = check_model(export(cache, model), tmp_path)
+    assert y.shape == ((2, 21, HEIGHT, WIDTH) if model.startswith("deeplab") else (2, 1000))
+
+
+@needs_torch
+def test_dynamo_export_with_external_data_matches(cache, tmp_path):
+    folder = export(cache, "resnet18", exporter="dynamo")  # skips when the local torch has no dynamo exporter
+    check_model(folder, tmp_path)
+
+
+@needs_torch
+def test_external_data_copy_of_a_model_gives_the_same_output(cache, tmp_path):
+    # The dynamo exporter's layout (weights in a side file) without needing torch >= 2.5.
+    src = export(cache, "resnet18")
+    m = onnx.load(str(src / "model.onnx"))
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    onnx.save_model(m, str(ext / "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="model.onnx.data", size_threshold=1024)
+    assert (ext / "model.onnx.data").stat().st_size > 40_000_000
+    assert (ext / "model.onnx").stat().st_size < 1_000_000
+    x = np.load(src / "input.npy")
+    y = next(iter(sluice_forward(ext / "model.onnx", x, tmp_path / "run").values()))
+    check_close(y, np.load(src / "torch_output.npy"), "external data vs torch eager")
+
+
+def test_quickstart_model_matches_onnxruntime_at_another_batch(tmp_path):
+    model = os.path.join(ROOT, "jobs", "models", "quickstart.onnx")
+    x = np.random.default_rng(7).standard_normal((3, 3, 64, 64)).astype(np.float32)
+    got = sluice_forward(model, x, tmp_path)
+    assert list(got) == ["logits"]
+    assert got["logits"].shape == (3, 8, 64, 64)
+    check_close(got["logits"], onnxruntime_run(model, x), "quickstart vs onnxruntime")
+
+
+# ---- bad models: exit status 3 and one clear line ----------------------------------------------
+
+def relu_model():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def expect_bad_model(model, tmp_path, *needles):
+    x_path = tmp_path / "x.npy"
+    np.save(x_path, np.zeros((1, 4), np.float32))
+    r = subprocess.run([SLUICE_BIN, "forward", "--model", str(model), "--input", str(x_path), "--outdir",
+                        str(tmp_path / "out"), "--device", "cpu"], capture_output=True, text=True)
+    assert r.returncode == 3, f"exit {r.returncode}: {r.stderr}"
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_corrupt_model_is_exit_3_naming_the_file(tmp_path):
+    bad = tmp_path / "corrupt.onnx"
+    good = relu_model().SerializeToString()
+    bad.write_bytes(good[: len(good) // 2] + b"\xff\xff\xff\xff\x0f")
+    expect_bad_model(bad, tmp_path, "corrupt.onnx")
+
+
+def test_external_data_escaping_the_folder_is_exit_3(tmp_path):
+    (tmp_path / "secret.bin").write_bytes(np.ones(4, np.float32).tobytes())
+    folder = tmp_path / "models"
+    folder.mkdir()
+    m = relu_model()
+    w = numpy_helper.from_array(np.zeros(4, np.float32), "w")
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "../secret.bin"), ("offset", "0"), ("length", "16")):
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    m.graph.initializer.append(w)
+    m.graph.node[0].input[0] = "x"
+    m.graph.node.append(helper.make_node("Add", ["y", "w"], ["z"]))
+    m.graph.output[0].name = "z"
+    path = folder / "escape.onnx"
+    path.write_bytes(m.SerializeToString())
+    expect_bad_model(path, tmp_path, "escape.onnx", "../secret.bin")
+
+
+def test_unsupported_op_is_exit_3_naming_the_op(tmp_path):
+    m = relu_model()
+    m.graph.node.append(helper.make_node("Einsum", ["y", "y"], ["z"], equation="bi,bi->bi", name="mix"))
+    m.graph.output[0].name = "z"
+    path = tmp_path / "einsum.onnx"
+    path.write_bytes(m.SerializeToString())
+    expect_bad_model(path, tmp_path, "einsum.onnx", "Einsum")
