@@ -145,8 +145,9 @@ int run_job(JobConfig job, const std::string& job_toml, int argc, char** argv) {
     if (mpi.world_size() > 1) mpi.abort(e.exit_code());
     throw Error("", e.exit_code());
   }
-  progress.reset();
-  const bool complete = ctx.finish();  // gathers the report, writes outputs.h5 and report.json
+  const bool complete = ctx.drain();
+  progress.reset();  // after drain(): rank 0 has counted every rank's last commit
+  ctx.report();      // gathers the report, writes outputs.h5 and report.json
   if (complete) return kExitOk;
   return kExitResumable;
 }

@@ -188,11 +188,17 @@ void RunContext::stop() {
   if (work_) work_->request_stop();
 }
 
-bool RunContext::finish() {
+bool RunContext::drain() {
   file_->close();
-  const bool complete_attempt = work_->finish();
+  complete_ = work_->finish();
   int local_stopped = stopped_ ? 1 : 0, any_stopped = 0;
   MPI_CHECK(MPI_Allreduce(&local_stopped, &any_stopped, 1, MPI_INT, MPI_MAX, mpi_.comm()));
+  any_stopped_ = any_stopped != 0;
+  return complete_;
+}
+
+void RunContext::report() {
+  const bool complete_attempt = complete_;
 
   RankReport me;
   me.rank = mpi_.rank();
@@ -203,7 +209,7 @@ bool RunContext::finish() {
   me.stats = stats_;
   const std::vector<std::string> all = mpi_.gather_strings(me.to_json().dump());
   mpi_.barrier();  // every rank file is closed before rank 0 reads them
-  if (mpi_.rank() != 0) return complete_attempt;
+  if (mpi_.rank() != 0) return;
 
   JobReport r;
   r.name = job_.name;
@@ -224,7 +230,7 @@ bool RunContext::finish() {
   r.batch_size = job_.batch_size;
   r.chunk_samples = chunking_.chunk_samples;
   r.complete = complete_attempt;
-  r.stopped = any_stopped != 0;
+  r.stopped = any_stopped_;
   r.started = started_;
   r.finished = iso8601(unix_time_now());
   for (const auto& s : all) r.ranks.push_back(RankReport::from_json(nlohmann::json::parse(s)));
@@ -241,7 +247,6 @@ bool RunContext::finish() {
   write_report_json(r, job_.output + "/report.json");
   std::fputs(format_report_table(r).c_str(), stdout);
   std::fflush(stdout);
-  return complete_attempt;
 }
 
 }  // namespace sluice

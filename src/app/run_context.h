@@ -29,7 +29,8 @@ class RunContext {
   void build();         // device, engine, rank file, pipeline, work distributor
   void run();           // the pipeline until this rank has no more work
   void stop();          // from the signal thread
-  bool finish();        // close files, gather the report; rank 0 writes outputs.h5 and report.json
+  bool drain();         // close the rank file; agree whether the job is complete
+  void report();        // gather the report; rank 0 writes outputs.h5 and report.json
 
   WorkDistributor& work() { return *work_; }
   const RunPlan& plan_result() const { return plan_; }
@@ -60,6 +61,8 @@ class RunContext {
   std::unique_ptr<Pipeline> pipeline_;
   PipelineStats stats_;
   bool stopped_ = false;
+  bool complete_ = false;
+  bool any_stopped_ = false;
 };
 
 }  // namespace sluice
