@@ -73,7 +73,7 @@ def file_name(output):
     return re.sub(r"[^A-Za-z0-9_.-]", "_", output) + ".npy"
 
 
-def sluice_forward(model, x, workdir):
+def sluice_forward(model, x, workdir, *extra):
     """Runs `sluice forward` on x; returns {output name: array} for the model's outputs."""
     workdir.mkdir(parents=True, exist_ok=True)
     x_path, out_dir = workdir / "x.npy", workdir / "out"
@@ -81,7 +81,7 @@ def sluice_forward(model, x, workdir):
     if out_dir.exists():
         shutil.rmtree(out_dir)
     r = subprocess.run([SLUICE_BIN, "forward", "--model", str(model), "--input", str(x_path), "--outdir",
-                        str(out_dir), "--device", "cpu"], capture_output=True, text=True)
+                        str(out_dir), "--device", "cpu", *extra], capture_output=True, text=True)
     assert r.returncode == 0, f"sluice forward failed ({r.returncode}): {r.stderr}"
     names = [o.name for o in onnx.load(str(model), load_external_data=False).graph.output]
     return {n: np.load(out_dir / file_name(n)) for n in names}
@@ -119,6 +119,13 @@ def test_torchscript_export_matches_onnxruntime_and_torch(model, cache, tmp_path
 
 
 @needs_torch
+@pytest.mark.parametrize("model", ["mobilenet_v3_small", "efficientnet_b0", "lraspp_mobilenet_v3_large"])
+def test_more_torchvision_exports_match(model, cache, tmp_path):
+    # HardSwish/HardSigmoid, squeeze-excitation Mul, SiLU as Sigmoid*Mul, Resize from Shape subgraphs.
+    check_model(export(cache, model), tmp_path)
+
+
+@needs_torch
 def test_dynamo_export_with_external_data_matches(cache, tmp_path):
     folder = export(cache, "resnet18", exporter="dynamo")  # skips when the local torch has no dynamo exporter
     check_model(folder, tmp_path)
@@ -147,6 +154,48 @@ def test_quickstart_model_matches_onnxruntime_at_another_batch(tmp_path):
     assert list(got) == ["logits"]
     assert got["logits"].shape == (3, 8, 64, 64)
     check_close(got["logits"], onnxruntime_run(model, x), "quickstart vs onnxruntime")
+
+
+def conv_bn_residual_net(rng):
+    """Conv+BatchNorm+Relu, a residual Add, Clip (ReLU6), LeakyRelu and a standalone BatchNorm, with
+    the BatchNorms left in the graph (exporters fold them), so Sluice's own folding is exercised."""
+    def const(name, a):
+        return numpy_helper.from_array(np.asarray(a, np.float32), name)
+
+    def bn(prefix, c):
+        return [const(f"{prefix}_g", rng.uniform(0.5, 1.5, c)), const(f"{prefix}_b", rng.uniform(-0.3, 0.3, c)),
+                const(f"{prefix}_m", rng.uniform(-0.3, 0.3, c)), const(f"{prefix}_v", rng.uniform(0.5, 2.0, c))]
+
+    inits = [const("w1", rng.standard_normal((8, 3, 3, 3)) * 0.3), const("w2", rng.standard_normal((8, 8, 3, 3)) * 0.15),
+             const("b2", rng.standard_normal(8) * 0.1), const("w3", rng.standard_normal((8, 8, 1, 1)) * 0.3),
+             const("lo", 0.0), const("hi", 6.0)] + bn("bn1", 8) + bn("bn2", 8) + bn("bn3", 8)
+    P = [1, 1, 1, 1]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=P),
+        helper.make_node("BatchNormalization", ["c1", "bn1_g", "bn1_b", "bn1_m", "bn1_v"], ["n1"], epsilon=1e-3),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=P),
+        helper.make_node("BatchNormalization", ["c2", "bn2_g", "bn2_b", "bn2_m", "bn2_v"], ["n2"]),
+        helper.make_node("Add", ["n2", "r1"], ["s"]),
+        helper.make_node("Clip", ["s", "lo", "hi"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3"], ["c3"]),
+        helper.make_node("LeakyRelu", ["c3"], ["l3"], alpha=0.1),
+        helper.make_node("BatchNormalization", ["l3", "bn3_g", "bn3_b", "bn3_m", "bn3_v"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 20, 20])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 20, 20])
+    g = helper.make_graph(nodes, "convbn", [x], [y], initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_batchnorm_folding_and_fusion_keep_the_result(fuse, tmp_path):
+    rng = np.random.default_rng(3)
+    path = tmp_path / "convbn.onnx"
+    path.write_bytes(conv_bn_residual_net(rng).SerializeToString())
+    x = rng.standard_normal((2, 3, 20, 20)).astype(np.float32)
+    got = sluice_forward(path, x, tmp_path / "run", *([] if fuse else ["--no-fuse"]))["y"]
+    check_close(got, onnxruntime_run(path, x), f"conv/bn net ({'fused' if fuse else 'unfused'}) vs onnxruntime")
 
 
 # ---- bad models: exit status 3 and one clear line ----------------------------------------------
