@@ -305,8 +305,9 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
     shape[axis] = 0;
     for (std::size_t i = 0; i < in.size(); ++i) {
       const Tensor& t = need(i);
-      if (t.dtype != first.dtype || static_cast<int64_t>(t.shape.size()) != r)
-        throw InputError(str(node_context(g, n), "inputs differ in type or rank"));
+      bool same = t.dtype == first.dtype && static_cast<int64_t>(t.shape.size()) == r;
+      for (int64_t d = 0; same && d < r; ++d) same = d == axis || t.shape[d] == first.shape[d];
+      if (!same) throw InputError(str(node_context(g, n), "inputs differ in type, rank or a non-axis dimension"));
       shape[axis] += t.shape[axis];
     }
     Tensor o(first.dtype, shape);
@@ -329,12 +330,23 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
     std::vector<int64_t> perm = n.get_ints("perm");
     if (perm.empty())
       for (int64_t i = static_cast<int64_t>(x.shape.size()) - 1; i >= 0; --i) perm.push_back(i);
+    std::vector<bool> seen(x.shape.size(), false);
     if (perm.size() != x.shape.size()) throw InputError(str(node_context(g, n), "perm has the wrong length"));
+    for (int64_t p : perm) {
+      if (p < 0 || p >= static_cast<int64_t>(perm.size()) || seen[p])
+        throw InputError(str(node_context(g, n), "perm is not a permutation"));
+      seen[p] = true;
+    }
     out.push_back(transpose(x, perm));
     return true;
   }
+  auto check_dims = [&](const std::vector<int64_t>& dims) {
+    for (int64_t d : dims)
+      if (d < 0) throw InputError(str(node_context(g, n), "negative dimension in ", shape_str(dims)));
+  };
   if (op == "ConstantOfShape") {
     const std::vector<int64_t> shape = need(0).as_int64();
+    check_dims(shape);
     if (shape_numel(shape) > kMaxFoldedElements) return false;
     Tensor v = n.has("value") && n.attrs.at("value").t ? *n.attrs.at("value").t : Tensor::from(DType::F32, {1}, std::vector<float>{0.f});
     Tensor o(v.dtype, shape);
@@ -346,6 +358,7 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
   if (op == "Expand" || op == "Tile") {
     const Tensor& x = need(0);
     const std::vector<int64_t> arg = need(1).as_int64();
+    check_dims(arg);
     if (op == "Expand") {
       const Shape shape = broadcast_shapes(x.shape, arg, g, n);
       if (shape_numel(shape) > kMaxFoldedElements) return false;

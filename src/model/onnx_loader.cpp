@@ -8,6 +8,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <climits>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -28,6 +29,7 @@ namespace {
 
 constexpr int64_t kMinOpset = 7;
 constexpr int64_t kMaxOpset = 21;
+constexpr int64_t kMaxElements = int64_t(1) << 40;  // far above any real tensor, far below overflow
 
 struct LoadContext {
   std::string path;       // the model file, for messages
@@ -76,7 +78,7 @@ fs::path resolve_external(const LoadContext& ctx, const std::string& location, c
   return real;
 }
 
-void read_external(const LoadContext& ctx, const onnx::TensorProto& tp, Tensor& t) {
+Tensor read_external(const LoadContext& ctx, const onnx::TensorProto& tp, DType dt, const Shape& shape) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (const auto& kv : tp.external_data()) {
@@ -91,18 +93,20 @@ void read_external(const LoadContext& ctx, const onnx::TensorProto& tp, Tensor& 
   }
   const fs::path file = resolve_external(ctx, location, tp.name());
   const int64_t size = static_cast<int64_t>(fs::file_size(file));
-  const int64_t need = static_cast<int64_t>(t.nbytes());
+  const int64_t need = shape_numel(shape) * static_cast<int64_t>(dtype_size(dt));
   if (length < 0) length = need;
   if (length != need)
-    throw InputError(str(ctx.path, ": initializer '", tp.name(), "' ", shape_str(t.shape), " needs ", need,
+    throw InputError(str(ctx.path, ": initializer '", tp.name(), "' ", shape_str(shape), " needs ", need,
                          " bytes but its external data length is ", length));
   if (offset < 0 || offset + length > size)
     throw InputError(str(ctx.path, ": initializer '", tp.name(), "' reads bytes [", offset, ", ", offset + length,
                          ") of '", location, "', which has only ", size, " bytes"));
+  Tensor t(dt, shape);
   std::ifstream f(file, std::ios::binary);
   f.seekg(offset);
   f.read(reinterpret_cast<char*>(t.bytes.data()), length);
   if (!f) throw InputError(str(ctx.path, ": cannot read external data '", location, "' of initializer '", tp.name(), "'"));
+  return t;
 }
 
 // Copies one typed repeated field into the tensor, converting to the element type.
@@ -124,18 +128,35 @@ Tensor tensor_from_proto(const onnx::TensorProto& tp, const LoadContext& ctx) {
   Shape shape(tp.dims().begin(), tp.dims().end());
   for (int64_t d : shape)
     if (d < 0) throw InputError(str(ctx.path, ": tensor '", tp.name(), "' has a negative dimension ", shape_str(shape)));
-  Tensor t(dt, shape);
-  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
-    read_external(ctx, tp, t);
-    return t;
+  // Sizes are checked against the data before anything is allocated: a corrupt file must not turn
+  // into a huge allocation.
+  int64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d > 0 && numel > kMaxElements / d)
+      throw InputError(str(ctx.path, ": tensor '", tp.name(), "' has an absurd shape ", shape_str(shape)));
+    numel *= d;
   }
+  const std::size_t need = static_cast<std::size_t>(numel) * dtype_size(dt);
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) return read_external(ctx, tp, dt, shape);
   if (tp.has_raw_data()) {
-    if (tp.raw_data().size() != t.nbytes())
+    if (tp.raw_data().size() != need)
       throw InputError(str(ctx.path, ": tensor '", tp.name(), "' ", shape_str(shape), " of ", dtype_name(dt), " has ",
-                           tp.raw_data().size(), " bytes of raw data instead of ", t.nbytes()));
-    if (t.nbytes()) std::memcpy(t.bytes.data(), tp.raw_data().data(), t.nbytes());
+                           tp.raw_data().size(), " bytes of raw data instead of ", need));
+    Tensor t(dt, shape);
+    if (need) std::memcpy(t.bytes.data(), tp.raw_data().data(), need);
     return t;
   }
+  int64_t given = 0;
+  switch (dt) {
+    case DType::F32: given = tp.float_data_size(); break;
+    case DType::F64: given = tp.double_data_size(); break;
+    case DType::I64: given = tp.int64_data_size(); break;
+    default: given = tp.int32_data_size(); break;
+  }
+  if (given != numel)
+    throw InputError(str(ctx.path, ": tensor '", tp.name(), "' ", shape_str(shape), " holds ", given,
+                         " values instead of ", numel));
+  Tensor t(dt, shape);
   switch (dt) {
     case DType::F32: copy_field<float>(tp.float_data(), t, ctx, tp.name()); break;
     case DType::F64: copy_field<double>(tp.double_data(), t, ctx, tp.name()); break;
@@ -280,6 +301,13 @@ Graph load_onnx(const std::string& path) {
     for (const auto& kv : unsupported) list += str(list.empty() ? "" : ", ", kv.first, " (node '", kv.second, "')");
     throw InputError(str(path, ": unsupported op", unsupported.size() > 1 ? "s " : " ", list));
   }
+  // Every tensor has one producer (a node, an initializer or a graph input).
+  std::set<std::string> produced;
+  for (const auto& in : g.inputs) produced.insert(in.name);
+  for (const auto& n : g.nodes)
+    for (const auto& o : n.outputs)
+      if (!o.empty() && (!produced.insert(o).second || g.is_constant(o)))
+        throw InputError(str(path, ": tensor '", o, "' written by ", n.describe(), " is also defined elsewhere"));
   // A graph output that is an initializer or a Constant needs a producer for the engines.
   for (const auto& o : g.outputs)
     if (g.is_constant(o.name))

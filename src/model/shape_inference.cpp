@@ -53,7 +53,7 @@ Shape pooled_spatial(Ctx& c, const Shape& x, const std::vector<int64_t>& kernel,
   Shape out(sp);
   for (std::size_t i = 0; i < sp; ++i) {
     const int64_t in = x[i + 2], ek = (kernel[i] - 1) * dil[i] + 1;
-    if (strides[i] <= 0) c.fail("stride must be positive");
+    if (strides[i] <= 0 || kernel[i] <= 0 || dil[i] <= 0) c.fail("kernel, stride and dilation must be positive");
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
       out[i] = (in + strides[i] - 1) / strides[i];
       continue;
@@ -180,6 +180,9 @@ bool infer_matmul(Ctx& c, bool gemm) {
     const int64_t m = ta ? a->shape[1] : a->shape[0], k = ta ? a->shape[0] : a->shape[1];
     const int64_t k2 = tb ? b->shape[1] : b->shape[0], nn = tb ? b->shape[0] : b->shape[1];
     if (k != k2) c.fail(str("inner dimensions differ: ", shape_str(a->shape), " x ", shape_str(b->shape)));
+    if (const ValueInfo* bias = c.input(2))
+      if (broadcast_shapes({m, nn}, bias->shape, c.g, c.n) != Shape{m, nn})
+        c.fail(str("C ", shape_str(bias->shape), " does not broadcast to [", m, ",", nn, "]"));
     c.set(0, a->dtype, {m, nn});
     return true;
   }
@@ -363,7 +366,12 @@ bool infer_misc(Ctx& c) {
     if (perm.empty()) for (int64_t i = rank_of(x) - 1; i >= 0; --i) perm.push_back(i);
     if (static_cast<int64_t>(perm.size()) != rank_of(x)) c.fail("perm has the wrong length");
     Shape out;
-    for (int64_t p : perm) out.push_back(x->shape.at(normalize_axis(p, rank_of(x), c.g, c.n)));
+    std::vector<bool> seen(perm.size(), false);
+    for (int64_t p : perm) {
+      if (p < 0 || p >= rank_of(x) || seen[p]) c.fail("perm is not a permutation");
+      seen[p] = true;
+      out.push_back(x->shape[p]);
+    }
     c.set(0, x->dtype, out);
   } else if (op == "Pad") {
     if (!c.value(1)) return c.n.input(1).empty() ? (c.fail("pads is required"), false) : c.not_constant(1, "pads");

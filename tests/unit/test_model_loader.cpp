@@ -325,3 +325,30 @@ TEST(Sha256, MatchesKnownDigests) {
   EXPECT_EQ(sha256_file(dir.file("million")), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
   EXPECT_THROW(sha256_file(dir.file("absent")), InputError);
 }
+
+TEST(OnnxLoader, HugeDeclaredShapesAndDoubleDefinitionsAreInputErrorsNotCrashes) {
+  TempDir dir;
+  onnx::ModelProto m = relu_model();
+  auto* t = m.mutable_graph()->add_initializer();
+  t->set_name("huge");
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  t->add_dims(1ll << 30);
+  t->add_dims(1ll << 30);
+  t->add_float_data(1.f);
+  std::string msg = input_error([&] { load_onnx(save(dir, "huge.onnx", m)); });
+  EXPECT_NE(msg.find("'huge'"), std::string::npos) << msg;
+
+  onnx::ModelProto few = relu_model();
+  auto* f = few.mutable_graph()->add_initializer();
+  f->set_name("few");
+  f->set_data_type(onnx::TensorProto::INT64);
+  f->add_dims(1ll << 20);  // a million values declared, one given
+  f->add_int64_data(3);
+  msg = input_error([&] { load_onnx(save(dir, "few.onnx", few)); });
+  EXPECT_NE(msg.find("holds 1 values instead of 1048576"), std::string::npos) << msg;
+
+  onnx::ModelProto dup = relu_model();
+  add_node(dup, "Sigmoid", {"x"}, {"y"}, "again");
+  msg = input_error([&] { load_onnx(save(dir, "dup.onnx", dup)); });
+  EXPECT_NE(msg.find("tensor 'y'"), std::string::npos) << msg;
+}
