@@ -61,8 +61,8 @@ void agreed(const MpiContext& mpi, const std::function<void()>& step) {
 
 // SIGTERM, SIGUSR1 and SIGINT are blocked in every thread and taken by this one with sigwait, so
 // the handler can do real work (stop the pipeline, log) instead of being async-signal-limited.
-// The first signal asks for a graceful stop; a second exits at once: the rank file's ledger is
-// consistent at every moment, so nothing committed is lost.
+// The first signal asks for a graceful stop; a second one (at least a second later) exits at once:
+// the rank file's ledger is consistent at every moment, so nothing committed is lost.
 class SignalWatcher {
  public:
   static void block_in_this_and_future_threads() {
@@ -73,13 +73,20 @@ class SignalWatcher {
   explicit SignalWatcher(std::function<void(int)> on_first) {
     thread_ = WorkerThread("signals", [this, on_first] {
       sigset_t set = signals();
-      int count = 0;
+      bool first_seen = false;
+      Clock::time_point first_at;
       while (!done_.load()) {
         timespec timeout{0, 200 * 1000 * 1000};
         const int sig = sigtimedwait(&set, nullptr, &timeout);
         if (sig <= 0) continue;
-        if (++count == 1) {
+        if (!first_seen) {
+          first_seen = true;
+          first_at = Clock::now();
           on_first(sig);
+        } else if (seconds_since(first_at) < 1.0) {
+          // The same event delivered twice (scancel signals mpirun and the ranks, and mpirun
+          // forwards it again): not a second request.
+          continue;
         } else {
           std::fprintf(stderr, "sluice: second signal (%s): exiting now; committed chunks are kept\n", strsignal(sig));
           _exit(kExitResumable);

@@ -1,0 +1,26 @@
+"""Dynamic sharding: rank 0 serves chunks on request, so a slow rank takes fewer chunks, and every
+sample is still written exactly once."""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from support.sluice_test import QUICKSTART, assemble, fresh_dir, report, sluice  # noqa: E402
+
+
+def test_a_slow_rank_takes_fewer_chunks(tmp_path):
+    out = fresh_dir(str(tmp_path / "dyn"))
+    n = 1536
+    p = sluice("run", "--config", QUICKSTART, "--output", out, "--samples", n, "--batch-size", 16,
+               "--chunk-batches", 1, "--cpu-threads", 1, "--prefetch", 2, "--throttle-ms", 800, "--throttle-ranks", 2,
+               np_=4, check=True, timeout=600)
+    r = report(out)
+    chunks = {x["rank"]: x["chunks"] for x in r["ranks"]}
+    samples = {x["rank"]: x["samples"] for x in r["ranks"]}
+    assert sum(samples.values()) == n
+    others = [chunks[k] for k in (0, 1, 3)]
+    assert chunks[2] < min(others), (chunks, p.stdout)
+    assert chunks[2] * 2 <= np.mean(others), chunks  # far fewer, not just one less
+    idx, _ = assemble(out)
+    np.testing.assert_array_equal(idx, np.arange(n))

@@ -1,0 +1,103 @@
+"""Kill -9 and resume: at random moments one rank or every rank is killed; --resume (sometimes with
+another number of ranks) redoes only uncommitted chunks.  The final outputs are bit-identical to an
+uninterrupted single-rank run, every index appears once, and no partial chunk is visible."""
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, report, sluice  # noqa: E402
+
+N = 384
+PENDING_AT_RESUME = {}  # trial -> samples the resume still had to do
+JOB = ["--config", QUICKSTART, "--samples", N, "--batch-size", 16, "--chunk-batches", 1, "--cpu-threads", 1,
+       "--quiet"]
+
+
+def rank_pids(outdir):
+    """PIDs of the sluice processes writing to `outdir`."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and os.path.basename(cmd[0].decode(errors="replace")) == "sluice" and outdir.encode() in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+def start(outdir, np_, extra=()):
+    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", BIN, "run", *map(str, JOB), "--output", outdir, *map(str, extra)]
+    return subprocess.Popen(cmd, cwd=ROOT, env=MPI_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def assert_no_partial_chunk(outdir):
+    for path in rank_files(outdir):
+        with h5py.File(path, "r") as f:
+            committed = int(sum(r["count"] for r in f["ledger"][:]))
+            assert f["sample_index"].shape[0] == committed, path
+            for name in f["outputs"]:
+                assert f["outputs"][name].shape[0] == committed, (path, name)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = fresh_dir(str(tmp_path_factory.mktemp("ref") / "clean"))
+    sluice("run", *JOB, "--output", out, check=True)
+    idx, rows = assemble(out)
+    np.testing.assert_array_equal(idx, np.arange(N))
+    return rows
+
+
+@pytest.mark.parametrize("trial", range(10))
+def test_kill_9_then_resume_gives_the_uninterrupted_outputs(tmp_path, reference, trial):
+    rng = random.Random(1000 + trial)
+    out = fresh_dir(str(tmp_path / f"kill{trial}"))
+    np_ = rng.choice([2, 3, 4])
+    victims = "all" if trial % 3 == 0 else "one"
+    proc = start(out, np_, extra=["--throttle-ms", 40, "--throttle-ranks", ",".join(map(str, range(np_)))])
+    deadline = time.time() + 60
+    while len(rank_pids(out)) < np_ and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(rng.uniform(0.8, 3.5))
+    pids = rank_pids(out)
+    if victims == "one" and pids:
+        pids = [rng.choice(pids)]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.communicate(timeout=120)
+
+    # Resume, possibly twice (a resume may itself be interrupted) and with another world size.
+    resume_np = rng.choice([1, 2, 3])
+    p = sluice("run", *JOB, "--output", out, "--resume", np_=resume_np, timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = report(out)
+    assert r["attempt"] >= 1
+    PENDING_AT_RESUME[trial] = r["job"]["pending_samples"]
+    assert_no_partial_chunk(out)
+    idx, rows = assemble(out)
+    np.testing.assert_array_equal(idx, np.arange(N))
+    for name, ref in reference.items():
+        assert np.array_equal(rows[name], ref), name
+    with h5py.File(os.path.join(out, "outputs.h5"), "r") as f:
+        np.testing.assert_array_equal(f["outputs/logits"][:], reference["logits"])
+
+
+def test_most_kills_landed_mid_run():
+    """The trials above test something only if the kill came after some commits and before the end."""
+    assert len(PENDING_AT_RESUME) == 10
+    mid_run = [t for t, pending in PENDING_AT_RESUME.items() if 0 < pending < N]
+    assert len(mid_run) >= 5, PENDING_AT_RESUME
