@@ -65,6 +65,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="jobs/models/quickstart.onnx", help="the .onnx file to write")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset (older ones exercise the loader's rewrites)")
     args = p.parse_args(argv)
 
     # torch 1.13's exporter warns about prim::Constant shape inference on every export; harmless.
@@ -77,7 +78,7 @@ def main(argv=None):
     kwargs = {}
     if "dynamo" in torch.onnx.export.__code__.co_varnames:
         kwargs["dynamo"] = False  # torch >= 2.5 defaults to the dynamo exporter; keep TorchScript
-    torch.onnx.export(net, x, args.out, opset_version=17, input_names=["input"], output_names=["logits"],
+    torch.onnx.export(net, x, args.out, opset_version=args.opset, input_names=["input"], output_names=["logits"],
                       dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}, do_constant_folding=True,
                       **kwargs)
     params = sum(p.numel() for p in net.parameters())

@@ -198,6 +198,72 @@ def test_batchnorm_folding_and_fusion_keep_the_result(fuse, tmp_path):
     check_close(got, onnxruntime_run(path, x), f"conv/bn net ({'fused' if fuse else 'unfused'}) vs onnxruntime")
 
 
+def old_opset_net(opset):
+    """Ops whose spelling changed across opsets, in the spelling of `opset` (9, 10 or 11):
+    Pad, Clip, Slice, Softmax (2-D coercion before 13), ReduceMean, Squeeze, Unsqueeze, TopK."""
+    inits, nodes = [], []
+
+    def ints(name, v):
+        inits.append(numpy_helper.from_array(np.asarray(v, np.int64), name))
+        return name
+
+    def scalar(name, v):
+        inits.append(numpy_helper.from_array(np.asarray(v, np.float32), name))
+        return name
+
+    pads = [0, 0, 1, 1, 0, 0, 1, 1]
+    if opset < 11:
+        nodes.append(helper.make_node("Pad", ["x"], ["p"], pads=pads, value=0.5))
+        nodes.append(helper.make_node("Clip", ["p"], ["c"], min=-1.0, max=1.5))
+    else:
+        nodes.append(helper.make_node("Pad", ["x", ints("pads", pads), scalar("pv", 0.5)], ["p"]))
+        nodes.append(helper.make_node("Clip", ["p", scalar("lo", -1.0), scalar("hi", 1.5)], ["c"]))
+    if opset < 10:
+        nodes.append(helper.make_node("Slice", ["c"], ["s"], axes=[2, 3], starts=[1, 0], ends=[7, 8]))
+    else:
+        nodes.append(helper.make_node("Slice", ["c", ints("st", [1, 0]), ints("en", [7, 8]), ints("ax", [2, 3])], ["s"]))
+    nodes += [helper.make_node("Softmax", ["s"], ["sm"], axis=1),  # over C*H*W at these opsets
+              helper.make_node("ReduceMean", ["sm"], ["rm"], axes=[3], keepdims=1),
+              helper.make_node("Squeeze", ["rm"], ["sq"], axes=[3]),
+              helper.make_node("Unsqueeze", ["sq"], ["us"], axes=[1])]
+    if opset < 10:
+        nodes.append(helper.make_node("TopK", ["us"], ["y", "idx"], axis=3, k=2))
+    else:
+        nodes.append(helper.make_node("TopK", ["us", ints("k", [2])], ["y", "idx"], axis=3))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6, 6])
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("idx", TensorProto.INT64, None)]
+    g = helper.make_graph(nodes, f"opset{opset}", [x], outs, initializer=inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=6)
+
+
+@pytest.mark.parametrize("opset", [9, 10, 11])
+def test_old_opset_spellings_match_onnxruntime(opset, tmp_path):
+    path = tmp_path / f"old{opset}.onnx"
+    path.write_bytes(old_opset_net(opset).SerializeToString())
+    x = np.random.default_rng(opset).standard_normal((2, 4, 6, 6)).astype(np.float32) * 2
+    got = sluice_forward(path, x, tmp_path / "run")
+    s = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    y, idx = s.run(None, {"x": x})
+    assert got["y"].shape == y.shape == (2, 1, 4, 2)
+    rel = np.abs(got["y"] - y).max() / np.abs(y).max()
+    assert rel <= REL_TOL, f"opset {opset}: max|diff|/max|ref| = {rel:.2e}"
+    assert np.array_equal(got["idx"], idx)
+
+
+@needs_torch
+@pytest.mark.parametrize("opset", [9, 10, 11])
+def test_quickstart_net_at_old_opsets_matches_onnxruntime(opset, tmp_path):
+    # Upsample (9), Resize-10 and Resize-11 with the exporter's Shape/Gather/Cast/Div size subgraphs.
+    path = tmp_path / f"quickstart{opset}.onnx"
+    r = subprocess.run([TORCH_PY, os.path.join(ROOT, "data_tools", "make_quickstart_model.py"), "--opset",
+                        str(opset), "--out", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    x = np.random.default_rng(5).standard_normal((2, 3, 64, 64)).astype(np.float32)
+    got = sluice_forward(path, x, tmp_path / "run")["logits"]
+    check_close(got, onnxruntime_run(path, x), f"quickstart at opset {opset} vs onnxruntime")
+
+
 # ---- bad models: exit status 3 and one clear line ----------------------------------------------
 
 def relu_model():
