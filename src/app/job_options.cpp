@@ -58,6 +58,8 @@ void visit_job(JobConfig& j, V& v) {
   v("seed", j.seed, "Synthetic input seed", none);
   v("batch-size", j.batch_size, "Samples per batch", at_least(1));
   v("output", j.output, "Output folder (rank files, outputs.h5, report.json)", none);
+  v("sink", j.sink, "hdf5 (rank files) | null (outputs reach host memory and are dropped: a benchmark of the rest)",
+    one_of({"hdf5", "null"}));
   v("outputs", j.outputs, "What to store: logits, argmax, softmax, topk (comma list)",
     one_of({"logits", "argmax", "softmax", "topk"}));
   v("output-dtype", j.output_dtype, "Type of stored logits/softmax: float32 | float16 | bfloat16",

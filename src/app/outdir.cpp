@@ -103,6 +103,11 @@ RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking, const st
     for (int64_t c = 0; c < chunking.chunks(); ++c) plan.pending.push_back(c);
     return plan;
   }
+  if (job.sink == "null") {
+    // Nothing is stored, so earlier outputs stay as they are and everything is pending.
+    for (int64_t c = 0; c < chunking.chunks(); ++c) plan.pending.push_back(c);
+    return plan;
+  }
   if (job.overwrite) {
     for (const auto& f : files) std::remove(f.c_str());
     std::remove((dir + "/outputs.h5").c_str());

@@ -162,9 +162,11 @@ void RunContext::build() {
   meta.chunk_samples = chunking_.chunk_samples;
   meta.attempt = plan_.attempt;
   meta.start_time = unix_time_now();
-  const std::string path = rank_file_path(job_.output, mpi_.rank());
-  const bool exists = access(path.c_str(), F_OK) == 0;
-  file_ = open_rank_file(path, specs_, job_.batch_size, meta, exists);
+  if (job_.sink == "hdf5") {
+    const std::string path = rank_file_path(job_.output, mpi_.rank());
+    const bool exists = access(path.c_str(), F_OK) == 0;
+    file_ = open_rank_file(path, specs_, job_.batch_size, meta, exists);
+  }
 
   PipelineOptions po;
   po.prefetch = job_.prefetch;
@@ -189,7 +191,7 @@ void RunContext::stop() {
 }
 
 bool RunContext::drain() {
-  file_->close();
+  if (file_) file_->close();
   complete_ = work_->finish();
   int local_stopped = stopped_ ? 1 : 0, any_stopped = 0;
   MPI_CHECK(MPI_Allreduce(&local_stopped, &any_stopped, 1, MPI_INT, MPI_MAX, mpi_.comm()));
@@ -235,7 +237,7 @@ void RunContext::report() {
   r.finished = iso8601(unix_time_now());
   for (const auto& s : all) r.ranks.push_back(RankReport::from_json(nlohmann::json::parse(s)));
 
-  if (complete_attempt) {
+  if (complete_attempt && file_) {
     std::vector<RankFileInfo> infos;
     for (const auto& f : list_rank_files(job_.output)) infos.push_back(read_rank_file(f));
     const Coverage cov = check_coverage(infos, chunking_.total);
