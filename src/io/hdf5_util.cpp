@@ -176,8 +176,23 @@ Type fixed_string_type(std::size_t width) {
 
 }  // namespace
 
+static Type variable_string_type() {
+  Type t(H5_CHECK(H5Tcopy(H5T_C_S1)));
+  H5_CHECK(H5Tset_size(t, H5T_VARIABLE));
+  H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
+  return t;
+}
+
 void write_attr(hid_t obj, const char* name, const std::string& value, std::size_t width) {
-  if (width == 0) width = value.empty() ? 1 : value.size();
+  if (width == 0) {
+    Type type = variable_string_type();
+    Attr a = open_or_create(obj, name, type, [](hid_t old) {
+      return H5Tget_class(old) == H5T_STRING && H5Tis_variable_str(old) > 0;
+    });
+    const char* p = value.c_str();
+    H5_CHECK(H5Awrite(a, type, &p));
+    return;
+  }
   SLUICE_CHECK(value.size() <= width, "attribute ", name, " holds at most ", width, " bytes");
   Type type = fixed_string_type(width);
   Attr a = open_or_create(obj, name, type, [&](hid_t old) {
@@ -208,6 +223,7 @@ std::optional<std::string> read_attr_string(hid_t obj, const char* name) {
   if (H5_CHECK(H5Tis_variable_str(type)) > 0) {
     Type mem(H5_CHECK(H5Tcopy(H5T_C_S1)));
     H5_CHECK(H5Tset_size(mem, H5T_VARIABLE));
+    H5_CHECK(H5Tset_cset(mem, H5Tget_cset(type)));  // HDF5 does not convert between character sets
     char* p = nullptr;
     H5_CHECK(H5Aread(a, mem, &p));
     std::string s = p ? p : "";
@@ -216,6 +232,7 @@ std::optional<std::string> read_attr_string(hid_t obj, const char* name) {
   }
   std::string buf(H5Tget_size(type), '\0');
   Type mem = fixed_string_type(buf.size());
+  H5_CHECK(H5Tset_cset(mem, H5Tget_cset(type)));
   H5_CHECK(H5Aread(a, mem, buf.data()));
   buf.resize(std::strlen(buf.c_str()));  // drop the NUL padding
   return buf;

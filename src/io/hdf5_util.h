@@ -107,8 +107,10 @@ Space row_block_space(int64_t count, const std::vector<hsize_t>& row_dims);
 
 // ---- attributes ----------------------------------------------------------------------------------
 // Creates (or overwrites, when it exists with the same type) attribute `name` on `obj`.  Strings
-// are fixed-length UTF-8 of `width` bytes (0: the value's own length); fixed widths let a later
-// writer replace the value while the file is in SWMR mode, where no attribute may be created.
+// are variable-length UTF-8 (h5py reads them as str) or, with `width`, fixed-length UTF-8 of that
+// many bytes, NUL-padded (h5py: bytes): only those can be rewritten while the file is in SWMR
+// mode, where no attribute may be created and the global heap of variable-length data must not
+// change.
 void write_attr(hid_t obj, const char* name, const std::string& value, std::size_t width = 0);
 void write_attr(hid_t obj, const char* name, int64_t value);
 void write_attr(hid_t obj, const char* name, double value);

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "io/rank_file_format.h"
 #include "sluice/version.h"
@@ -88,6 +89,7 @@ Coverage check_coverage(const std::vector<RankFileInfo>& files, int64_t total_sa
   Coverage c;
   c.total = total_samples;
   int64_t next = 0;  // every index below `next` has been seen
+  std::vector<std::pair<int64_t, int64_t>> dup_ranges;  // [first, end) seen again
   for (const Block& b : all_blocks(files)) {
     int64_t lo = b.first, hi = b.first + b.count;  // [lo, hi)
     if (lo < 0) { c.out_of_range += std::min(hi, int64_t{0}) - lo; lo = 0; }
@@ -95,15 +97,22 @@ Coverage check_coverage(const std::vector<RankFileInfo>& files, int64_t total_sa
     if (lo >= hi) continue;
     if (lo > next) c.gaps.emplace_back(next, lo - 1);
     const int64_t dup_end = std::min(hi, next);
-    for (int64_t i = lo; i < dup_end; ++i) {
-      if (c.duplicates.size() >= kMaxListedDuplicates) break;
-      c.duplicates.push_back(i);
+    if (dup_end > lo) {
+      c.duplicate_count += dup_end - lo;
+      dup_ranges.emplace_back(lo, dup_end);
     }
-    if (dup_end > lo) c.duplicate_count += dup_end - lo;
     c.present += hi - std::max(lo, next);
     next = std::max(next, hi);
   }
   if (next < total_samples) c.gaps.emplace_back(next, total_samples - 1);
+  // The first few duplicated indices, each once, in order.
+  std::sort(dup_ranges.begin(), dup_ranges.end());
+  int64_t listed_to = std::numeric_limits<int64_t>::min();
+  for (const auto& [lo, hi] : dup_ranges)
+    for (int64_t i = std::max(lo, listed_to); i < hi && c.duplicates.size() < kMaxListedDuplicates; ++i) {
+      c.duplicates.push_back(i);
+      listed_to = i + 1;
+    }
   return c;
 }
 

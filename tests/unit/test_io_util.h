@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "io/rank_file.h"
 
 namespace sluice::testing {
