@@ -54,9 +54,10 @@ class ConvTransposeKernel final : public Kernel {
       int64_t expect;
       if (!out_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
         expect = !out_shape.empty() ? out_shape[i] : in_[j] * s_[j];
-        const int64_t total = full - expect;
-        // The split of the total padding follows the ONNX spec: the odd element goes to the end for
-        // SAME_UPPER, to the start otherwise.
+        // An output larger than the full result is padded at the end (total clamped at 0, as ONNX
+        // Runtime does).  The split of the total follows the ONNX spec: the odd element goes to the
+        // end for SAME_UPPER, to the start otherwise.
+        const int64_t total = std::max<int64_t>(0, full - expect);
         p_[j] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
       } else if (auto_pad == "VALID") {
         expect = full;

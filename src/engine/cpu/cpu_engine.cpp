@@ -66,7 +66,10 @@ class CpuEngine final : public Engine {
     if (outputs_.empty()) throw InputError("cpu engine: the graph has no outputs");
     check_static(input_);
     for (auto& o : outputs_) {
-      if (const ValueInfo* v = g.value(o.name)) o = *v;
+      if (const ValueInfo* v = g.value(o.name)) {  // the inferred type and shape; the name stays the output's
+        o.dtype = v->dtype;
+        o.shape = v->shape;
+      }
       check_static(o);
     }
     sets_ = std::max(1, opt.io_sets);
