@@ -113,10 +113,7 @@ class CudaEngine final : public Engine {
     bind(weight_offsets);
 
     // ---- library set-up, algorithm measurement ----
-    CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
-    CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-    // cuBLAS would otherwise take its workspace from a pool, possibly while a graph is captured.
-    CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_.get(), workspace));
+    bind_stream(stream_);
     CUBLAS_CHECK(cublasSetMathMode(cublas_, options.precision == Precision::FP32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
     ctx_.cudnn = cudnn_;
     ctx_.cublas = cublas_;
@@ -178,8 +175,7 @@ class CudaEngine final : public Engine {
     if (!execs_.empty()) {
       CUDA_CHECK(cudaGraphLaunch(execs_[static_cast<std::size_t>(set)], s));
     } else {
-      CUDNN_CHECK(cudnnSetStream(cudnn_, s));
-      CUBLAS_CHECK(cublasSetStream(cublas_, s));
+      bind_stream(s);
       run_steps(set, s);
     }
     CUDA_CHECK(cudaEventRecord(done_, s));
@@ -249,6 +245,14 @@ class CudaEngine final : public Engine {
     }
   }
 
+  // Points both libraries at `s`.  cublasSetStream drops a user workspace, so it is set again:
+  // otherwise cuBLAS would take one from its pool, possibly in the middle of a capture.
+  void bind_stream(cudaStream_t s) {
+    CUDNN_CHECK(cudnnSetStream(cudnn_, s));
+    CUBLAS_CHECK(cublasSetStream(cublas_, s));
+    CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_.get(), workspace_.bytes()));
+  }
+
   void run_steps(int set, cudaStream_t s) {
     const Bindings& bd = bindings_[static_cast<std::size_t>(set)];
     for (auto& step : steps_) step->run(ctx_, bd, s);
@@ -256,8 +260,7 @@ class CudaEngine final : public Engine {
 
   void capture(int set) {
     // cuDNN and cuBLAS enqueue on the stream their handles hold: the capturing one.
-    CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
-    CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    bind_stream(stream_);
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
       run_steps(set, stream_);
