@@ -108,3 +108,15 @@ def test_resume_with_a_different_job_is_refused(tmp_path):
     sluice("run", *SMALL, "--output", out, check=True)
     p = sluice("run", *SMALL, "--output", out, "--resume", "--batch-size", "16")
     assert p.returncode == 3 and "chunks of" in p.stderr
+
+
+def test_plot_reports_summarizes_and_draws(tmp_path):
+    import subprocess
+    out = str(tmp_path / "run")
+    sluice("run", *SMALL, "--output", out, check=True)
+    png = tmp_path / "r.png"
+    p = subprocess.run([sys.executable, os.path.join(os.path.dirname(QUICKSTART), "..", "data_tools", "plot_reports.py"),
+                        os.path.join(out, "report.json"), "--out", str(png)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "64 samples on 1 rank(s)" in p.stdout and "complete" in p.stdout
+    assert png.stat().st_size > 10000
