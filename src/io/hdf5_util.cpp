@@ -30,7 +30,12 @@ std::string error_stack_text() {
   return walk.messages.size() == 1 || outer == inner ? outer : outer + " (" + inner + ")";
 }
 
-void quiet_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void quiet_errors() {
+  thread_local bool quiet = false;
+  if (quiet) return;
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  quiet = true;
+}
 
 // ---- types ---------------------------------------------------------------------------------------
 

@@ -21,7 +21,8 @@ namespace sluice::h5 {
 
 // The innermost HDF5 error messages of the calling thread's stack, "; "-separated (empty if none).
 std::string error_stack_text();
-// Stops HDF5 from printing errors on this thread; every entry point of io/ calls it.
+// Stops HDF5 from printing errors on this thread; every entry point of io/ calls it (the first call
+// per thread does the work, the rest return at once).
 void quiet_errors();
 
 // Owns one hid_t and closes it with the matching H5?close.  Closing at destruction ignores errors

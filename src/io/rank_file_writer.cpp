@@ -29,10 +29,11 @@
 //  Rows past the last ledger record are not output: readers ignore them, recovery drops them.
 //  fsync (RankFileMeta::fsync_commits) adds power-loss safety; a killed process does not need it.
 //
-// Cost of a commit (tests/unit/test_io_rank_file.cpp, CommitCost, on the build machine's disk,
-// 2 float32 outputs of 1000 floats per row, 32-row commits): about 0.2 ms per commit without
-// fsync (two H5Fflush calls; the rows' own write() calls are counted in append), and a few ms
-// with fsync on a local SSD, more on a network file system.
+// Cost of a commit (tests/unit/test_io_rank_file.cpp, CommitCost: outputs of 1000 float32 and 1
+// uint8 per row, 32-row commits, ext4 on the build VM's virtual disk): 0.1 ms per commit without
+// fsync (the two H5Fflush calls; the rows' own write() calls, 0.1 ms per 128 KB batch, are in
+// append), 0.6 to 9 ms with fsync_commits (the VM's disk is shared with other jobs).  Against batches that take tens of milliseconds to compute,
+// neither shows; fsync on a network file system can cost far more, which is why it is opt-in.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -165,6 +166,7 @@ class Hdf5RankFile final : public RankFile {
   }
 
   void append(int64_t rows, const int64_t* sample_index, const std::vector<const void*>& data) override {
+    h5::quiet_errors();  // the writer thread may not be the one that opened the file
     SLUICE_CHECK(!closed_, "rank file ", path_, ": append after close");
     SLUICE_CHECK(rows > 0 && sample_index, "rank file ", path_, ": append of ", rows, " rows");
     SLUICE_CHECK(data.size() == datasets_.size(), "rank file ", path_, ": append got ", data.size(),
@@ -185,6 +187,7 @@ class Hdf5RankFile final : public RankFile {
   }
 
   void commit(ChunkRecord record) override {
+    h5::quiet_errors();
     SLUICE_CHECK(!closed_, "rank file ", path_, ": commit after close");
     SLUICE_CHECK(pending_rows_ > 0, "rank file ", path_, ": commit of chunk ", record.chunk_id, " with no rows appended");
     SLUICE_CHECK(record.count == pending_rows_, "rank file ", path_, ": chunk ", record.chunk_id, " says ",
@@ -210,6 +213,7 @@ class Hdf5RankFile final : public RankFile {
 
   void close() override {
     if (closed_) return;
+    h5::quiet_errors();
     if (pending_rows_ > 0)
       log_warn("rank file ", path_, ": closing with ", pending_rows_, " uncommitted rows; they are not part of the output");
     const double end = unix_now();
