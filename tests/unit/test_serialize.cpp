@@ -1,6 +1,7 @@
 // The graph structure survives serialization (what rank 0 broadcasts to the other ranks).
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "model/serialize.h"
 
 using namespace sluice;
