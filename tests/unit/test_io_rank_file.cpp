@@ -317,3 +317,57 @@ TEST(RankFile, CommitCost) {
     EXPECT_EQ(read_rank_file(path).chunks.size(), static_cast<std::size_t>(commits));
   }
 }
+
+// The one moment a reader can see a ledger slot without its record: the writer grew /ledger and
+// died before the record's bytes reached the file.  Forge both that and a torn record (fields
+// written up to `count`, first_row still the fill value) with the raw API, then read, recover
+// and resume.
+TEST(RankFile, LedgerSlotsWithoutAWholeRecordAreNotCommitted) {
+  for (bool torn : {false, true}) {
+    TempDir dir;
+    const std::string path = dir.file("rank-00000.h5");
+    const auto specs = three_outputs();
+    auto f = open_rank_file(path, specs, 4, test_meta(), false);
+    write_chunk(*f, specs, 0, 0, 10, 4);
+    write_chunk(*f, specs, 1, 10, 10, 4);
+    f->close();
+    in_killed_child([&] {
+      hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+      H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+      hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl);
+      hid_t ledger = H5Dopen2(file, "/ledger", H5P_DEFAULT);
+      hsize_t n = 3;
+      if (file < 0 || ledger < 0 || H5Dset_extent(ledger, &n) < 0) _exit(7);
+      if (torn) {
+        // chunk_id, first_index and count of a third record, but not its first_row.
+        hid_t t = H5Tcreate(H5T_COMPOUND, 24);
+        H5Tinsert(t, "chunk_id", 0, H5T_NATIVE_INT64);
+        H5Tinsert(t, "first_index", 8, H5T_NATIVE_INT64);
+        H5Tinsert(t, "count", 16, H5T_NATIVE_INT64);
+        const int64_t rec[3] = {2, 20, 10};
+        hid_t fs = H5Dget_space(ledger);
+        hsize_t start = 2, one = 1;
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, nullptr, &one, nullptr);
+        hid_t ms = H5Screate_simple(1, &one, nullptr);
+        if (H5Dwrite(ledger, t, ms, fs, H5P_DEFAULT, rec) < 0) _exit(8);
+      }
+      H5Fflush(file, H5F_SCOPE_GLOBAL);
+      die();
+    });
+    const RankFileInfo crashed = read_rank_file(path);
+    EXPECT_FALSE(crashed.closed_cleanly);
+    ASSERT_EQ(crashed.chunks.size(), 2u) << "torn=" << torn;
+    EXPECT_EQ(crashed.committed_rows, 20);
+
+    // Resuming recovers (the ledger shrinks back to its two records) and appends the third.
+    auto g = open_rank_file(path, specs, 4, test_meta(), true);
+    write_chunk(*g, specs, 2, 20, 10, 4);
+    g->close();
+    const RankFileInfo info = read_rank_file(path);
+    ASSERT_EQ(info.chunks.size(), 3u);
+    EXPECT_EQ(info.chunks[2].first_row, 20);
+    for (const ChunkRecord& c : info.chunks) EXPECT_EQ(check_chunk_rows(path, specs, c), 0);
+    const auto ledger = read_raw_rows(path, "/ledger", 0, 3);
+    EXPECT_EQ(ledger.size(), 3u * 32) << "no blank slot left between the records";
+  }
+}
