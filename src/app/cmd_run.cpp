@@ -130,7 +130,9 @@ int run_job(JobConfig job, const std::string& job_toml, int argc, char** argv) {
 
   RunContext ctx(job, job_toml, mpi);
   agreed(mpi, [&] { ctx.open_source(); });
-  agreed(mpi, [&] { ctx.load_model(); });
+  agreed(mpi, [&] { ctx.choose_device(); });
+  agreed(mpi, [&] { ctx.load_model(); });  // rank 0 reads the model file, once
+  ctx.share_model();
   agreed(mpi, [&] { ctx.plan(); });   // rank 0 prepares the output folder; the plan is broadcast
   agreed(mpi, [&] { ctx.build(); });  // engine, device, slots, rank file
 

@@ -10,6 +10,7 @@
 #include "core/timer.h"
 #include "model/onnx_loader.h"
 #include "model/prepare.h"
+#include "model/serialize.h"
 #include "pipeline/gpu_count.h"
 #include "sluice/version.h"
 
@@ -47,6 +48,7 @@ void RunContext::open_source() {
 }
 
 void RunContext::load_model() {
+  if (mpi_.rank() != 0) return;  // the others receive the prepared model in share_model()
   const auto t0 = Clock::now();
   if (!file_readable(job_.model)) throw InputError(str("cannot read the model file ", job_.model));
   Graph model = load_onnx(job_.model);
@@ -81,6 +83,10 @@ void RunContext::load_model() {
     po.outputs.push_back(s);
   }
   graph_ = prepare_graph(std::move(model), po);
+  t_setup_ += seconds_since(t0);
+}
+
+void RunContext::make_specs() {
   specs_.clear();
   for (const ValueInfo& o : graph_.outputs) {
     const ValueInfo* v = graph_.value(o.name);
@@ -91,6 +97,20 @@ void RunContext::load_model() {
     d.row_shape.assign(info.shape.begin() + 1, info.shape.end());
     specs_.push_back(d);
   }
+}
+
+void RunContext::share_model() {
+  const auto t0 = Clock::now();
+  if (mpi_.world_size() > 1) {
+    const std::string structure = mpi_.broadcast_string(mpi_.rank() == 0 ? serialize_structure(graph_) : std::string());
+    model_sha256_ = mpi_.broadcast_string(model_sha256_);
+    if (mpi_.rank() != 0) graph_ = deserialize_structure(structure);
+    weights_ = broadcast_weights(graph_, mpi_.comm(), 0, backend_ == "cuda" ? gpu_ : -1);
+    if (mpi_.rank() == 0)
+      log_info("weights: ", weights_.tensors, " tensors, ", weights_.bytes / 1e6, " MB to ", mpi_.world_size() - 1,
+               " rank(s) over ", weights_.transport, " in ", weights_.seconds, " s");
+  }
+  make_specs();
   t_setup_ += seconds_since(t0);
 }
 
@@ -100,15 +120,18 @@ void RunContext::plan() {
   plan_ = RunPlan::deserialize(mpi_.broadcast_string(serialized));
 }
 
-std::string RunContext::choose_backend() {
-  if (job_.device == "cpu") return "cpu";
+void RunContext::choose_device() {
   const int gpus = gpu_count();
-  if (job_.device == "cuda") {
+  if (job_.device == "cpu") {
+    backend_ = "cpu";
+  } else if (job_.device == "cuda") {
     if (!cuda_built()) throw InputError("--device cuda: this sluice was built without the CUDA backend (SLUICE_CUDA=OFF)");
     if (gpus == 0) throw InputError("--device cuda: no CUDA device is visible to this process");
-    return "cuda";
+    backend_ = "cuda";
+  } else {
+    backend_ = gpus > 0 ? "cuda" : "cpu";
   }
-  return gpus > 0 ? "cuda" : "cpu";
+  if (backend_ == "cuda") gpu_ = choose_gpu();
 }
 
 int RunContext::choose_gpu() const {
@@ -127,7 +150,6 @@ int RunContext::choose_gpu() const {
 
 void RunContext::build() {
   const auto t0 = Clock::now();
-  backend_ = choose_backend();
   EngineOptions eo;
   eo.precision = precision_from_name(job_.precision);
   eo.cuda_graphs = job_.cuda_graphs;
@@ -135,7 +157,6 @@ void RunContext::build() {
   eo.cache_dir = job_.algo_cache.empty() ? default_cache_dir() : job_.algo_cache;
   if (backend_ == "cuda") {
 #ifdef SLUICE_HAVE_CUDA
-    gpu_ = choose_gpu();
     eo.device = gpu_;
     device_ = create_cuda_device(gpu_);
     device_->bind_thread();
@@ -235,6 +256,9 @@ void RunContext::report() {
   r.stopped = any_stopped_;
   r.started = started_;
   r.finished = iso8601(unix_time_now());
+  r.weights_transport = weights_.transport.empty() ? "none" : weights_.transport;
+  r.weights_mb = static_cast<double>(weights_.bytes) / 1e6;
+  r.weights_s = weights_.seconds;
   for (const auto& s : all) r.ranks.push_back(RankReport::from_json(nlohmann::json::parse(s)));
 
   if (complete_attempt && file_) {

@@ -7,6 +7,7 @@
 #include "app/job.h"
 #include "app/outdir.h"
 #include "dist/mpi_context.h"
+#include "dist/weights.h"
 #include "dist/work.h"
 #include "engine/engine.h"
 #include "io/rank_file.h"
@@ -24,7 +25,9 @@ class RunContext {
   ~RunContext();
 
   void open_source();   // synthetic or HDF5 input
-  void load_model();    // load, prepare for the job's batch and outputs
+  void choose_device(); // backend and GPU of this rank
+  void load_model();    // rank 0: load, prepare for the job's batch and outputs
+  void share_model();   // collective: the structure over MPI, the weights over NCCL (or MPI)
   void plan();          // rank 0: output folder, resume plan; broadcast
   void build();         // device, engine, rank file, pipeline, work distributor
   void run();           // the pipeline until this rank has no more work
@@ -37,8 +40,8 @@ class RunContext {
   const Chunking& chunking() const { return chunking_; }
 
  private:
-  std::string choose_backend();
   int choose_gpu() const;
+  void make_specs();
 
   JobConfig job_;
   std::string job_toml_;
@@ -60,6 +63,7 @@ class RunContext {
   std::unique_ptr<WorkDistributor> work_;
   std::unique_ptr<Pipeline> pipeline_;
   PipelineStats stats_;
+  WeightBroadcast weights_;
   bool stopped_ = false;
   bool complete_ = false;
   bool any_stopped_ = false;

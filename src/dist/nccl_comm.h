@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "dist/mpi_context.h"   // MPI_CHECK
+#include "dist/weights.h"
 #include "model/graph.h"
 
 #define NCCL_CHECK(call)                                                                                   \
@@ -48,19 +49,7 @@ class NcclComm {
 // True when two ranks of `comm` drive the same GPU (same host and PCI bus id).  Collective.
 bool ranks_share_gpu(MPI_Comm comm, int device);
 
-struct WeightBroadcast {
-  std::string transport;   // "nccl" or "mpi"
-  int tensors = 0;
-  std::size_t bytes = 0;
-  double seconds = 0;
-};
-
-// Every rank of `comm` ends with root's constants (names, types, shapes and bytes), replacing
-// whatever its graph held.  Collective.  NCCL when `device` >= 0 and no two ranks share a GPU,
-// MPI otherwise.  The non-root ranks need not have read the weights (their constants may be empty).
-WeightBroadcast broadcast_weights(Graph& g, MPI_Comm comm, int root, int device);
-// The two transports, for callers that already know which one applies (and for tests).
+// The NCCL transport of broadcast_weights (dist/weights.h), for callers that know it applies.
 WeightBroadcast broadcast_weights_nccl(Graph& g, NcclComm& nccl, MPI_Comm comm, int root);
-WeightBroadcast broadcast_weights_mpi(Graph& g, MPI_Comm comm, int root);
 
 }  // namespace sluice

@@ -111,6 +111,7 @@ nlohmann::json JobReport::to_json() const {
   j["chunk_samples"] = chunk_samples;
   j["started"] = started;
   j["finished"] = finished;
+  j["weights_broadcast"] = {{"transport", weights_transport}, {"mb", weights_mb}, {"seconds", weights_s}};
   nlohmann::json job;
   job["total_samples"] = total_samples;
   job["pending_samples"] = pending_samples;

@@ -42,6 +42,8 @@ struct JobReport {
   bool complete = false;          // every sample of [0, N) committed
   bool stopped = false;           // ended early by a signal (resumable)
   std::string started, finished;  // ISO-8601
+  std::string weights_transport;  // how rank 0's weights reached the other ranks: nccl, mpi, or none
+  double weights_mb = 0, weights_s = 0;
   std::vector<RankReport> ranks;
 
   int64_t samples() const;
