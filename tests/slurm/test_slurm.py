@@ -1,0 +1,190 @@
+"""slurm/sluice.sbatch on a real one-node Slurm cluster (tests/slurm/slurm_cluster.py): a job runs
+to the end with srun --mpi=pmix and with mpirun; a USR1 to the batch shell (what Slurm's
+--signal=B:USR1@120 warning sends) stops the ranks cleanly, the script requeues the job and the rerun
+resumes to outputs bit-identical to an uninterrupted run; the output folder defaults to one per job
+name; outside an allocation the script refuses to run.  Each job is judged by its files, the node
+state and scontrol, never by an exit status alone (a broken plugin can 'complete' a job that did
+nothing)."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, rank_files, report, sluice  # noqa: E402
+from slurm_cluster import Cluster, missing_software, wait_for  # noqa: E402
+
+SCRIPT = os.path.join(ROOT, "slurm", "sluice.sbatch")
+LAUNCHERS = ["srun", "mpirun"]
+
+# The preemption job: small batches and chunks, slowed on both ranks so that a stop lands mid-run.
+N_SLOW = 384
+SLOW_JOB = ["--samples", N_SLOW, "--batch-size", 8, "--chunk-batches", 1, "--cpu-threads", 1]
+THROTTLE = ["--throttle-ms", 100, "--throttle-ranks", "0,1"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    why = missing_software()
+    if why:
+        pytest.skip(why)
+    # Not under pytest's tmp folder: that one is private to root, and munged runs as user munge.
+    base = tempfile.mkdtemp(prefix="sluice-slurm-")
+    c = Cluster(base)
+    c.env.update({k: v for k, v in MPI_ENV.items() if k.startswith("OMPI_")})  # mpirun as root
+    c.env["SLUICE_BIN"] = BIN
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def sbatch(cluster, args, job_args, wait, env=None, cwd=ROOT, timeout=180):
+    """Submits slurm/sluice.sbatch; with wait, returns (exit status, job id) once the job ended."""
+    cmd = ["sbatch", "--parsable", *(["--wait"] if wait else []), *map(str, args), SCRIPT, *map(str, job_args)]
+    p = subprocess.run(cmd, cwd=cwd, env=env or cluster.env, capture_output=True, text=True, timeout=timeout)
+    m = re.match(r"(\d+)", p.stdout.strip())
+    assert m, f"sbatch printed no job id (exit {p.returncode}):\n{p.stdout}\n{p.stderr}\n{cluster.logs()}"
+    return p.returncode, m.group(1)
+
+
+def assert_node_healthy(cluster):
+    state = cluster.node_state()
+    assert state in ("idle", "mixed", "allocated"), f"node is '{state}' after the job\n{cluster.logs()}"
+
+
+def read_log(path):
+    with open(path) as f:
+        return f.read()
+
+
+def committed_chunks(outdir):
+    """Ledger records across the rank files of a running job (read through HDF5 SWMR)."""
+    total = 0
+    for path in rank_files(outdir):
+        try:
+            with h5py.File(path, "r", swmr=True) as f:
+                total += f["ledger"].shape[0]
+        except (OSError, KeyError):
+            pass  # being created; the next poll sees it
+    return total
+
+
+def stitched(outdir):
+    """outputs.h5 read back through its virtual datasets: {name: array [N, ...]}."""
+    with h5py.File(os.path.join(outdir, "outputs.h5"), "r") as f:
+        return {name: f["outputs"][name][:] for name in f["outputs"]}
+
+
+def assert_complete(outdir, n, world_size, attempt=0):
+    files = rank_files(outdir)
+    assert len(files) == world_size, files
+    idx, rows = assemble(outdir)
+    np.testing.assert_array_equal(idx, np.arange(n))  # every sample index exactly once
+    r = report(outdir)
+    assert r["world_size"] == world_size and r["attempt"] == attempt
+    assert r["job"]["complete"] is True and r["job"]["total_samples"] == n
+    out = stitched(outdir)
+    assert set(out) == {"logits", "argmax"}
+    for name, a in out.items():
+        assert a.shape[0] == n and np.array_equal(a, rows[name]), name
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The preemption job run once, uninterrupted, as a plain process."""
+    out = str(tmp_path_factory.mktemp("ref") / "clean")
+    sluice("run", "--config", QUICKSTART, *SLOW_JOB, "--quiet", "--output", out, check=True)
+    return assert_complete(out, N_SLOW, 1)
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_job_writes_every_sample_once_and_completes(cluster, tmp_path, launcher):
+    out, log = str(tmp_path / "out"), str(tmp_path / "slurm-%j.out")
+    env = dict(cluster.env, SLUICE_LAUNCHER=launcher)
+    rc, job_id = sbatch(cluster, ["-n", 2, "--overcommit", "-o", log],
+                        [QUICKSTART, "--output", out, "--samples", 128], wait=True, env=env)
+    text = read_log(log.replace("%j", job_id))
+    assert rc == 0, text
+    assert_complete(out, 128, 2)
+    assert f"2 rank(s) on 1 node(s), {'srun --mpi=pmix' if launcher == 'srun' else 'mpirun -np 2'}" in text
+    assert "sluice.sbatch: complete" in text
+    info = cluster.job(job_id)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0" and info["Restarts"] == "0", info
+    assert_node_healthy(cluster)
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_usr1_stops_requeues_and_the_rerun_resumes_to_identical_outputs(cluster, tmp_path, reference, launcher):
+    out, log = str(tmp_path / "out"), str(tmp_path / "slurm-%j.out")
+    env = dict(cluster.env, SLUICE_LAUNCHER=launcher)
+    _, job_id = sbatch(cluster, ["-n", 2, "--overcommit", "-o", log],
+                       [QUICKSTART, "--output", out, *SLOW_JOB, *THROTTLE], wait=False, env=env)
+    log = log.replace("%j", job_id)
+    wait_for("the job to run", lambda: cluster.job(job_id)["JobState"] == "RUNNING", 60, 0.2)
+    wait_for("a first committed chunk", lambda: committed_chunks(out) > 0, 60, 0.05)
+
+    # What Slurm's warning does: USR1 to the batch shell only.
+    cluster.run("scancel", "--signal=USR1", "--batch", job_id)
+    wait_for("the requeue", lambda: cluster.job(job_id)["Restarts"] == "1", 60, 0.2)
+    if cluster.job(job_id)["JobState"] == "PENDING":
+        # Slurm holds a requeued job back for cred_expire (10 s here); start it sooner, but not in the
+        # second of the requeue, whose credentials slurmd still counts as revoked.
+        cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now+2", check=False)
+    wait_for("the rerun to finish", lambda: cluster.job(job_id)["JobState"] in ("COMPLETED", "FAILED", "CANCELLED"),
+             120, 0.3)
+
+    text = read_log(log)  # --open-mode=append: both runs in one log
+    info = cluster.job(job_id)
+    assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0" and info["Restarts"] == "1", \
+        f"{info}\n{text}\n{cluster.logs()}"
+    assert "SIGUSR1: the ranks finish their chunks in flight" in text
+    assert "requeued: the rerun resumes" in text
+    assert text.count("received User defined signal 1") == 2, text  # each rank stopped on the signal
+    assert "restart 1, 2 rank(s)" in text
+    # The rerun resumed: it found some chunks committed and did only the rest.
+    m = re.search(r"--resume: (\d+) of (\d+) chunks already committed; (\d+) to do", text)
+    assert m, text
+    done, total, todo = map(int, m.groups())
+    assert total == N_SLOW // 8 and 0 < done < total and done + todo == total
+    out_rows = assert_complete(out, N_SLOW, 2, attempt=1)
+    for name, ref in reference.items():
+        assert out_rows[name].dtype == ref.dtype and np.array_equal(out_rows[name], ref), name  # bit for bit
+    assert_node_healthy(cluster)
+
+
+def test_the_output_folder_defaults_to_one_per_job_name(cluster, tmp_path):
+    """A job file without `output`, submitted from another folder: the outputs go to
+    $SLURM_SUBMIT_DIR/sluice-out/<job name>, the name being -J's or else the job file's."""
+    with open(QUICKSTART) as f:
+        text = f.read()
+    text = re.sub(r'(?m)^output\s*=.*\n', "", text)
+    text = re.sub(r'(?m)^model\s*=.*$', f'model = "{os.path.join(ROOT, "jobs", "models", "quickstart.onnx")}"', text)
+    job = tmp_path / "tiny.toml"
+    job.write_text(text)
+    for args, name in (([], "tiny"), (["-J", "named"], "named")):
+        rc, job_id = sbatch(cluster, ["-n", 1, "-o", tmp_path / "slurm-%j.out", *args], [job, "--samples", 64],
+                            wait=True, cwd=tmp_path)
+        assert rc == 0, read_log(str(tmp_path / f"slurm-{job_id}.out"))
+        assert_complete(str(tmp_path / "sluice-out" / name), 64, 1)
+    assert sorted(os.listdir(tmp_path / "sluice-out")) == ["named", "tiny"]
+    assert_node_healthy(cluster)
+
+
+def test_outside_an_allocation_the_script_refuses(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    p = subprocess.run(["bash", SCRIPT, QUICKSTART, "--output", str(tmp_path / "out")], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2
+    assert "not inside a Slurm allocation" in p.stderr
+    assert not os.path.exists(tmp_path / "out")
