@@ -86,6 +86,8 @@ void expect_matches_cpu(const Graph& g, Precision p, const CompareOptions& c) {
         cuda::Builder b(g, p);
         b.lower_all();
         steps = b.steps.size();
+        if (std::getenv("SLUICE_GPU_TESTS_DUMP"))
+          for (const auto& st : b.steps) std::printf("    step: %s\n", st->label().c_str());
       });
       std::printf("[ cpu check] %s: cpu engine ran, %zu cuda steps lowered\n", precision_name(p), steps);
     }

@@ -335,6 +335,42 @@ TEST_P(Ops, NormalizeFloatInputWithOneMeanMatchesCpu) {
   expect_matches_cpu(b.g, GetParam());
 }
 
+// ---- consumers of channels-last tensors ----------------------------------------------------------
+
+// At fp16/bf16 convolution outputs are channels-last; every op reading them either handles that
+// layout or gets a transposed copy.  One convolution feeds each kind of consumer here.
+TEST_P(Ops, ChannelsLastConsumersMatchCpu) {
+  GraphBuilder b({2, 4, 6, 7});
+  b.random_f("W", {8, 4, 1, 1}, 61).random_f("B", {8}, 62).random_f("c8", {8, 1, 1}, 63);
+  b.node("FusedConv", {"x", "W", "B"}, {f32("c", {2, 8, 6, 7})}, "sluice");
+  b.constant_i("sizes", {4}, {2, 8, 12, 14});
+  Node& rs = b.node("Resize", {"c", "", "", "sizes"}, {f32("resized", {2, 8, 12, 14})});
+  set_string(rs, "mode", "linear");
+  Node& mp = b.node("MaxPool", {"c"}, {f32("maxpool", {2, 8, 3, 4})});
+  set_ints(mp, "kernel_shape", {3, 3});
+  set_ints(mp, "strides", {2, 2});
+  set_ints(mp, "pads", {1, 1, 1, 1});
+  Node& ap = b.node("AveragePool", {"c"}, {f32("avgpool", {2, 8, 3, 3})});
+  set_ints(ap, "kernel_shape", {2, 2});
+  set_ints(ap, "strides", {2, 2});
+  b.node("GlobalAveragePool", {"c"}, {f32("gap", {2, 8, 1, 1})});
+  b.node("Mul", {"c", "gap"}, {f32("scaled", {2, 8, 6, 7})});
+  b.node("Add", {"c", "c8"}, {f32("shifted", {2, 8, 6, 7})});
+  Node& cat = b.node("Concat", {"c", "shifted"}, {f32("concat", {2, 16, 6, 7})});
+  set_int(cat, "axis", 1);
+  Node& sm = b.node("Softmax", {"c"}, {f32("softmax", {2, 8, 6, 7})});
+  set_int(sm, "axis", 1);
+  b.constant_i("hw", {2}, {2, 3});
+  b.node("ReduceMean", {"c", "hw"}, {f32("mean", {2, 8, 1, 1})});
+  b.constant_i("flat", {3}, {2, 8, 42}).constant_i("back", {4}, {2, 8, 6, 7});
+  b.node("Reshape", {"c", "flat"}, {f32("flat_c", {2, 8, 42})});
+  b.node("Reshape", {"flat_c", "back"}, {f32("nchw_c", {2, 8, 6, 7})});
+  b.node("Sigmoid", {"c"}, {f32("sig", {2, 8, 6, 7})});
+  b.node("Sub", {"sig", "nchw_c"}, {f32("mixed", {2, 8, 6, 7})});
+  for (const char* o : {"resized", "maxpool", "avgpool", "scaled", "concat", "softmax", "mean", "mixed"}) b.output(o);
+  expect_matches_cpu(b.g, GetParam());
+}
+
 std::string precision_param(const ::testing::TestParamInfo<Precision>& i) { return precision_name(i.param); }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, Ops,
@@ -358,6 +394,22 @@ TEST(OpsIndices, ArgMaxAndArgMaxCastMatchCpuExactly) {
   set_int(l, "axis", -1);
   set_int(l, "keepdims", 1);
   b.output("i64").output("u8").output("i32").output("last");
+  expect_matches_cpu(b.g, Precision::FP32);
+}
+
+TEST(OpsIndices, ArgMaxOfChannelsLastLogitsAgreesWithCpu) {
+  // At bf16 the logits are channels-last; argmax reads them so.  Near-ties may flip after rounding.
+  GraphBuilder b({2, 6, 9, 10});
+  b.random_f("W", {21, 6, 3, 3}, 71).random_f("B", {21}, 72);
+  Node& c = b.node("FusedConv", {"x", "W", "B"}, {f32("logits", {2, 21, 9, 10})}, "sluice");
+  set_ints(c, "pads", {1, 1, 1, 1});
+  Node& u = b.node("ArgMaxCast", {"logits"}, {typed("u8", DType::U8, {2, 9, 10})}, "sluice");
+  set_int(u, "axis", 1);
+  set_int(u, "to", dtype_to_onnx(DType::U8));
+  b.output("u8");
+  CompareOptions co;
+  co.exact_ints = false;
+  expect_matches_cpu(b.g, Precision::BF16, co);
   expect_matches_cpu(b.g, Precision::FP32);
 }
 
