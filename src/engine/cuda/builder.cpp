@@ -1,4 +1,5 @@
 // The builder: graph values to tensor slots, nodes to steps (engine_internal.h).
+#include <cstdlib>
 #include <cstring>
 
 #include "engine/cuda/cuda_check.h"
@@ -70,6 +71,13 @@ uint64_t scalar_bits(DType t, double v) {
 }
 
 Builder::Builder(const sluice::Graph& g, Precision p) : graph(g), precision(p), compute(compute_type(p)) {
+  nhwc_ = compute != DType::F32;
+  if (const char* layout = std::getenv("SLUICE_CUDA_LAYOUT")) {
+    const std::string l = layout;
+    if (l == "nchw") nhwc_ = false;
+    else if (l == "nhwc") nhwc_ = true;
+    else if (!l.empty()) throw UsageError(str("SLUICE_CUDA_LAYOUT must be nchw or nhwc, not '", l, "'"));
+  }
   if (g.inputs.size() != 1)
     throw InputError(str("cuda engine: the graph has ", g.inputs.size(), " inputs; the engine runs graphs with one"));
   for (const auto& in : g.inputs) {
@@ -132,7 +140,60 @@ int Builder::input_raw(const Node& n, std::size_t i) {
   return input(n, i);
 }
 
-int Builder::input(const Node& n, std::size_t i) {
+int Builder::input(const Node& n, std::size_t i) { return input_as(n, i, false); }
+
+int Builder::input_as(const Node& n, std::size_t i, bool nhwc) {
+  const int id = input_any(n, i);
+  if (slot(id).shape.size() != 4 || slot(id).nhwc == nhwc) return id;
+  return relayout(id, nhwc);
+}
+
+int Builder::relayout(int src, bool nhwc) {
+  const TensorSlot& s = slot(src);
+  if (s.shape.size() != 4 || s.nhwc == nhwc) return src;
+  const auto key = std::make_pair(src, nhwc);
+  const auto hit = relayouts_.find(key);
+  if (hit != relayouts_.end()) return hit->second;
+  int id;
+  if (s.shape[1] == 1 || (s.shape[2] == 1 && s.shape[3] == 1)) {
+    // Same bytes in both orders: a view.
+    TensorSlot a = s;
+    a.name = s.name + (nhwc ? " (nhwc view)" : " (nchw view)");
+    a.nhwc = nhwc;
+    a.where = Where::Alias;
+    a.index = s.where == Where::Alias ? s.index : src;
+    a.offset = s.where == Where::Alias ? s.offset : 0;
+    id = new_slot(std::move(a));
+  } else {
+    id = transposed(src, nhwc);
+  }
+  relayouts_[key] = id;
+  return id;
+}
+
+int Builder::transposed(int src, bool nhwc) {
+  const TensorSlot s = slot(src);
+  const int dst = temp(s.dtype, s.shape, s.name + (nhwc ? " (nhwc)" : " (nchw)"));
+  slots[static_cast<std::size_t>(dst)].nhwc = nhwc;
+  const Shape& l = s.shape;   // N C H W
+  CopyShape cs;
+  cs.rank = 4;
+  // Output dims in memory order; strides of the source's memory order, per logical dim.
+  const int64_t n = l[0], c = l[1], h = l[2], w = l[3];
+  if (nhwc) {   // NCHW -> NHWC: out [N,H,W,C], source strides (C*H*W, W, 1, H*W)
+    const int64_t od[4] = {n, h, w, c}, st[4] = {c * h * w, w, 1, h * w};
+    for (int d = 0; d < 4; ++d) { cs.out[d] = od[d]; cs.in_dim[d] = od[d]; cs.in_stride[d] = st[d]; }
+  } else {      // NHWC -> NCHW: out [N,C,H,W], source strides (H*W*C, 1, W*C, C)
+    const int64_t od[4] = {n, c, h, w}, st[4] = {h * w * c, 1, w * c, c};
+    for (int d = 0; d < 4; ++d) { cs.out[d] = od[d]; cs.in_dim[d] = od[d]; cs.in_stride[d] = st[d]; }
+  }
+  const std::size_t es = dtype_size(s.dtype);
+  add(s.name + (nhwc ? " to nhwc" : " to nchw"), {src, dst},
+      [=](Context&, const Bindings& bd, cudaStream_t st) { strided_copy(es, bd.at(src), bd.at(dst), cs, st); });
+  return dst;
+}
+
+int Builder::input_any(const Node& n, std::size_t i) {
   const std::string& name = n.input(i);
   if (name.empty()) fail(n, "input ", i, " is missing");
   const auto it = ids_.find(name);
@@ -182,20 +243,24 @@ int Builder::graph_output_slot(std::size_t k) {
   return id;
 }
 
-int Builder::output(const Node& n, std::size_t i) {
+int Builder::output(const Node& n, std::size_t i, bool nhwc) {
   if (!has_output(n, i)) return -1;
   const std::string& name = n.outputs[i];
   if (ids_.count(name) || raw_inputs_.count(name)) fail(n, "tensor '", name, "' is written twice");
   const ValueInfo& v = value(name);
+  nhwc = nhwc && v.shape.size() == 4;
   for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
     if (graph.outputs[k].name != name || output_slots_[k] != -1) continue;
-    if (internal(v.dtype) == v.dtype) return ids_[name] = graph_output_slot(k);
-    // Written in the compute type, converted into the output buffer after the node.
+    if (internal(v.dtype) == v.dtype && !nhwc) return ids_[name] = graph_output_slot(k);
+    // Written in the compute type (or channels-last), converted into the output buffer after the node.
     const int tmp = temp(internal(v.dtype), v.shape, name);
+    slots[static_cast<std::size_t>(tmp)].nhwc = nhwc;
     pending_casts_.emplace_back(tmp, graph_output_slot(k));
     return ids_[name] = tmp;
   }
-  return ids_[name] = temp(internal(v.dtype), v.shape, name);
+  const int id = temp(internal(v.dtype), v.shape, name);
+  slots[static_cast<std::size_t>(id)].nhwc = nhwc;
+  return ids_[name] = id;
 }
 
 int Builder::temp(DType t, const Shape& s, const std::string& label) {
@@ -219,7 +284,14 @@ int Builder::constant(const std::string& label, const Tensor& t) {
   return new_slot(std::move(s));
 }
 
+Tensor Builder::to_compute(const Tensor& t) const {
+  Tensor out(internal(t.dtype), t.shape);
+  out.bytes = convert_bytes(t, out.dtype);
+  return out;
+}
+
 void Builder::alias_or_copy(const Node& n, std::size_t out_index, int src) {
+  src = relayout(src, false);   // views reinterpret NCHW order
   const std::string& name = n.outputs.at(out_index);
   const ValueInfo& v = value(name);
   const TensorSlot& from = slot(src);
@@ -272,8 +344,9 @@ void Builder::lower_node(const Node& n) {
                      lower_layout(*this, n) || lower_reduce(*this, n);
   if (!known)
     fail(n, "op ", n.domain.empty() ? "" : n.domain + ".", n.op, " is not implemented by the cuda engine");
-  for (const auto& [from, to] : pending_casts_) copy_or_cast("convert output " + slot(to).name, from, to);
+  const auto pending = std::move(pending_casts_);
   pending_casts_.clear();
+  for (const auto& [from, to] : pending) copy_or_cast("convert output " + slot(to).name, relayout(from, false), to);
 }
 
 void Builder::lower_all() {
@@ -286,7 +359,7 @@ void Builder::lower_all() {
     probe.name = "graph output " + name;
     probe.op = "Output";
     probe.inputs = {name};
-    const int src = input(probe, 0);
+    const int src = input(probe, 0);   // NCHW
     copy_or_cast("output " + name, src, graph_output_slot(k));
   }
 }

@@ -37,7 +37,12 @@ struct TensorSlot {
   Where where = Where::Arena;
   int index = 0;            // Output: graph output number; Constant: index in Builder::weights; Alias: the root slot
   std::size_t offset = 0;   // Arena: offset in the arena; Alias: byte offset in the root
+  // A 4-D tensor [N, C, H, W] stored channels-last ([N, H, W, C] in memory): what cuDNN's
+  // tensor-core kernels for fp16/bf16 read and write natively.  `shape` stays the logical NCHW one.
+  bool nhwc = false;
   int64_t numel() const { return shape_numel(shape); }
+  // The dims in memory order.
+  Shape physical() const { return nhwc ? Shape{shape[0], shape[2], shape[3], shape[1]} : shape; }
 };
 
 // Pointers of every slot for one io set.
@@ -94,19 +99,34 @@ class Builder {
   std::vector<std::vector<int>> step_slots;   // the slots each step reads or writes
   std::vector<std::vector<uint8_t>> weights;  // host bytes of each Constant slot (same order as their offsets)
 
-  // The slot of node input i: constants become weights (F32 ones in the compute type), graph
-  // inputs are converted to the compute type on first use.  InputError when absent.
+  // The slot of node input i, in NCHW order: constants become weights (F32 ones in the compute
+  // type), graph inputs are converted to the compute type on first use, channels-last tensors are
+  // transposed (once per tensor).  InputError when absent.
   int input(const Node& n, std::size_t i);
+  // Input i as it is stored (either layout): for ops that handle both.
+  int input_any(const Node& n, std::size_t i);
+  // Input i in the asked layout (4-D tensors only; others come as they are).
+  int input_as(const Node& n, std::size_t i, bool nhwc);
+  // Whether channels-last activations are used (fp16/bf16 by default; SLUICE_CUDA_LAYOUT=nchw|nhwc
+  // overrides, for measurements).
+  bool nhwc_enabled() const { return nhwc_; }
+  bool is_nhwc(int slot) const { return slots[static_cast<std::size_t>(slot)].nhwc; }
+  // An NCHW slot viewed channels-last, or the other way round: an alias when the bytes are already
+  // in that order (C == 1, or H == W == 1), else a transposed copy (cached).
+  int relayout(int slot, bool nhwc);
   // Like input() but a graph input keeps its own type (Normalize reads uint8/float32 directly).
   int input_raw(const Node& n, std::size_t i);
   bool has_input(const Node& n, std::size_t i) const { return !n.input(i).empty(); }
-  // The slot node output i is written to; -1 for an absent optional output.
-  int output(const Node& n, std::size_t i);
+  // The slot node output i is written to, channels-last when asked (4-D only); -1 for an absent
+  // optional output.  Graph outputs are always delivered NCHW in the graph's dtype.
+  int output(const Node& n, std::size_t i, bool nhwc = false);
   bool has_output(const Node& n, std::size_t i) const { return i < n.outputs.size() && !n.outputs[i].empty(); }
   // Scratch for one node's steps (planned like any activation).
   int temp(DType t, const Shape& s, const std::string& label);
   // A device constant that is not a graph tensor (folded parameters, mean/std tables).
   int constant(const std::string& label, const Tensor& t);
+  // A host tensor in the engine's type (F32 values become the compute type).
+  Tensor to_compute(const Tensor& t) const;
   // Output i shares src's bytes when it can (Reshape, Flatten, ...), else it is copied.
   void alias_or_copy(const Node& n, std::size_t out_index, int src);
   // Appends a step that reads/writes `uses`.
@@ -136,6 +156,10 @@ class Builder {
   int graph_output_slot(std::size_t k);
   void lower_node(const Node& n);
   void copy_or_cast(const std::string& label, int src, int dst);
+  int transposed(int src, bool nhwc);
+
+  bool nhwc_ = false;
+  std::map<std::pair<int, bool>, int> relayouts_;     // (slot, layout) -> converted slot
 
   std::unordered_map<std::string, int> ids_;          // graph value -> slot
   std::unordered_map<std::string, int> raw_inputs_;   // graph input -> its slot in the input buffer

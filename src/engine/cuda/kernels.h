@@ -111,6 +111,7 @@ struct PoolShape {
   int64_t pad[3] = {0, 0, 0}, pad_end[3] = {0, 0, 0};   // begin and end padding of each dim
   bool is_max = true;
   bool count_include_pad = false;
+  bool channels_last = false;   // x and y are [N, spatial..., C] in memory
 };
 void pool(DType t, const void* x, void* y, const PoolShape& shape, cudaStream_t s);
 

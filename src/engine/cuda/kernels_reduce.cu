@@ -27,16 +27,21 @@ template <typename T>
 __global__ void pool_kernel(const T* x, T* y, int64_t n, PoolShape s) {
   SLUICE_GRID_STRIDE(i, n) {
     int64_t o[3];
-    int64_t rem = i;
+    int64_t rem = i, c = 0;
+    if (s.channels_last) {
+      c = rem % s.c;
+      rem /= s.c;
+    }
     for (int d = s.dims - 1; d >= 0; --d) {
       const int64_t q = rem / s.out[d];
       o[d] = rem - q * s.out[d];
       rem = q;
     }
-    const int64_t plane = rem;   // n * C + c
+    // rem is now n * C + c (channels first) or n (channels last).
     int64_t in_plane = 1;
     for (int d = 0; d < s.dims; ++d) in_plane *= s.in[d];
-    const T* xp = x + plane * in_plane;
+    const T* xp = s.channels_last ? x + rem * in_plane * s.c + c : x + rem * in_plane;
+    const int64_t step = s.channels_last ? s.c : 1;
     float acc = s.is_max ? -INFINITY : 0.f;
     int64_t count = 0;
     int64_t k[3] = {0, 0, 0};
@@ -53,7 +58,7 @@ __global__ void pool_kernel(const T* x, T* y, int64_t n, PoolShape s) {
             off = off * s.in[d] + j;
           }
           if (inside) {
-            const float v = to_f(xp[off]);
+            const float v = to_f(xp[off * step]);
             acc = s.is_max ? fmaxf(acc, v) : acc + v;
           }
           if (s.count_include_pad ? in_padded : inside) ++count;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "core/log.h"
 #include "engine/cuda/algo_cache.h"
@@ -65,9 +66,14 @@ cudnnMathType_t math_type(Precision p) {
   }
 }
 
-void set_tensor(cudnnTensorDescriptor_t d, DType t, const std::vector<int>& dims) {
+// Logical NCHW dims; channels-last tensors get NHWC strides.
+void set_tensor(cudnnTensorDescriptor_t d, DType t, const std::vector<int>& dims, bool nhwc = false) {
   std::vector<int> strides(dims.size(), 1);
-  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+  if (nhwc && dims.size() == 4) {
+    strides = {dims[1] * dims[2] * dims[3], 1, dims[3] * dims[1], dims[1]};
+  } else {
+    for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+  }
   CUDNN_CHECK(cudnnSetTensorNdDescriptor(d, cudnn_type(t), static_cast<int>(dims.size()), dims.data(), strides.data()));
 }
 
@@ -101,20 +107,22 @@ struct ConvDescs {
   // `in`/`out` are cuDNN's x and y of the forward convolution (for a transposed one: its output
   // and its input).
   ConvDescs(DType t, Precision p, const Shape& in, const Shape& w_shape, const Shape& out, const ConvGeom& g,
-            const std::vector<int64_t>& pads) {
+            const std::vector<int64_t>& pads, bool nhwc = false) {
     const std::vector<int> xd = dims_of(in), yd = dims_of(out), wd = dims_of(w_shape);
-    set_tensor(x, t, xd);
-    set_tensor(y, t, yd);
+    set_tensor(x, t, xd, nhwc);
+    set_tensor(y, t, yd, nhwc);
     std::vector<int> bd(yd.size(), 1);
     bd[1] = yd[1];
     set_tensor(bias, t, bd);
-    CUDNN_CHECK(cudnnSetFilterNdDescriptor(w, cudnn_type(t), CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()));
+    // Channels-last filters are K R S C in memory (the builder permutes the weights).
+    CUDNN_CHECK(cudnnSetFilterNdDescriptor(w, cudnn_type(t), nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                           static_cast<int>(wd.size()), wd.data()));
     const std::vector<int> pad = spatial_of(pads, 0), stride = spatial_of(g.stride, 1), dil = spatial_of(g.dilation, 1);
     CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(conv, static_cast<int>(pad.size()), pad.data(), stride.data(), dil.data(),
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, static_cast<int>(g.groups)));
     CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math_type(p)));
-    key = str(dtype_name(t), "|x", join(xd), "|w", join(wd), "|y", join(yd), "|p", join(pad), "|s", join(stride), "|d",
+    key = str(dtype_name(t), nhwc ? "|nhwc" : "", "|x", join(xd), "|w", join(wd), "|y", join(yd), "|p", join(pad), "|s", join(stride), "|d",
               join(dil), "|g", g.groups);
   }
 };
@@ -124,11 +132,15 @@ constexpr float kOne = 1.f, kZero = 0.f;
 class ConvStep final : public Step {
  public:
   ConvStep(std::string label, DType t, Precision p, const Shape& xs, const Shape& ws, const Shape& ys, const ConvGeom& g,
-           int x, int w, int bias, int z, int y, ActParams act)
-      : Step(std::move(label)), t_(t), p_(p), d_(t, p, xs, ws, ys, g, g.pad_begin), x_(x), w_(w), bias_(bias), z_(z),
+           int x, int w, int bias, int z, int y, ActParams act, bool nhwc)
+      : Step(std::move(label)), t_(t), p_(p), d_(t, p, xs, ws, ys, g, g.pad_begin, nhwc), x_(x), w_(w), bias_(bias), z_(z),
         y_(y), act_(act), channels_(ys[1]), outer_(ys[0]) {
     inner_ = 1;
     for (std::size_t i = 2; i < ys.size(); ++i) inner_ *= ys[i];
+    if (nhwc) {   // the epilogue sees [N*H*W, C, 1]
+      outer_ = ys[0] * inner_;
+      inner_ = 1;
+    }
     act_desc_ = make_activation_desc();
     // Fusable in one cuDNN call: ReLU (any algorithm) or no activation (one algorithm only).
     fusable_ = act.act == Act::Relu || act.act == Act::Identity;
@@ -306,20 +318,41 @@ void check_float(const Builder& b, const Node& n, int slot) {
            dtype_name(b.compute));
 }
 
+// [K, C, R, S] weights as K R S C bytes, for channels-last convolutions.
+Tensor to_krsc(const Tensor& w) {
+  const int64_t k = w.shape[0], c = w.shape[1], r = w.shape[2], s = w.shape[3];
+  Tensor out(w.dtype, w.shape);
+  const std::size_t es = dtype_size(w.dtype);
+  for (int64_t ki = 0; ki < k; ++ki)
+    for (int64_t ci = 0; ci < c; ++ci)
+      for (int64_t ri = 0; ri < r; ++ri)
+        for (int64_t si = 0; si < s; ++si)
+          std::memcpy(out.bytes.data() + static_cast<std::size_t>(((ki * r + ri) * s + si) * c + ci) * es,
+                      w.bytes.data() + static_cast<std::size_t>(((ki * c + ci) * r + ri) * s + si) * es, es);
+  return out;
+}
+
 void lower_conv_forward(Builder& b, const Node& n) {
   const bool fused_op = n.op == "FusedConv";
-  int x = b.input(n, 0);
-  const int w = b.input(n, 1);
+  const ValueInfo& xv = b.value(n.input(0));
+  const Tensor* wconst = b.const_input(n, 1);
+  // Channels-last for 2-D, ungrouped convolutions on constant weights when the engine runs
+  // fp16/bf16: cuDNN's tensor-core kernels work in NHWC natively.
+  const bool nhwc = b.nhwc_enabled() && xv.shape.size() == 4 && n.get_int("group", 1) == 1 && wconst != nullptr &&
+                    wconst->shape.size() == 4;
+  int x = b.input_as(n, 0, nhwc);
+  // Channels-last weights: the same values in K R S C order, permuted on the host.
+  const int w = nhwc ? b.constant(n.input(1) + " (krsc)", to_krsc(b.to_compute(*wconst))) : b.input(n, 1);
   check_float(b, n, x);
   check_float(b, n, w);
   Shape xs = b.slot(x).shape;
   const Shape ws = b.slot(w).shape;
-  const int y = b.output(n, 0);
+  const int y = b.output(n, 0, nhwc);
   const Shape ys = b.slot(y).shape;
   if (xs.size() < 3 || xs.size() > 5 || ws.size() != xs.size()) b.fail(n, "input ", shape_str(xs), " and weights ", shape_str(ws), " are not a 1-D to 3-D convolution");
   ConvGeom g = conv_geometry(b, n, xs, ws, ys, false);
   int bias = b.has_input(n, 2) ? b.input(n, 2) : -1;
-  const int z = fused_op && b.has_input(n, 3) ? b.input(n, 3) : -1;
+  const int z = fused_op && b.has_input(n, 3) ? b.input_as(n, 3, nhwc) : -1;
   const ActParams act = fused_op ? fused_activation(b, n) : ActParams{};
   if (bias >= 0) check_float(b, n, bias);
   if (z >= 0) {
@@ -332,19 +365,20 @@ void lower_conv_forward(Builder& b, const Node& n) {
     bias = b.constant(n.name + " (zero bias)", zeros);
   }
   if (!g.symmetric()) {
-    // cuDNN pads symmetrically: pad explicitly first (e.g. TensorFlow's SAME_UPPER exports).
+    // cuDNN pads symmetrically: pad explicitly first (e.g. TensorFlow's SAME_UPPER exports).  The
+    // pad kernel works on the dims in memory order.
     Shape padded = xs;
+    for (std::size_t d = 2; d < xs.size(); ++d) padded[d] += g.pad_begin[d - 2] + g.pad_end[d - 2];
+    const int xp = b.temp(b.compute, padded, n.name + " (padded input)");
+    b.slots[static_cast<std::size_t>(xp)].nhwc = nhwc;
+    const Shape in_phys = b.slot(x).physical(), out_phys = b.slot(xp).physical();
     PadShape ps;
     ps.rank = static_cast<int>(xs.size());
     for (std::size_t d = 0; d < xs.size(); ++d) {
-      ps.in[d] = xs[d];
-      if (d >= 2) {
-        padded[d] += g.pad_begin[d - 2] + g.pad_end[d - 2];
-        ps.begin[d] = g.pad_begin[d - 2];
-      }
-      ps.out[d] = padded[d];
+      ps.in[d] = in_phys[d];
+      ps.out[d] = out_phys[d];
     }
-    const int xp = b.temp(b.compute, padded, n.name + " (padded input)");
+    for (std::size_t d = 2; d < xs.size(); ++d) ps.begin[nhwc ? d - 1 : d] = g.pad_begin[d - 2];
     const std::size_t es = dtype_size(b.compute);
     const int src = x;
     b.add(n.name + " pad", {src, xp}, [=](Context&, const Bindings& bd, cudaStream_t s) { pad(es, bd.at(src), bd.at(xp), ps, s); });
@@ -356,7 +390,7 @@ void lower_conv_forward(Builder& b, const Node& n) {
   std::vector<int> uses = {x, w, y};
   if (bias >= 0) uses.push_back(bias);
   if (z >= 0) uses.push_back(z);
-  b.add(std::make_unique<ConvStep>(n.name, b.compute, b.precision, xs, ws, ys, g, x, w, bias, z, y, act), uses);
+  b.add(std::make_unique<ConvStep>(n.name, b.compute, b.precision, xs, ws, ys, g, x, w, bias, z, y, act, nhwc), uses);
 }
 
 void lower_conv_transpose(Builder& b, const Node& n) {

@@ -11,9 +11,10 @@
 namespace sluice::cuda {
 namespace {
 
-// A float input in the compute type; float constants of another type are converted.
-int float_input(Builder& b, const Node& n, std::size_t i) {
-  const int id = b.input(n, i);
+// A float input in the compute type; float constants of another type are converted.  `any`
+// keeps a channels-last tensor as it is.
+int float_input(Builder& b, const Node& n, std::size_t i, bool any = false) {
+  const int id = any ? b.input_any(n, i) : b.input(n, i);
   if (b.slot(id).dtype == b.compute) return id;
   if (const Tensor* t = b.const_input(n, i)) {
     Tensor c(b.compute, t->shape);
@@ -105,9 +106,10 @@ bool unary_act(const Node& n, ActParams* p) {
   return true;
 }
 
+// Elementwise ops keep the input's layout.
 void lower_unary(Builder& b, const Node& n, ActParams p) {
-  const int x = float_input(b, n, 0);
-  const int y = b.output(n, 0);
+  const int x = float_input(b, n, 0, true);
+  const int y = b.output(n, 0, b.is_nhwc(x));
   const DType t = b.compute;
   const int64_t count = b.slot(y).numel();
   b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { unary(t, bd.at(x), bd.at(y), count, p, s); });
@@ -123,30 +125,71 @@ void lower_clip(Builder& b, const Node& n) {
   lower_unary(b, n, p);
 }
 
+// The shape an operand has in channels-last memory order, if its bytes can be read that way: a
+// channels-last slot, or an NCHW one (right-aligned to 4-D) whose order does not change (C == 1,
+// or H == W == 1: per-channel vectors, pooled [N, C, 1, 1] tensors).
+bool channels_last_shape(const Builder& b, int slot, Shape* phys) {
+  const TensorSlot& s = b.slot(slot);
+  if (s.nhwc) {
+    *phys = s.physical();
+    return true;
+  }
+  if (s.shape.size() > 4) return false;
+  Shape l(4 - s.shape.size(), 1);
+  l.insert(l.end(), s.shape.begin(), s.shape.end());
+  if (l[1] != 1 && (l[2] != 1 || l[3] != 1)) return false;
+  *phys = {l[0], l[2], l[3], l[1]};
+  return true;
+}
+
 void lower_binary(Builder& b, const Node& n, BinOp op) {
   // Variadic Sum/Max/Min/Mean fold pairwise into the output.
   const std::size_t count = n.inputs.size();
   if (count == 0) b.fail(n, "no inputs");
-  const int y = b.output(n, 0);
-  const Shape out = b.slot(y).shape;
+  // Channels-last when a full-size operand is, and every other operand reads the same way.
+  std::vector<int> ops;
+  bool nhwc = false;
+  for (std::size_t i = 0; i < count; ++i) {
+    ops.push_back(float_input(b, n, i, true));
+    nhwc |= b.is_nhwc(ops.back());
+  }
+  std::vector<Shape> shapes(count);
+  for (std::size_t i = 0; i < count && nhwc; ++i) {
+    if (channels_last_shape(b, ops[i], &shapes[i])) continue;
+    if (b.slot(ops[i]).shape.size() == 4) {   // a full NCHW tensor: transpose it (once)
+      ops[i] = b.relayout(ops[i], true);
+      shapes[i] = b.slot(ops[i]).physical();
+    } else {
+      nhwc = false;
+    }
+  }
+  if (!nhwc)
+    for (std::size_t i = 0; i < count; ++i) {
+      ops[i] = b.relayout(ops[i], false);
+      shapes[i] = b.slot(ops[i]).shape;
+    }
+  const int y = b.output(n, 0, nhwc);
+  const Shape out = b.slot(y).physical();
   const DType t = b.compute;
   if (count == 1) {
-    const int x = float_input(b, n, 0);
-    const BroadcastShape s = broadcast_shape(b, n, out, b.slot(x).shape, b.slot(x).shape);
+    const int x = ops[0];
+    const BroadcastShape s = broadcast_shape(b, n, out, shapes[0], shapes[0]);
     b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
       binary(t, BinOp::Max, bd.at(x), bd.at(x), bd.at(y), s, ActParams{}, st);
     });
     return;
   }
-  int acc = float_input(b, n, 0);
+  int acc = ops[0];
+  Shape acc_shape = shapes[0];
   for (std::size_t i = 1; i < count; ++i) {
-    const int rhs = float_input(b, n, i);
-    const BroadcastShape s = broadcast_shape(b, n, out, b.slot(acc).shape, b.slot(rhs).shape);
+    const int rhs = ops[i];
+    const BroadcastShape s = broadcast_shape(b, n, out, acc_shape, shapes[i]);
     const int lhs = acc;
     b.add(n.name, {lhs, rhs, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
       binary(t, op, bd.at(lhs), bd.at(rhs), bd.at(y), s, ActParams{}, st);
     });
     acc = y;
+    acc_shape = out;
   }
   if (n.op == "Mean") {
     Tensor k(t, {});
@@ -161,8 +204,8 @@ void lower_binary(Builder& b, const Node& n, BinOp op) {
 }
 
 void lower_cast(Builder& b, const Node& n) {
-  const int x = b.input(n, 0);
-  const int y = b.output(n, 0);
+  const int x = b.input_any(n, 0);
+  const int y = b.output(n, 0, b.is_nhwc(x));
   const DType from = b.slot(x).dtype, to = b.slot(y).dtype;
   const int64_t count = b.slot(y).numel();
   const std::size_t bytes = b.slot(y).bytes;

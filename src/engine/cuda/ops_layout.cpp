@@ -73,9 +73,16 @@ void lower_transpose(Builder& b, const Node& n) {
 }
 
 void lower_concat(Builder& b, const Node& n) {
-  const int y = b.output(n, 0);
-  const Shape ys = b.slot(y).shape;
-  const int64_t axis = b.axis(n, n.get_int("axis", 0), static_cast<int64_t>(ys.size()));
+  // Channels concatenated channels-last when an input is channels-last: each input is then a
+  // [N*H*W, C_i] block of the [N*H*W, C] output.
+  const Shape logical = b.value(n.outputs.at(0)).shape;
+  bool nhwc = false;
+  if (logical.size() == 4 && b.axis(n, n.get_int("axis", 0), 4) == 1)
+    for (std::size_t i = 0; i < n.inputs.size(); ++i)
+      if (b.has_input(n, i)) nhwc |= b.is_nhwc(b.input_any(n, i));
+  const int y = b.output(n, 0, nhwc);
+  const Shape ys = b.slot(y).physical();
+  const int64_t axis = nhwc ? 3 : b.axis(n, n.get_int("axis", 0), static_cast<int64_t>(ys.size()));
   const std::size_t es = dtype_size(b.slot(y).dtype);
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= ys[static_cast<std::size_t>(d)];
@@ -85,9 +92,9 @@ void lower_concat(Builder& b, const Node& n) {
   int64_t at = 0;
   for (std::size_t i = 0; i < n.inputs.size(); ++i) {
     if (!b.has_input(n, i)) continue;
-    const int x = b.input(n, i);
+    const int x = b.input_as(n, i, nhwc);
     if (b.slot(x).dtype != b.slot(y).dtype) b.fail(n, "input ", i, " is ", dtype_name(b.slot(x).dtype), ", the output ", dtype_name(b.slot(y).dtype));
-    const Shape xs = b.slot(x).shape;
+    const Shape xs = b.slot(x).physical();
     const int64_t len = xs.size() == ys.size() ? xs[static_cast<std::size_t>(axis)] : 0;
     Block2D k;
     k.src = x;
@@ -274,8 +281,11 @@ CoordMode coord_mode(const Builder& b, const Node& n, const std::string& m) {
 }
 
 void lower_resize(Builder& b, const Node& n) {
-  const int x = b.input(n, 0);
-  const int y = b.output(n, 0);
+  // A channels-last input is resized channels-last: the kernel works on the dims in memory order.
+  const int any = b.input_any(n, 0);
+  const bool nhwc = b.is_nhwc(any);
+  const int x = nhwc ? any : b.input(n, 0);
+  const int y = b.output(n, 0, nhwc);
   const Shape xs = b.slot(x).shape, ys = b.slot(y).shape;
   check_rank(b, n, xs);
   if (ys.size() != xs.size()) b.fail(n, "output ", shape_str(ys), " and input ", shape_str(xs), " differ in rank");
@@ -341,9 +351,11 @@ void lower_resize(Builder& b, const Node& n) {
     for (std::size_t d = 0; d < r; ++d) scales[d] = static_cast<float>(ys[d]) / static_cast<float>(xs[d]);
   }
   for (std::size_t d = 0; d < r; ++d) {
-    rs.in[d] = xs[d];
-    rs.out[d] = ys[d];
-    rs.scale[d] = scales[d];
+    // Channels-last: memory dim d holds logical dim (0, 2, 3, 1)[d].
+    const std::size_t l = nhwc ? (d == 0 ? 0 : (d == 3 ? 1 : d + 1)) : d;
+    rs.in[d] = xs[l];
+    rs.out[d] = ys[l];
+    rs.scale[d] = scales[l];
   }
   const DType t = b.slot(x).dtype;
   b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { resize(t, bd.at(x), bd.at(y), rs, s); });

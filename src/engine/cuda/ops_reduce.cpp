@@ -16,10 +16,13 @@ void require_compute(const Builder& b, const Node& n, int slot) {
 }
 
 void lower_pool(Builder& b, const Node& n, bool is_max, bool global) {
-  const int x = b.input(n, 0);
+  // Channels-last inputs stay channels-last (2-D pools); global pools read either layout.
+  const int any = b.input_any(n, 0);
+  const bool nhwc = b.is_nhwc(any);
+  const int x = nhwc ? any : b.input(n, 0);
   require_compute(b, n, x);
   if (b.has_output(n, 1)) b.fail(n, "the Indices output of MaxPool is not supported");
-  const int y = b.output(n, 0);
+  const int y = b.output(n, 0, nhwc && !global);
   const Shape xs = b.slot(x).shape, ys = b.slot(y).shape;
   if (xs.size() < 3 || xs.size() > 5) b.fail(n, "input ", shape_str(xs), " is not a 1-D to 3-D pooling input");
   const std::size_t sp = xs.size() - 2;
@@ -27,12 +30,14 @@ void lower_pool(Builder& b, const Node& n, bool is_max, bool global) {
   if (global) {
     int64_t r = 1;
     for (std::size_t d = 2; d < xs.size(); ++d) r *= xs[d];
-    const int64_t rows = xs[0] * xs[1];
     const RedOp op = is_max ? RedOp::Max : RedOp::Mean;
-    b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { reduce(t, op, bd.at(x), bd.at(y), rows, r, 1, s); });
+    // [N, C, HW] reduces rows; [N, HW, C] reduces the middle axis.  Both give [N, C] bytes.
+    const int64_t outer = nhwc ? xs[0] : xs[0] * xs[1], inner = nhwc ? xs[1] : 1;
+    b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { reduce(t, op, bd.at(x), bd.at(y), outer, r, inner, s); });
     return;
   }
   PoolShape ps;
+  ps.channels_last = nhwc;
   ps.dims = static_cast<int>(sp);
   ps.n = xs[0];
   ps.c = xs[1];
@@ -71,15 +76,29 @@ void split_around(const Shape& s, std::size_t first, std::size_t last, int64_t* 
 }
 
 void lower_reduce_op(Builder& b, const Node& n, RedOp op) {
+  std::vector<int64_t> axes;
+  if (b.has_input(n, 1)) axes = b.const_ints(n, 1, "axes");
+  else axes = n.get_ints("axes");
+  const DType t = b.compute;
+  {
+    // Spatial reductions of a channels-last tensor (a global pool written as ReduceMean): [N, HW, C].
+    const int any = b.input_any(n, 0);
+    const TensorSlot& s = b.slot(any);
+    std::vector<int64_t> a = axes;
+    for (auto& v : a) v = v < 0 ? v + 4 : v;
+    std::sort(a.begin(), a.end());
+    if (s.nhwc && a == std::vector<int64_t>{2, 3} && s.dtype == t) {
+      const int y = b.output(n, 0);
+      const int64_t outer = s.shape[0], r = s.shape[2] * s.shape[3], inner = s.shape[1];
+      b.add(n.name, {any, y}, [=](Context&, const Bindings& bd, cudaStream_t st) { reduce(t, op, bd.at(any), bd.at(y), outer, r, inner, st); });
+      return;
+    }
+  }
   const int x = b.input(n, 0);
   require_compute(b, n, x);
   const int y = b.output(n, 0);
   const Shape xs = b.slot(x).shape;
   const std::size_t rank = xs.size();
-  std::vector<int64_t> axes;
-  if (b.has_input(n, 1)) axes = b.const_ints(n, 1, "axes");
-  else axes = n.get_ints("axes");
-  const DType t = b.compute;
   if (axes.empty()) {
     if (n.get_int("noop_with_empty_axes", 0) != 0) {
       b.alias_or_copy(n, 0, x);
@@ -136,26 +155,47 @@ void lower_reduce_op(Builder& b, const Node& n, RedOp op) {
   b.add(n.name, {tmp, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { reduce(t, op, bd.at(tmp), bd.at(y), outer, r, 1, s); });
 }
 
+// A channels-last 4-D input reduced over its channels: [N*H*W, C, 1] in memory.
+bool channels_last_axis1(Builder& b, const Node& n, int64_t axis_attr, int* x) {
+  const int any = b.input_any(n, 0);
+  const TensorSlot& s = b.slot(any);
+  if (!s.nhwc || b.axis(n, axis_attr, 4) != 1) return false;
+  *x = any;
+  return true;
+}
+
 void lower_softmax(Builder& b, const Node& n, bool log) {
-  const int x = b.input(n, 0);
+  int x = -1;
+  const bool nhwc = channels_last_axis1(b, n, n.get_int("axis", -1), &x);
+  if (!nhwc) x = b.input(n, 0);
   require_compute(b, n, x);
-  const int y = b.output(n, 0);
+  const int y = b.output(n, 0, nhwc);
   const Shape xs = b.slot(x).shape;
   const std::size_t axis = static_cast<std::size_t>(b.axis(n, n.get_int("axis", -1), static_cast<int64_t>(xs.size())));
   int64_t outer, r, inner;
   split_around(xs, axis, axis, &outer, &r, &inner);
+  if (nhwc) {
+    outer = xs[0] * xs[2] * xs[3];
+    inner = 1;
+  }
   const DType t = b.compute;
   b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { softmax(t, bd.at(x), bd.at(y), outer, r, inner, log, s); });
 }
 
 void lower_argmax(Builder& b, const Node& n, bool is_min, bool narrow) {
-  const int x = b.input(n, 0);
+  int x = -1;
+  const bool nhwc = channels_last_axis1(b, n, n.get_int("axis", 0), &x);
+  if (!nhwc) x = b.input(n, 0);
   require_compute(b, n, x);
-  const int y = b.output(n, 0);
+  const int y = b.output(n, 0);   // [N, (1,) H, W]: the same bytes either way
   const Shape xs = b.slot(x).shape;
   const std::size_t axis = static_cast<std::size_t>(b.axis(n, n.get_int("axis", 0), static_cast<int64_t>(xs.size())));
   int64_t outer, r, inner;
   split_around(xs, axis, axis, &outer, &r, &inner);
+  if (nhwc) {
+    outer = xs[0] * xs[2] * xs[3];
+    inner = 1;
+  }
   const DType index = b.slot(y).dtype;
   if (index != DType::I64 && index != DType::I32 && index != DType::U8) b.fail(n, "index output type ", dtype_name(index), " is not supported");
   if (narrow && index == DType::U8 && r > 256) b.fail(n, r, " classes do not fit uint8 indices");
