@@ -32,6 +32,7 @@ struct JobConfig {
   std::string sharding = "dynamic";        // dynamic | static
   int chunk_batches = 4;                   // batches per chunk (the unit of sharding and commit)
   uint64_t seed = 0;
+  bool fsync = false;                      // fsync each commit (survives power loss, not only a kill)
   bool resume = false;
   bool overwrite = false;
   // Preprocessing on the device: y = (x * scale - mean[c]) / std[c].

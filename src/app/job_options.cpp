@@ -74,6 +74,7 @@ void visit_job(JobConfig& j, V& v) {
   v("sharding", j.sharding, "dynamic (rank 0 serves chunks on request) | static (contiguous ranges)",
     one_of({"dynamic", "static"}));
   v("chunk-batches", j.chunk_batches, "Batches per chunk: the unit of sharding, commit and resume", at_least(1));
+  v("fsync", j.fsync, "fsync the rank file at each commit: committed chunks survive a power loss too (slower)", none);
   v("resume", j.resume, "Continue the run in the output folder: redo only uncommitted chunks", none);
   v("overwrite", j.overwrite, "Replace the outputs of an earlier run in the output folder", none);
   v("scale", j.scale, "Preprocessing on the device: y = (x * scale - mean[c]) / std[c]", none);

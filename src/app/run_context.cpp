@@ -183,6 +183,7 @@ void RunContext::build() {
   meta.chunk_samples = chunking_.chunk_samples;
   meta.attempt = plan_.attempt;
   meta.start_time = unix_time_now();
+  meta.fsync_commits = job_.fsync;
   if (job_.sink == "hdf5") {
     const std::string path = rank_file_path(job_.output, mpi_.rank());
     const bool exists = access(path.c_str(), F_OK) == 0;
