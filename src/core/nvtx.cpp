@@ -4,13 +4,7 @@ namespace sluice {
 
 unsigned long long NvtxSpan::start(const char* name, Stage stage) {
 #ifdef SLUICE_NVTX_ENABLED
-  nvtxEventAttributes_t a{};
-  a.version = NVTX_VERSION;
-  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-  a.colorType = NVTX_COLOR_ARGB;
-  a.color = static_cast<unsigned>(stage);
-  a.messageType = NVTX_MESSAGE_TYPE_ASCII;
-  a.message.ascii = name;
+  const nvtxEventAttributes_t a = nvtx_attributes(name, stage);
   return nvtxRangeStartEx(&a);
 #else
   (void)name;

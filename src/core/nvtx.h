@@ -16,17 +16,24 @@ enum class Stage : unsigned { GetBatch = 0xFFE05050, CopyToGpu = 0xFFE0C040, Com
                               CopyToCpu = 0xFF4080E0, Write = 0xFFA060D0, Batch = 0xFF3050A0,
                               Other = 0xFF909090 };
 
+#ifdef SLUICE_NVTX_ENABLED
+inline nvtxEventAttributes_t nvtx_attributes(const char* name, Stage stage) {
+  nvtxEventAttributes_t a{};
+  a.version = NVTX_VERSION;
+  a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  a.colorType = NVTX_COLOR_ARGB;
+  a.color = static_cast<unsigned>(stage);
+  a.messageType = NVTX_MESSAGE_TYPE_ASCII;
+  a.message.ascii = name;
+  return a;
+}
+#endif
+
 class NvtxRange {
  public:
   NvtxRange(const char* name, Stage stage = Stage::Other) {
 #ifdef SLUICE_NVTX_ENABLED
-    nvtxEventAttributes_t a{};
-    a.version = NVTX_VERSION;
-    a.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-    a.colorType = NVTX_COLOR_ARGB;
-    a.color = static_cast<unsigned>(stage);
-    a.messageType = NVTX_MESSAGE_TYPE_ASCII;
-    a.message.ascii = name;
+    const nvtxEventAttributes_t a = nvtx_attributes(name, stage);
     nvtxRangePushEx(&a);
 #else
     (void)name;
