@@ -1,12 +1,18 @@
 #include "engine/cpu/gemm.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <set>
+#include <string>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace sluice::cpu {
 
@@ -26,9 +32,51 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
               static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
+namespace {
+
+// OpenBLAS (DYNAMIC_ARCH builds such as Debian's) picks its kernels from the CPU model when it is
+// loaded.  Releases that do not know a newer CPU fall back to an old generic core (Debian 12's
+// 0.3.21 runs Emerald Rapids with its SSE3 "Prescott" kernels, 3-4x slower than its AVX-512 ones).
+// When the library reports such a core on a CPU that has AVX2 or AVX-512, redo its selection with
+// the matching kernels through the library's own OPENBLAS_CORETYPE mechanism.  A user's
+// OPENBLAS_CORETYPE is left alone.  Must run before any BLAS call is in flight.
+void fix_blas_core_selection() {
+  if (std::getenv("OPENBLAS_CORETYPE")) return;
+  using NameFn = char* (*)();
+  using VoidFn = void (*)();
+  auto corename = reinterpret_cast<NameFn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  auto init = reinterpret_cast<VoidFn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"));
+  auto quit = reinterpret_cast<VoidFn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"));
+  if (!corename || !init || !quit) return;  // not a DYNAMIC_ARCH OpenBLAS
+  std::string core = corename() ? corename() : "";
+  for (char& c : core) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::set<std::string> pre_avx2 = {"unknown", "katmai", "coppermine", "northwood", "prescott", "banias",
+                                                 "atom", "core2", "penryn", "dunnington", "nehalem", "sandybridge"};
+  if (!pre_avx2.count(core)) return;
+  __builtin_cpu_init();
+  const char* want = nullptr;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512cd"))
+    want = "SkylakeX";
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    want = "Haswell";
+  if (!want) return;
+  setenv("OPENBLAS_CORETYPE", want, 0);
+  quit();
+  init();
+  unsetenv("OPENBLAS_CORETYPE");
+  log_debug("OpenBLAS did not recognize this CPU (it chose its '", core, "' kernels); using its ", corename(),
+           " kernels (set OPENBLAS_CORETYPE to choose)");
+}
+
+}  // namespace
+
 void use_single_threaded_blas() {
   static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+  std::call_once(once, [] {
+    fix_blas_core_selection();
+    openblas_set_num_threads(1);
+  });
 }
 
 namespace {
