@@ -73,6 +73,8 @@ void forward_command(const ForwardOptions& o) {
   eo.threads = o.threads;
   eo.io_sets = 1;
   eo.cuda_graphs = false;  // one pass: capturing would only cost time
+  if (o.device == "cpu" && precision != Precision::FP32)
+    log_warn("the cpu engine computes in float32; --precision ", o.precision, " applies to --device cuda only");
   std::unique_ptr<Engine> engine = create_engine(o.device, graph, eo);
   log_info("forward: ", engine->describe());
 

@@ -414,6 +414,13 @@ def test_resize_opset18_axes(workdir, request):
     check(Case([n], {"scales": np.array([2.0, 1.5], dtype=np.float32)}, opset=18), workdir, request)
 
 
+@pytest.mark.parametrize("policy", ["stretch"])  # shape inference supports only stretch (model/)
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_resize_opset18_sizes_keep_aspect_ratio(policy, mode, workdir, request):
+    n = node("Resize", ["x", "", "", "sizes"], mode=mode, axes=[2, 3], keep_aspect_ratio_policy=policy)
+    check(Case([n], {"sizes": np.array([10, 30], dtype=np.int64)}, opset=18), workdir, request)
+
+
 def test_resize_nearest_channel_axis(workdir, request):
     check(resize_case("nearest", "asymmetric", "floor", scales=[1, 2, 1, 0.5]), workdir, request)
 
@@ -517,6 +524,16 @@ PAD_CASES = {
 }
 
 
+def test_pad_wrap_opset19(workdir, request):
+    inits = {"p": np.array([0, 0, 3, 2, 0, 0, 1, 5], dtype=np.int64)}
+    check(Case([node("Pad", ["x", "p"], mode="wrap")], inits, opset=19), workdir, request)
+
+
+def test_pad_opset18_axes(workdir, request):
+    inits = {"p": np.array([2, 1, 0, 3], dtype=np.int64), "ax": np.array([-1, 2], dtype=np.int64)}
+    check(Case([node("Pad", ["x", "p", "", "ax"], mode="reflect")], inits, opset=18), workdir, request)
+
+
 @pytest.mark.parametrize("name", list(PAD_CASES))
 def test_pad(name, workdir, request):
     mode, pads, value = PAD_CASES[name]
@@ -596,3 +613,61 @@ def test_slice(name, workdir, request):
 def test_uint8_input_is_cast_to_float(workdir, request):
     # A float model fed uint8 data: Sluice puts its Normalize (a cast here) in front of the model.
     check(Case([node("Mul", ["x", "k"])], {"k": np.float32(0.5)}), workdir, request, x_dtype=np.uint8)
+
+
+# ---- the command itself -------------------------------------------------------------------------------
+
+def small_net():
+    """Conv+Relu, depthwise conv, pool, Gemm: the GEMM paths whose blocking could depend on the batch."""
+    inits = {"w1": rand((8, 5, 3, 3), 1, 0.3), "b1": rand((8,), 2), "w2": rand((8, 1, 3, 3), 3, 0.3),
+             "wf": rand((10, 8), 4), "bf": rand((10,), 5)}
+    nodes = [node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), node("Relu", ["c1"], ["r1"]),
+             node("Conv", ["r1", "w2"], ["c2"], group=8, strides=[2, 2], pads=[1, 1, 1, 1]),
+             node("GlobalAveragePool", ["c2"], ["g"]), node("Flatten", ["g"], ["f"]),
+             node("Gemm", ["f", "wf", "bf"], ["y"], transB=1)]
+    return Case(nodes, inits, shape=(None, 5, 7, 13))
+
+
+def forward(model, x_path, out, *extra):
+    cmd = [SLUICE_BIN, "forward", "--model", str(model), "--input", str(x_path), "--outdir", str(out)] + list(extra)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_forward_is_bit_identical_across_batches_and_threads(tmp_path):
+    m = small_net().model()
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.save(m, tmp_path / "m.onnx")
+    x = rand((5, 5, 7, 13), 21)
+    np.save(tmp_path / "x5.npy", x)
+    np.save(tmp_path / "x1.npy", x[3:4])
+    r = forward(tmp_path / "m.onnx", tmp_path / "x5.npy", tmp_path / "o5", "--threads", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["y", "float32", "[5,10]"]  # one line per output: name, dtype, shape
+    r = forward(tmp_path / "m.onnx", tmp_path / "x5.npy", tmp_path / "o5t1", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    r = forward(tmp_path / "m.onnx", tmp_path / "x1.npy", tmp_path / "o1", "--threads", "3")
+    assert r.returncode == 0, r.stderr
+    y5, y5t1, y1 = (np.load(tmp_path / d / "y.npy") for d in ("o5", "o5t1", "o1"))
+    assert y5.tobytes() == y5t1.tobytes(), "2 threads and 1 thread differ"
+    assert y5[3:4].tobytes() == y1.tobytes(), "sample 3 of a batch of 5 differs from the same sample alone"
+
+
+def test_forward_errors(tmp_path):
+    onnx.save(Case([node("Relu", ["x"])]).model(), tmp_path / "m.onnx")
+    np.save(tmp_path / "i32.npy", np.zeros(X4, dtype=np.int32))
+    np.save(tmp_path / "wrong_shape.npy", np.zeros((3, 5, 8, 13), dtype=np.float32))
+    np.save(tmp_path / "x.npy", np.zeros(X4, dtype=np.float32))
+    (tmp_path / "corrupt.onnx").write_bytes(b"\x08\x07garbage")
+    cases = [  # (model, input, extra args, exit status, text the one error line names)
+        ("m.onnx", "i32.npy", [], 3, "int32"),
+        ("m.onnx", "wrong_shape.npy", [], 3, "shape"),
+        ("m.onnx", "missing.npy", [], 3, "missing.npy"),
+        ("corrupt.onnx", "x.npy", [], 3, "corrupt.onnx"),
+        ("m.onnx", "x.npy", ["--device", "tpu"], 2, "tpu"),
+        ("m.onnx", "x.npy", ["--threads", "-2"], 2, "threads"),
+    ]
+    for model, x, extra, status, text in cases:
+        r = forward(tmp_path / model, tmp_path / x, tmp_path / "out", *extra)
+        assert r.returncode == status, f"{model} {x} {extra}: exit {r.returncode}, stderr {r.stderr!r}"
+        errors = [l for l in r.stderr.splitlines() if "error" in l]
+        assert len(errors) == 1 and text in errors[0], r.stderr
