@@ -294,6 +294,11 @@ def test_maxpool(name, workdir, request):
     check(Case([node("MaxPool", ["x"], **MAXPOOL_CASES[name])]), workdir, request)
 
 
+def test_maxpool_indices(workdir, request):
+    n = node("MaxPool", ["x"], ["y", "i"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    check(Case([n], outputs={"y": TensorProto.FLOAT, "i": TensorProto.INT64}), workdir, request)
+
+
 def test_maxpool_1d(workdir, request):
     check(Case([node("MaxPool", ["x"], kernel_shape=[3], strides=[2], pads=[1, 1])], shape=(3, 5, 13)), workdir, request)
 
