@@ -3,6 +3,8 @@
 // independent, and bad graphs end in one clear error.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include "engine/cpu/kernel.h"
 #include "engine/cpu/memory_plan.h"
 #include "test_cpu_util.h"
@@ -11,6 +13,25 @@ using namespace sluice;
 using namespace sluice::cputest;
 
 namespace {
+
+TEST(CpuThreadPool, RunsEveryTaskOnceAndSurvivesAFailingJob) {
+  cpu::ThreadPool pool(3);
+  EXPECT_EQ(pool.size(), 3);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<std::atomic<int>> hits(97);
+    std::atomic<int> bad_thread{0};
+    pool.parallel_for(97, [&](int64_t t, int thread) {
+      hits[t].fetch_add(1);
+      if (thread < 0 || thread >= 3) bad_thread = 1;
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+    EXPECT_EQ(bad_thread.load(), 0);
+  }
+  EXPECT_THROW(pool.parallel_for(10, [](int64_t t, int) { if (t == 7) throw InputError("task 7"); }), InputError);
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(100, [&](int64_t t, int) { sum += t; });
+  EXPECT_EQ(sum.load(), 4950);
+}
 
 // x -> Relu -> Relu -> ... (n times) -> y
 Graph relu_chain(int n, Shape s) {

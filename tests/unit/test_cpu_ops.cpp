@@ -139,12 +139,20 @@ TEST(CpuData, GatherNegativeIndicesAlongAxis1) {
 }
 
 TEST(CpuData, GatherIndexOutOfRangeFailsTheForwardPass) {
-  GraphBuilder gb({2, 3});
-  gb.constant_i("i", {1}, {3});
-  gb.node("Gather", {"x", "i"}, {f32("y", {1, 3})});
+  // Axis 1 of [8, 3]: eight tasks on the pool, each of which throws; the error reaches the caller.
+  GraphBuilder gb({8, 3});
+  gb.constant_i("i", {2}, {0, 3});
+  gb.node("Gather", {"x", "i"}, {f32("y", {8, 2})}).attrs["axis"] = Attribute::of_int(1);
   gb.output("y");
-  const auto x = iota(6);
-  EXPECT_THROW(run_f32(gb.g, x), InputError);
+  const auto x = iota(24);
+  for (int threads : {1, 3}) {
+    try {
+      run_f32(gb.g, x, 0, threads);
+      ADD_FAILURE() << "no error with " << threads << " threads";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("index out of range"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(CpuData, ConcatAndTranspose) {
