@@ -1,8 +1,9 @@
 """slurm/sluice.sbatch on a real one-node Slurm cluster (tests/slurm/slurm_cluster.py): a job runs
 to the end with srun --mpi=pmix and with mpirun; a USR1 to the batch shell (what Slurm's
 --signal=B:USR1@120 warning sends) stops the ranks cleanly, the script requeues the job and the rerun
-resumes to outputs bit-identical to an uninterrupted run; the output folder defaults to one per job
-name; outside an allocation the script refuses to run.  Each job is judged by its files, the node
+resumes to outputs bit-identical to an uninterrupted run; a TERM stops them the same way without a
+requeue; the output folder defaults to one per job name; bad usage (no allocation, no job file, tasks
+per node unequal to GPUs per node) is refused before anything runs.  Each job is judged by its files, the node
 state and scontrol, never by an exit status alone (a broken plugin can 'complete' a job that did
 nothing)."""
 import os
@@ -57,9 +58,12 @@ def sbatch(cluster, args, job_args, wait, env=None, cwd=ROOT, timeout=180):
     return p.returncode, m.group(1)
 
 
-def assert_node_healthy(cluster):
-    state = cluster.node_state()
-    assert state in ("idle", "mixed", "allocated"), f"node is '{state}' after the job\n{cluster.logs()}"
+def assert_node_idle(cluster):
+    """After a job the node goes back to idle; a failing plugin leaves it drained instead."""
+    try:
+        wait_for("the node to be idle", lambda: cluster.node_state() == "idle", 20, 0.2)
+    except TimeoutError:
+        raise AssertionError(f"node is '{cluster.node_state()}' after the job\n{cluster.logs()}")
 
 
 def read_log(path):
@@ -121,19 +125,23 @@ def test_a_job_writes_every_sample_once_and_completes(cluster, tmp_path, launche
     assert "sluice.sbatch: complete" in text
     info = cluster.job(job_id)
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0" and info["Restarts"] == "0", info
-    assert_node_healthy(cluster)
+    assert_node_idle(cluster)
+
+
+def start_slow_job(cluster, out, log, env=None):
+    """Submits the throttled job; returns (job id, log path) once it runs and has committed a chunk."""
+    _, job_id = sbatch(cluster, ["-n", 2, "--overcommit", "-o", log],
+                       [QUICKSTART, "--output", out, *SLOW_JOB, *THROTTLE], wait=False, env=env)
+    wait_for("the job to run", lambda: cluster.job(job_id)["JobState"] == "RUNNING", 60, 0.2)
+    wait_for("a first committed chunk", lambda: committed_chunks(out) > 0, 60, 0.05)
+    return job_id, log.replace("%j", job_id)
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_usr1_stops_requeues_and_the_rerun_resumes_to_identical_outputs(cluster, tmp_path, reference, launcher):
     out, log = str(tmp_path / "out"), str(tmp_path / "slurm-%j.out")
     env = dict(cluster.env, SLUICE_LAUNCHER=launcher)
-    _, job_id = sbatch(cluster, ["-n", 2, "--overcommit", "-o", log],
-                       [QUICKSTART, "--output", out, *SLOW_JOB, *THROTTLE], wait=False, env=env)
-    log = log.replace("%j", job_id)
-    wait_for("the job to run", lambda: cluster.job(job_id)["JobState"] == "RUNNING", 60, 0.2)
-    wait_for("a first committed chunk", lambda: committed_chunks(out) > 0, 60, 0.05)
-
+    job_id, log = start_slow_job(cluster, out, log, env)
     # What Slurm's warning does: USR1 to the batch shell only.
     cluster.run("scancel", "--signal=USR1", "--batch", job_id)
     wait_for("the requeue", lambda: cluster.job(job_id)["Restarts"] == "1", 60, 0.2)
@@ -160,7 +168,32 @@ def test_usr1_stops_requeues_and_the_rerun_resumes_to_identical_outputs(cluster,
     out_rows = assert_complete(out, N_SLOW, 2, attempt=1)
     for name, ref in reference.items():
         assert out_rows[name].dtype == ref.dtype and np.array_equal(out_rows[name], ref), name  # bit for bit
-    assert_node_healthy(cluster)
+    assert_node_idle(cluster)
+
+
+def test_term_stops_without_requeue_and_a_resubmission_with_resume_finishes(cluster, tmp_path, reference):
+    """A TERM to the batch shell stops the ranks cleanly too, but the script does not requeue: the job
+    ends FAILED with exit status 75, and the same job submitted again with --resume completes it."""
+    out, log = str(tmp_path / "out"), str(tmp_path / "slurm-%j.out")
+    job_id, log1 = start_slow_job(cluster, out, log)
+    cluster.run("scancel", "--signal=TERM", "--batch", job_id)
+    wait_for("the job to end", lambda: cluster.job(job_id)["JobState"] not in ("RUNNING", "COMPLETING"), 60, 0.2)
+    text = read_log(log1)
+    info = cluster.job(job_id)
+    assert info["JobState"] == "FAILED" and info["ExitCode"] == "75:0" and info["Restarts"] == "0", f"{info}\n{text}"
+    assert "SIGTERM: the ranks finish their chunks in flight" in text
+    assert "submit the job again with --resume to finish" in text and "requeued" not in text
+    r = report(out)
+    assert r["job"]["stopped"] is True and 0 < r["job"]["samples"] < N_SLOW
+    assert not os.path.exists(os.path.join(out, "outputs.h5"))
+
+    rc, job2 = sbatch(cluster, ["-n", 2, "--overcommit", "-o", log],
+                      [QUICKSTART, "--output", out, *SLOW_JOB, "--resume"], wait=True)
+    assert rc == 0, read_log(log.replace("%j", job2))
+    out_rows = assert_complete(out, N_SLOW, 2, attempt=1)
+    for name, ref in reference.items():
+        assert np.array_equal(out_rows[name], ref), name
+    assert_node_idle(cluster)
 
 
 def test_the_output_folder_defaults_to_one_per_job_name(cluster, tmp_path):
@@ -178,13 +211,32 @@ def test_the_output_folder_defaults_to_one_per_job_name(cluster, tmp_path):
         assert rc == 0, read_log(str(tmp_path / f"slurm-{job_id}.out"))
         assert_complete(str(tmp_path / "sluice-out" / name), 64, 1)
     assert sorted(os.listdir(tmp_path / "sluice-out")) == ["named", "tiny"]
-    assert_node_healthy(cluster)
+    assert_node_idle(cluster)
 
 
-def test_outside_an_allocation_the_script_refuses(tmp_path):
+# Usage checks, made before anything runs; the Slurm variables are those an allocation would set.
+ALLOC = {"SLURM_JOB_ID": "7", "SLURM_SUBMIT_DIR": ROOT, "SLURM_JOB_NAME": "sluice.sbatch", "SLURM_NTASKS": "2",
+         "SLURM_TASKS_PER_NODE": "2", "SLURM_JOB_NUM_NODES": "1", "SLUICE_BIN": BIN}
+
+
+@pytest.mark.parametrize("case, extra_env, job, message", [
+    ("no allocation", {"SLURM_JOB_ID": None}, QUICKSTART, "not inside a Slurm allocation"),
+    ("no job file", {}, "jobs/absent.toml", "must be a readable job file"),
+    ("fewer tasks than GPUs", {"SLURM_GPUS_ON_NODE": "4", "SLURM_NTASKS_PER_NODE": "2"}, QUICKSTART,
+     "2 task(s) per node for 4 GPU(s): submit with --ntasks-per-node=4 --gpus-per-node=4"),
+    ("unknown launcher", {"SLUICE_LAUNCHER": "aprun"}, QUICKSTART, "SLUICE_LAUNCHER must be srun or mpirun"),
+    ("no binary", {"SLUICE_BIN": "/nonexistent/sluice"}, QUICKSTART, "no sluice binary at '/nonexistent/sluice'"),
+])
+def test_the_script_refuses_bad_usage_before_running_anything(tmp_path, case, extra_env, job, message):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    p = subprocess.run(["bash", SCRIPT, QUICKSTART, "--output", str(tmp_path / "out")], cwd=ROOT, env=env,
+    env.update(ALLOC)
+    for k, v in extra_env.items():
+        if v is None:
+            env.pop(k)
+        else:
+            env[k] = v
+    p = subprocess.run(["bash", SCRIPT, job, "--output", str(tmp_path / "out")], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=30)
-    assert p.returncode == 2
-    assert "not inside a Slurm allocation" in p.stderr
+    assert p.returncode == 2, (case, p.stderr)
+    assert message in p.stderr, (case, p.stderr)
     assert not os.path.exists(tmp_path / "out")
