@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
+DAEMONS = ("/usr/sbin/munged", "/usr/sbin/mungekey", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
 
 SLURM_CONF = """\
 ClusterName=sluicetest
@@ -55,7 +55,7 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 def missing_software():
     """A sentence naming what is not installed or not allowed, or None when a cluster can start."""
     absent = [d for d in DAEMONS if not os.access(d, os.X_OK)]
-    absent += [c for c in ("sbatch", "srun", "scontrol", "sinfo", "scancel") if shutil.which(c) is None]
+    absent += [c for c in ("sbatch", "srun", "scontrol", "sinfo", "scancel", "runuser") if shutil.which(c) is None]
     if absent:
         return ("Slurm/munge not installed (missing " + ", ".join(absent) +
                 "); install with SLUICE_WITH_SLURM=1 data_tools/install-deps.sh")
