@@ -171,8 +171,9 @@ class ConvStep final : public Step {
       const auto& r = perf[i];
       if (r.status != CUDNN_STATUS_SUCCESS || r.memory > ctx.workspace_bytes) continue;
       if (ctx.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
-      // fp32 must not run on TF32 tensor cores.
+      // fp32 must not run on TF32 tensor cores, and float data is never down-converted to fp16.
       if (p_ == Precision::FP32 && r.mathType == CUDNN_TENSOR_OP_MATH) continue;
+      if (r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
       ok.push_back(r);
     }
     if (ok.empty()) SLUICE_THROW("cuDNN found no usable algorithm for convolution ", label(), " (", d_.key, ")");
@@ -268,6 +269,7 @@ class ConvTransposeStep final : public Step {
       if (r.status != CUDNN_STATUS_SUCCESS || r.memory > ctx.workspace_bytes) continue;
       if (ctx.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
       if (p_ == Precision::FP32 && r.mathType == CUDNN_TENSOR_OP_MATH) continue;
+      if (r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
       chosen = try_use(ctx, b, r.algo, p_ == Precision::FP32 ? CUDNN_FMA_MATH : r.mathType);
     }
     if (!chosen) SLUICE_THROW("cuDNN found no usable algorithm for transposed convolution ", label(), " (", d_.key, ")");

@@ -1,0 +1,93 @@
+// Throughput of the CUDA engine alone (no pipeline, no copies) on an exported model, per precision
+// and activation layout.  Disabled in normal runs; on the GPU host:
+//   SLUICE_BENCH_MODEL=m.onnx SLUICE_BENCH_SHAPE=3,512,512 SLUICE_BENCH_BATCH=32 [SLUICE_BENCH_HEAD=argmax]
+//   sluice_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='Bench.*'
+// Prints one line per configuration: build seconds (with and without the algorithm cache), ms per
+// batch of replayed CUDA graphs (median of 5 timed runs of 10 batches), images/s.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "engine/cuda/cuda_raii.h"
+#include "gpu_test_util.h"
+#include "model/onnx_loader.h"
+#include "model/prepare.h"
+
+using namespace sluice;
+using namespace sluice::gputest;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(Bench, DISABLED_EngineThroughput) {
+  SLUICE_REQUIRE_GPU();
+  const char* path = std::getenv("SLUICE_BENCH_MODEL");
+  if (!path) GTEST_SKIP() << "SLUICE_BENCH_MODEL is not set";
+  PrepareOptions po;
+  po.batch_size = std::getenv("SLUICE_BENCH_BATCH") ? std::atoll(std::getenv("SLUICE_BENCH_BATCH")) : 32;
+  std::string s = std::getenv("SLUICE_BENCH_SHAPE") ? std::getenv("SLUICE_BENCH_SHAPE") : "3,224,224";
+  for (std::size_t at = 0; at < s.size();) {
+    const std::size_t comma = s.find(',', at);
+    po.sample_shape.push_back(std::stoll(s.substr(at, comma - at)));
+    at = comma == std::string::npos ? s.size() : comma + 1;
+  }
+  const std::string head = std::getenv("SLUICE_BENCH_HEAD") ? std::getenv("SLUICE_BENCH_HEAD") : "logits";
+  OutputSpec spec;
+  spec.name = head;
+  spec.kind = head == "argmax" ? OutputSpec::Kind::ArgMax : OutputSpec::Kind::Logits;
+  spec.dtype = head == "argmax" ? DType::U8 : DType::F32;
+  po.outputs = {spec};
+  const Graph g = prepare_graph(load_onnx(path), po);
+  const auto cache = std::filesystem::temp_directory_path() / "sluice-bench-cache";
+  std::filesystem::remove_all(cache);
+  struct Config { Precision p; const char* layout; };
+  for (const Config c : {Config{Precision::BF16, "nhwc"}, Config{Precision::BF16, "nchw"}, Config{Precision::TF32, "nchw"},
+                         Config{Precision::FP16, "nhwc"}, Config{Precision::FP32, "nchw"}}) {
+    setenv("SLUICE_CUDA_LAYOUT", c.layout, 1);
+    EngineOptions o;
+    o.precision = c.p;
+    o.cache_dir = cache.string();
+    o.io_sets = 2;
+    auto t0 = std::chrono::steady_clock::now();
+    std::unique_ptr<Engine> e;
+    try {
+      e = create_cuda_engine(g, o);
+    } catch (const std::exception& err) {
+      ADD_FAILURE() << precision_name(c.p) << " " << c.layout << ": " << err.what();
+      continue;
+    }
+    const double build = seconds_since(t0);
+    e.reset();
+    t0 = std::chrono::steady_clock::now();
+    e = create_cuda_engine(g, o);   // again: algorithms from the cache
+    const double rebuild = seconds_since(t0);
+    cuda::Stream stream = cuda::make_stream();
+    cuda::Event a = cuda::make_event(true), b = cuda::make_event(true);
+    for (int i = 0; i < 3; ++i) e->forward(i % 2, stream.get());
+    std::vector<float> ms;
+    for (int rep = 0; rep < 5; ++rep) {
+      ASSERT_EQ(cudaEventRecord(a, stream), cudaSuccess);
+      for (int i = 0; i < 10; ++i) e->forward(i % 2, stream.get());
+      ASSERT_EQ(cudaEventRecord(b, stream), cudaSuccess);
+      ASSERT_EQ(cudaEventSynchronize(b), cudaSuccess);
+      float t = 0;
+      cudaEventElapsedTime(&t, a, b);
+      ms.push_back(t / 10.f);
+    }
+    std::sort(ms.begin(), ms.end());
+    const auto* st = cuda::engine_stats(*e);
+    std::printf("[ bench    ] %s batch %lld %s %s: build %.1f s (cached %.1f s), %.2f ms/batch, %.0f images/s, "
+                "arena %.2f GiB (unplanned %.2f), %d steps\n",
+                path, static_cast<long long>(po.batch_size), precision_name(c.p), c.layout, build, rebuild, ms[2],
+                1000.0 * static_cast<double>(po.batch_size) / ms[2], st->arena_bytes / 1073741824.0,
+                st->naive_bytes / 1073741824.0, st->steps);
+    std::fflush(stdout);
+  }
+  unsetenv("SLUICE_CUDA_LAYOUT");
+}
+
+}  // namespace
