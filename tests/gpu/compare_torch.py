@@ -9,8 +9,12 @@ For each model (ResNet-50 and DeepLabV3-ResNet50 with random seeded weights, exp
 data_tools/export_model.py) and each precision it runs `sluice forward --device cuda --precision P`
 on one seeded input and compares the output with torch eager on the GPU in fp32 with TF32 off (the
 reference).  Pass: max|sluice - ref| / max|ref| within 1e-3 for fp32 and tf32, 2e-2 for fp16 and bf16,
-and the argmax (classes, or the class map of a segmentation) agreeing in >= 99.5 % of places.  For
-context the table also shows torch's own error at the same precision (TF32 convolutions, autocast).
+and the argmax (classes, or the class map of a segmentation) agreeing in >= 99.5 % of places.
+Reduced precisions are also measured for torch itself (TF32 convolutions; fp16/bf16 autocast) against
+the same reference.  Where torch's own kernels miss those fixed limits (DeepLabV3 with random
+weights has nearly flat logits: torch's TF32 error is ~2.5e-3 and its bf16 argmax agreement ~98 %),
+a row also passes when Sluice is at torch's level: error <= 1.25 x torch's and argmax agreement
+>= torch's - 0.5 points.  The status column says which rule passed ("ok" or "ok~torch").
 Prints a table; exits 1 when any row fails, 2 when something could not run.
 """
 import argparse
@@ -107,29 +111,39 @@ def main():
                 got, seconds = sluice_run(args.sluice, model_path, input_path, outdir, prec, args.device)
             except RuntimeError as e:
                 print(e, file=sys.stderr)
-                rows.append((name, prec, float("nan"), LIMITS[prec], float("nan"), float("nan"), 0.0, "ERROR"))
+                rows.append((name, prec, float("nan"), LIMITS[prec], float("nan"), float("nan"), float("nan"), 0.0, "ERROR"))
                 failed = True
                 continue
             if got.shape != ref.shape:
                 print(f"{name} {prec}: sluice output {got.shape} vs torch {ref.shape}", file=sys.stderr)
-                rows.append((name, prec, float("nan"), LIMITS[prec], float("nan"), float("nan"), seconds, "SHAPE"))
+                rows.append((name, prec, float("nan"), LIMITS[prec], float("nan"), float("nan"), float("nan"), seconds, "SHAPE"))
                 failed = True
                 continue
             err = rel_error(got, ref)
             agree = float(np.mean(got.argmax(axis=1) == ref_arg))
-            torch_err = rel_error(torch_run(module, xn, prec, args.device), ref) if prec != "fp32" and args.device == "cuda" else 0.0
-            ok = err <= LIMITS[prec] and agree >= 0.995
-            failed |= not ok
-            rows.append((name, prec, err, LIMITS[prec], torch_err, agree, seconds, "ok" if ok else "FAIL"))
+            torch_err, torch_agree = 0.0, 1.0
+            if prec != "fp32" and args.device == "cuda":
+                t = torch_run(module, xn, prec, args.device)
+                torch_err, torch_agree = rel_error(t, ref), float(np.mean(t.argmax(axis=1) == ref_arg))
+            if err <= LIMITS[prec] and agree >= 0.995:
+                status = "ok"
+            elif prec != "fp32" and err <= 1.25 * torch_err and agree >= torch_agree - 0.005:
+                status = "ok~torch"
+            else:
+                status = "FAIL"
+            failed |= status == "FAIL"
+            rows.append((name, prec, err, LIMITS[prec], torch_err, agree, torch_agree, seconds, status))
         del module, net
         if args.device == "cuda":
             torch.cuda.empty_cache()
 
     where = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
     print(f"torch {torch.__version__}, {where}; reference: torch eager fp32, TF32 off")
-    print(f"{'model':<20} {'prec':<5} {'rel err':>10} {'limit':>7} {'torch err':>10} {'argmax ok':>10} {'forward s':>10}  status")
-    for name, prec, err, limit, terr, agree, secs, status in rows:
-        print(f"{name:<20} {prec:<5} {err:>10.2e} {limit:>7.0e} {terr:>10.2e} {agree * 100:>9.3f}% {secs:>10.1f}  {status}")
+    print(f"{'model':<20} {'prec':<5} {'rel err':>10} {'limit':>7} {'torch err':>10} {'argmax ok':>10} "
+          f"{'torch ok':>10} {'forward s':>10}  status")
+    for name, prec, err, limit, terr, agree, tagree, secs, status in rows:
+        print(f"{name:<20} {prec:<5} {err:>10.2e} {limit:>7.0e} {terr:>10.2e} {agree * 100:>9.3f}% "
+              f"{tagree * 100:>9.3f}% {secs:>10.1f}  {status}")
     print("FAILED" if failed else "OK")
     return 1 if failed else 0
 

@@ -53,7 +53,16 @@ if want gtest; then
     run "gtest $g" 90 "$R" "$T" --gtest_color=no --gtest_filter="$g" >> "$OUT/gtest.log" 2>&1
     echo "    $(grep -cE '^\[       OK \]' "$OUT/gtest.log") ok so far"
   done
+  # The channels-last path at fp32/tf32 too (it is the default only for fp16/bf16).
+  for g in "Precisions/Conv.*/fp32:Precisions/Conv.*/tf32" "Precisions/Ops.*/fp32:Precisions/Ops.*/tf32" \
+           "Precisions/Models.*/fp32:Precisions/Models.*/tf32"; do
+    SLUICE_CUDA_LAYOUT=nhwc run "gtest nhwc $g" 90 "$R" "$T" --gtest_color=no --gtest_filter="$g" >> "$OUT/gtest-nhwc.log" 2>&1
+  done
   set +f
+  echo "--- forced channels-last at fp32/tf32:"
+  grep -E '^\[  (FAILED|PASSED)  \]' "$OUT/gtest-nhwc.log" | sort | uniq -c
+  grep -B1 -A8 -E 'Failure$' "$OUT/gtest-nhwc.log" | head -60
+  echo "--- default layouts:"
   grep -E '^\[  FAILED  \] [A-Za-z]' "$OUT/gtest.log" | sort -u | head -80
   grep -E '^\[  (PASSED|SKIPPED) |tests ran' "$OUT/gtest.log" | sort | uniq -c | head -20
   grep -B1 -A10 -E 'Failure$' "$OUT/gtest.log" | grep -vE '^--$' | head -200
@@ -83,14 +92,21 @@ if want sanitizer; then
   grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^\[  (FAILED|PASSED) ' "$OUT/sanitizer.log" | tail -4
 fi
 if want bench; then
-  for m in "deeplabv3_resnet50 3,512,512 16 argmax" "resnet50 3,224,224 128 logits"; do
+  # BENCH_DEEPLAB / BENCH_RESNET: precision:layout configurations; PROFILE=1 prints per-step times.
+  for m in "deeplabv3_resnet50 3,512,512 16 argmax ${BENCH_DEEPLAB:-bf16:nhwc tf32:nchw fp32:nchw}" \
+           "resnet50 3,224,224 128 logits ${BENCH_RESNET:-bf16:nhwc tf32:nchw}"; do
     set -- $m
-    [ -f "/tmp/sluice-ct/$1.onnx" ] || { echo "no /tmp/sluice-ct/$1.onnx for the benchmark"; continue; }
-    SLUICE_BENCH_MODEL=/tmp/sluice-ct/$1.onnx SLUICE_BENCH_SHAPE=$2 SLUICE_BENCH_BATCH=$3 SLUICE_BENCH_HEAD=$4 \
-      run "bench $1" 120 "$R" "$T" --gtest_also_run_disabled_tests --gtest_filter='Bench.*' >> "$OUT/bench.log" 2>&1
+    model=$1 shape=$2 batch=$3 head=$4
+    shift 4
+    [ -f "/tmp/sluice-ct/$model.onnx" ] || { echo "no /tmp/sluice-ct/$model.onnx for the benchmark"; continue; }
+    SLUICE_BENCH_MODEL=/tmp/sluice-ct/$model.onnx SLUICE_BENCH_SHAPE=$shape SLUICE_BENCH_BATCH=$batch SLUICE_BENCH_HEAD=$head \
+    SLUICE_BENCH_CONFIGS="$*" SLUICE_CUDA_PROFILE=${PROFILE:-0} \
+      run "bench $model" 120 "$R" "$T" --gtest_also_run_disabled_tests --gtest_filter='Bench.*' >> "$OUT/bench.log" 2>&1
     grep -E '^\[ bench|Failure|what' "$OUT/bench.log" | tail -8
   done
-  run "torch bench" 60 python3 tests/gpu/torch_bench.py --model deeplabv3_resnet50 --batch 16 --size 512 >> "$OUT/bench.log" 2>&1
+  grep -E '^\[ profile' "$OUT/bench.log" | head -120
+  run "torch bench" 60 python3 tests/gpu/torch_bench.py --model deeplabv3_resnet50 --batch 16 --size 512 \
+      --configs ${TORCH_CONFIGS:-tf32:nchw bf16:channels_last} >> "$OUT/bench.log" 2>&1
   grep -E '^\[ torch' "$OUT/bench.log" | tail -8
 fi
 

@@ -44,10 +44,21 @@ TEST(Bench, DISABLED_EngineThroughput) {
   const Graph g = prepare_graph(load_onnx(path), po);
   const auto cache = std::filesystem::temp_directory_path() / "sluice-bench-cache";
   std::filesystem::remove_all(cache);
-  struct Config { Precision p; const char* layout; };
-  for (const Config c : {Config{Precision::BF16, "nhwc"}, Config{Precision::BF16, "nchw"}, Config{Precision::TF32, "nchw"},
-                         Config{Precision::FP16, "nhwc"}, Config{Precision::FP32, "nchw"}}) {
-    setenv("SLUICE_CUDA_LAYOUT", c.layout, 1);
+  // SLUICE_BENCH_CONFIGS: precision:layout pairs, e.g. "bf16:nhwc tf32:nchw".
+  struct Config { Precision p; std::string layout; };
+  std::vector<Config> configs;
+  std::string list = std::getenv("SLUICE_BENCH_CONFIGS") ? std::getenv("SLUICE_BENCH_CONFIGS")
+                                                          : "bf16:nhwc bf16:nchw tf32:nchw fp16:nhwc fp32:nchw";
+  for (std::size_t at = 0; at < list.size();) {
+    std::size_t end = list.find(' ', at);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(at, end - at);
+    const auto colon = item.find(':');
+    if (colon != std::string::npos) configs.push_back({precision_from_name(item.substr(0, colon)), item.substr(colon + 1)});
+    at = end + 1;
+  }
+  for (const Config& c : configs) {
+    setenv("SLUICE_CUDA_LAYOUT", c.layout.c_str(), 1);
     EngineOptions o;
     o.precision = c.p;
     o.cache_dir = cache.string();
@@ -82,7 +93,7 @@ TEST(Bench, DISABLED_EngineThroughput) {
     const auto* st = cuda::engine_stats(*e);
     std::printf("[ bench    ] %s batch %lld %s %s: build %.1f s (cached %.1f s), %.2f ms/batch, %.0f images/s, "
                 "arena %.2f GiB (unplanned %.2f), %d steps\n",
-                path, static_cast<long long>(po.batch_size), precision_name(c.p), c.layout, build, rebuild, ms[2],
+                path, static_cast<long long>(po.batch_size), precision_name(c.p), c.layout.c_str(), build, rebuild, ms[2],
                 1000.0 * static_cast<double>(po.batch_size) / ms[2], st->arena_bytes / 1073741824.0,
                 st->naive_bytes / 1073741824.0, st->steps);
     std::fflush(stdout);

@@ -222,8 +222,10 @@ TEST(CudaEngine, AlgorithmCacheRoundTrip) {
   auto first = create_cuda_engine(g, o);
   const cuda::EngineStats a = *cuda::engine_stats(*first);
   EXPECT_GT(a.convolutions, 0);
-  EXPECT_EQ(a.algos_measured, a.convolutions);
-  EXPECT_EQ(a.algos_cached, 0);
+  // Convolutions of identical shape share one entry: the second of them already finds it.
+  EXPECT_GT(a.algos_measured, 0);
+  EXPECT_LT(a.algos_measured, a.convolutions) << "resnet_like has repeated convolution shapes";
+  EXPECT_EQ(a.algos_measured + a.algos_cached, a.convolutions);
   ASSERT_TRUE(fs::exists(dir / "cudnn-algorithms.tsv"));
   auto second = create_cuda_engine(g, o);
   const cuda::EngineStats b = *cuda::engine_stats(*second);
@@ -235,7 +237,7 @@ TEST(CudaEngine, AlgorithmCacheRoundTrip) {
   // Another precision is another key: measured again.
   o.precision = Precision::BF16;
   auto third = create_cuda_engine(g, o);
-  EXPECT_EQ(cuda::engine_stats(*third)->algos_cached, 0);
+  EXPECT_EQ(cuda::engine_stats(*third)->algos_measured, a.algos_measured);
   fs::remove_all(dir);
 }
 

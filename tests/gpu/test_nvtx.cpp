@@ -36,13 +36,15 @@ std::string probe_path() {
   return "";
 }
 
-// Runs `command` with the probe injected; returns the recorded range names.
-std::set<std::string> ranges_of(const std::string& command, const std::string& tag, int* status) {
+// Runs `command` (a program and its arguments, started in `cwd`) with the probe injected; returns
+// the recorded range names.
+std::set<std::string> ranges_of(const std::string& cwd, const std::string& command, const std::string& tag, int* status) {
   const std::string probe = probe_path();
   EXPECT_FALSE(probe.empty()) << "libsluice_nvtx_probe.so not found (set SLUICE_NVTX_PROBE)";
   const fs::path out = fs::temp_directory_path() / str("sluice-nvtx-", tag, "-", ::getpid(), ".txt");
   fs::remove(out);
-  const std::string full = str("NVTX_INJECTION64_PATH='", probe, "' SLUICE_NVTX_PROBE_OUT='", out.string(), "' ", command);
+  const std::string full = str("cd '", cwd, "' && NVTX_INJECTION64_PATH='", probe, "' SLUICE_NVTX_PROBE_OUT='", out.string(),
+                               "' ", command);
   *status = std::system(full.c_str());
   std::set<std::string> names;
   std::ifstream in(out);
@@ -68,7 +70,8 @@ TEST(NvtxChild, DISABLED_EngineRun) {
 TEST(NvtxInjection, EngineEmitsBuildAndForwardRanges) {
   SLUICE_REQUIRE_GPU();
   int status = -1;
-  const auto names = ranges_of(str("'", self_exe(), "' --gtest_also_run_disabled_tests --gtest_filter=NvtxChild.DISABLED_EngineRun"
+  const auto names = ranges_of(fs::current_path().string(),
+                               str("'", self_exe(), "' --gtest_also_run_disabled_tests --gtest_filter=NvtxChild.DISABLED_EngineRun"
                                    " > /dev/null"), "engine", &status);
   EXPECT_EQ(status, 0) << "the child run failed";
   for (const char* want : {"engine build", "engine autotune", "engine capture", "engine forward"})
@@ -85,7 +88,8 @@ TEST(NvtxInjection, PipelineEmitsStageRanges) {
   const fs::path outdir = fs::temp_directory_path() / str("sluice-nvtx-run-", ::getpid());
   fs::remove_all(outdir);
   int status = -1;
-  const auto names = ranges_of(str("cd '", repo.string(), "' && '", bin, "' run --config jobs/quickstart.toml --device cuda --samples 128 --output '",
+  const auto names = ranges_of(repo.string(),
+                               str("'", bin, "' run --config jobs/quickstart.toml --device cuda --samples 128 --output '",
                                    outdir.string(), "' > /dev/null"),
                                "pipeline", &status);
   EXPECT_EQ(status, 0) << "sluice run failed";

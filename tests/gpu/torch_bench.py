@@ -23,41 +23,44 @@ def main():
     ap.add_argument("--model", default="deeplabv3_resnet50")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--size", type=int, default=512)
+    ap.add_argument("--configs", nargs="+", default=[f"{p}:{l}" for p in ("fp32", "tf32", "bf16", "fp16")
+                                                      for l in ("nchw", "channels_last")],
+                    help="precision:layout pairs (layout nchw or channels_last)")
     args = ap.parse_args()
     _, module = export_model.build(args.model, 0)
     module = module.cuda().eval()
     seg = args.model in export_model.SEGMENTATION
     x = torch.randn(args.batch, 3, args.size, args.size, device="cuda")
-    for prec in ("fp32", "tf32", "bf16", "fp16"):
-        for layout in ("nchw", "channels_last"):
-            torch.backends.cudnn.allow_tf32 = prec != "fp32"
-            torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
-            torch.backends.cudnn.benchmark = True
-            fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
-            m = module.to(memory_format=fmt)
-            xi = x.to(memory_format=fmt)
-            dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec)
+    for config in args.configs:
+        prec, layout = config.split(":")
+        torch.backends.cudnn.allow_tf32 = prec != "fp32"
+        torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
+        torch.backends.cudnn.benchmark = True
+        fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+        m = module.to(memory_format=fmt)
+        xi = x.to(memory_format=fmt)
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec)
 
-            def step():
-                with torch.no_grad(), torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
-                    y = m(xi)
-                    return y.argmax(1).to(torch.uint8) if seg else y
+        def step():
+            with torch.no_grad(), torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+                y = m(xi)
+                return y.argmax(1).to(torch.uint8) if seg else y
 
-            for _ in range(3):
-                step()
-            torch.cuda.synchronize()
-            times = []
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(5):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
             for _ in range(5):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                for _ in range(5):
-                    step()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b) / 5)
-            ms = sorted(times)[2]
-            print(f"[ torch    ] {args.model} batch {args.batch} {prec} {layout}: {ms:.2f} ms/batch, "
-                  f"{1000 * args.batch / ms:.0f} images/s", flush=True)
+                step()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 5)
+        ms = sorted(times)[2]
+        print(f"[ torch    ] {args.model} batch {args.batch} {prec} {layout}: {ms:.2f} ms/batch, "
+              f"{1000 * args.batch / ms:.0f} images/s", flush=True)
     return 0
 
 

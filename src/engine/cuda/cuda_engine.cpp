@@ -3,7 +3,10 @@
 // replays.  Everything that allocates, measures or compiles happens in the constructor; forward()
 // only enqueues.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "core/log.h"
 #include "core/nvtx.h"
@@ -135,6 +138,7 @@ class CudaEngine final : public Engine {
     // ---- a first run per set (loads the kernels' modules), then capture ----
     for (int s = 0; s < options.io_sets; ++s) run_steps(s, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (const char* prof = std::getenv("SLUICE_CUDA_PROFILE"); prof && *prof && std::string(prof) != "0") profile();
     if (options.cuda_graphs) {
       NvtxRange r("engine capture");
       for (int s = 0; s < options.io_sets; ++s) capture(s);
@@ -256,6 +260,38 @@ class CudaEngine final : public Engine {
   void run_steps(int set, cudaStream_t s) {
     const Bindings& bd = bindings_[static_cast<std::size_t>(set)];
     for (auto& step : steps_) step->run(ctx_, bd, s);
+  }
+
+  // SLUICE_CUDA_PROFILE=1: one eager pass with an event after each step; prints the slowest steps
+  // and the time per kind of step to stderr (start-up only; for finding what to optimize).
+  void profile() {
+    std::vector<Event> ev;
+    for (std::size_t i = 0; i <= steps_.size(); ++i) ev.push_back(make_event(true));
+    const Bindings& bd = bindings_[0];
+    CUDA_CHECK(cudaEventRecord(ev[0], stream_));
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      steps_[i]->run(ctx_, bd, stream_);
+      CUDA_CHECK(cudaEventRecord(ev[i + 1], stream_));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<std::pair<float, std::string>> times;
+    std::map<std::string, float> kinds;
+    float total = 0;
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+      const std::string& l = steps_[i]->label();
+      const auto slash = l.find_last_of('/');
+      const std::string kind = slash != std::string::npos ? l.substr(slash + 1) : l.substr(l.find_last_of(' ') + 1);
+      kinds[kind] += ms;
+      total += ms;
+      times.emplace_back(ms, l);
+    }
+    std::sort(times.rbegin(), times.rend());
+    std::fprintf(stderr, "[ profile  ] %s: %.2f ms in %zu steps\n", description_.c_str(), total, steps_.size());
+    for (std::size_t i = 0; i < times.size() && i < 12; ++i)
+      std::fprintf(stderr, "[ profile  ]   %8.3f ms  %s\n", times[i].first, times[i].second.c_str());
+    for (const auto& [k, ms] : kinds) std::fprintf(stderr, "[ profile  ]   kind %-22s %8.3f ms\n", k.c_str(), ms);
   }
 
   void capture(int set) {

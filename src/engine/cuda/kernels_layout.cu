@@ -112,7 +112,9 @@ __global__ void resize_kernel(const T* x, T* y, int64_t n, ResizeShape s) {
     if (s.mode == ResizeMode::Nearest) {
       int64_t off = 0;
       for (int d = 0; d < s.rank; ++d) {
-        const int64_t j = (s.in[d] == s.out[d] && s.scale[d] == 1.f && s.coord != CoordMode::TfHalfPixelForNearest)
+        // Axes that keep their size and scale are copied, whatever the coordinate mode (as the
+        // CPU engine and ONNX Runtime do; tf_half_pixel_for_nn would otherwise shift them by one).
+        const int64_t j = (s.in[d] == s.out[d] && s.scale[d] == 1.f)
                               ? idx[d]
                               : nearest_index(original_coordinate(idx[d], d, s), s.nearest, s.in[d], s.scale[d]);
         off = off * s.in[d] + j;
