@@ -3,7 +3,7 @@
 // any work; after that a failing rank prints its error and aborts the job (MPI_Abort), so no rank
 // is left waiting.
 #include <CLI/CLI.hpp>
-#include <signal.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,6 +18,7 @@
 #include "app/job_options.h"
 #include "app/outdir.h"
 #include "app/run_context.h"
+#include "app/signals.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread.h"
@@ -59,69 +60,16 @@ void agreed(const MpiContext& mpi, const std::function<void()>& step) {
   }
 }
 
-// SIGTERM, SIGUSR1 and SIGINT are blocked in every thread and taken by this one with sigwait, so
-// the handler can do real work (stop the pipeline, log) instead of being async-signal-limited.
-// The first signal asks for a graceful stop; a second one (at least a second later) exits at once:
-// the rank file's ledger is consistent at every moment, so nothing committed is lost.
-class SignalWatcher {
- public:
-  static void block_in_this_and_future_threads() {
-    sigset_t set = signals();
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  }
-
-  explicit SignalWatcher(std::function<void(int)> on_first) {
-    thread_ = WorkerThread("signals", [this, on_first] {
-      sigset_t set = signals();
-      bool first_seen = false;
-      Clock::time_point first_at;
-      while (!done_.load()) {
-        timespec timeout{0, 200 * 1000 * 1000};
-        const int sig = sigtimedwait(&set, nullptr, &timeout);
-        if (sig <= 0) continue;
-        if (!first_seen) {
-          first_seen = true;
-          first_at = Clock::now();
-          on_first(sig);
-        } else if (seconds_since(first_at) < 1.0) {
-          // The same event delivered twice (scancel signals mpirun and the ranks, and mpirun
-          // forwards it again): not a second request.
-          continue;
-        } else {
-          std::fprintf(stderr, "sluice: second signal (%s): exiting now; committed chunks are kept\n", strsignal(sig));
-          _exit(kExitResumable);
-        }
-      }
-    });
-  }
-  ~SignalWatcher() {
-    done_ = true;
-    thread_.join_noexcept();
-  }
-
- private:
-  static sigset_t signals() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGUSR1);
-    sigaddset(&set, SIGINT);
-    return set;
-  }
-  std::atomic<bool> done_{false};
-  WorkerThread thread_;
-};
-
 int run_job(JobConfig job, const std::string& job_toml, int argc, char** argv) {
-  // Under a Slurm requeue the job resumes by itself.
-  if (const char* restarts = std::getenv("SLURM_RESTART_COUNT"); restarts && std::atoi(restarts) > 0 && !job.overwrite) {
-    if (!job.resume) log_info("Slurm requeue (SLURM_RESTART_COUNT=", restarts, "): resuming");
-    job.resume = true;
-  }
-  SignalWatcher::block_in_this_and_future_threads();
+  SignalWatcher::install();
   MpiContext mpi(&argc, &argv);
   set_log_rank(mpi.rank(), mpi.world_size());
   if (job.quiet) set_log_level(LogLevel::Warn);
+  // Under a Slurm requeue the job resumes by itself.
+  if (const char* restarts = std::getenv("SLURM_RESTART_COUNT"); restarts && std::atoi(restarts) > 0 && !job.overwrite) {
+    if (!job.resume && mpi.rank() == 0) log_info("Slurm requeue (SLURM_RESTART_COUNT=", restarts, "): resuming");
+    job.resume = true;
+  }
   if (mpi.rank() == 0 && !job.quiet) {
     std::fprintf(stderr, "sluice %s (git %s): %d rank(s) on %d node(s); the job:\n%s", SLUICE_VERSION, SLUICE_GIT_COMMIT,
                  mpi.world_size(), mpi.node_count(), job_toml.c_str());

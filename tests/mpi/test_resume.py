@@ -65,11 +65,13 @@ def test_kill_9_then_resume_gives_the_uninterrupted_outputs(tmp_path, reference,
     out = fresh_dir(str(tmp_path / f"kill{trial}"))
     np_ = rng.choice([2, 3, 4])
     victims = "all" if trial % 3 == 0 else "one"
-    proc = start(out, np_, extra=["--throttle-ms", 40, "--throttle-ranks", ",".join(map(str, range(np_)))])
+    throttle = 0.15  # seconds a batch on every rank, so the run lasts long enough to be hit
+    proc = start(out, np_, extra=["--throttle-ms", int(throttle * 1000), "--throttle-ranks", ",".join(map(str, range(np_)))])
     deadline = time.time() + 60
-    while len(rank_pids(out)) < np_ and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(rng.uniform(0.8, 3.5))
+    while len(rank_files(out)) < np_ and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    batches_per_rank = N / 16 / np_
+    time.sleep(rng.uniform(0.1, 0.9) * batches_per_rank * throttle)
     pids = rank_pids(out)
     if victims == "one" and pids:
         pids = [rng.choice(pids)]

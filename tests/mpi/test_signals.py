@@ -27,13 +27,14 @@ def reference(tmp_path_factory):
 
 
 def start_and_signal(out, sig, times):
-    cmd = ["mpirun", "-np", "2", "--oversubscribe", BIN, "run", *map(str, JOB), "--output", out,
-           "--throttle-ms", "150", "--throttle-ranks", "0,1"]
+    # --bind-to none: OpenBLAS then starts threads of its own at load time, which must not die of the signal.
+    cmd = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", BIN, "run", *map(str, JOB), "--output", out,
+           "--throttle-ms", "400", "--throttle-ranks", "0,1"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=MPI_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while len(rank_pids(out)) < 2 and time.time() < deadline:
+    while len(rank_files(out)) < 2 and time.time() < deadline:
         time.sleep(0.05)
-    time.sleep(1.5)
+    time.sleep(1.0)
     for k in range(times):
         if k:
             time.sleep(1.3)  # a second request, not a duplicate delivery of the first
