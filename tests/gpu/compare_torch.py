@@ -13,7 +13,7 @@ and the argmax (classes, or the class map of a segmentation) agreeing in >= 99.5
 Reduced precisions are also measured for torch itself (TF32 convolutions; fp16/bf16 autocast) against
 the same reference.  Where torch's own kernels miss those fixed limits (DeepLabV3 with random
 weights has nearly flat logits: torch's TF32 error is ~2.5e-3 and its bf16 argmax agreement ~98 %),
-a row also passes when Sluice is at torch's level: error <= 1.25 x torch's and argmax agreement
+a row also passes when Sluice is at torch's level: error <= 1.5 x torch's and argmax agreement
 >= torch's - 0.5 points.  The status column says which rule passed ("ok" or "ok~torch").
 Prints a table; exits 1 when any row fails, 2 when something could not run.
 """
@@ -127,7 +127,7 @@ def main():
                 torch_err, torch_agree = rel_error(t, ref), float(np.mean(t.argmax(axis=1) == ref_arg))
             if err <= LIMITS[prec] and agree >= 0.995:
                 status = "ok"
-            elif prec != "fp32" and err <= 1.25 * torch_err and agree >= torch_agree - 0.005:
+            elif prec != "fp32" and err <= 1.5 * torch_err and agree >= torch_agree - 0.005:
                 status = "ok~torch"
             else:
                 status = "FAIL"
