@@ -37,12 +37,15 @@ def job_of(run):
     return tomllib.loads(text.decode() if isinstance(text, bytes) else text)
 
 
-def torch_forward(module, x, precision):
+def torch_forward(module, x, precision, device="cuda"):
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
-    with torch.inference_mode(), torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
-        return module(x).float()
+    with torch.inference_mode():
+        if dtype is None:
+            return module(x).float()
+        with torch.autocast(device, dtype=dtype):
+            return module(x).float()
 
 
 def main():
@@ -52,6 +55,7 @@ def main():
     ap.add_argument("--seed-weights", type=int, default=0, help="export_model.py --seed used for the .onnx")
     ap.add_argument("--precision", default=None, help="the run's precision (default: from its job)")
     ap.add_argument("--indices", default="0,1,2,3")
+    ap.add_argument("--device", default="cuda", help="where torch runs (cpu: fp32 only)")
     a = ap.parse_args()
 
     job = job_of(a.run)
@@ -67,10 +71,10 @@ def main():
         x /= np.asarray(job["std"], np.float32).reshape(1, -1, 1, 1)
 
     _, module = export_model.build(a.model, a.seed_weights)
-    module = module.cuda().eval()
-    xt = torch.from_numpy(x).cuda()
-    ref = torch_forward(module, xt, "fp32").cpu().numpy()
-    own = torch_forward(module, xt, precision).cpu().numpy()
+    module = module.to(a.device).eval()
+    xt = torch.from_numpy(x).to(a.device)
+    ref = torch_forward(module, xt, "fp32", a.device).cpu().numpy()
+    own = torch_forward(module, xt, precision, a.device).cpu().numpy()
 
     ok = True
     with h5py.File(os.path.join(a.run, "outputs.h5"), "r") as f:
