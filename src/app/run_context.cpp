@@ -53,6 +53,7 @@ void RunContext::load_model() {
   if (!file_readable(job_.model)) throw InputError(str("cannot read the model file ", job_.model));
   Graph model = load_onnx(job_.model);
   model_sha256_ = sha256_file(job_.model);
+  t_model_load_ = seconds_since(t0);
 
   PrepareOptions po;
   po.batch_size = job_.batch_size;
@@ -260,6 +261,7 @@ void RunContext::report() {
   r.weights_transport = weights_.transport.empty() ? "none" : weights_.transport;
   r.weights_mb = static_cast<double>(weights_.bytes) / 1e6;
   r.weights_s = weights_.seconds;
+  r.model_load_s = t_model_load_;
   for (const auto& s : all) r.ranks.push_back(RankReport::from_json(nlohmann::json::parse(s)));
 
   if (complete_attempt && file_) {

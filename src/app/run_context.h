@@ -47,6 +47,7 @@ class RunContext {
   std::string job_toml_;
   const MpiContext& mpi_;
   double t_setup_ = 0;
+  double t_model_load_ = 0;  // rank 0: reading and parsing the model file
   std::string started_;
 
   std::unique_ptr<Source> source_;

@@ -112,6 +112,7 @@ nlohmann::json JobReport::to_json() const {
   j["started"] = started;
   j["finished"] = finished;
   j["weights_broadcast"] = {{"transport", weights_transport}, {"mb", weights_mb}, {"seconds", weights_s}};
+  j["model_load_s"] = model_load_s;
   nlohmann::json job;
   job["total_samples"] = total_samples;
   job["pending_samples"] = pending_samples;

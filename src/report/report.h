@@ -44,6 +44,7 @@ struct JobReport {
   std::string started, finished;  // ISO-8601
   std::string weights_transport;  // how rank 0's weights reached the other ranks: nccl, mpi, or none
   double weights_mb = 0, weights_s = 0;
+  double model_load_s = 0;        // rank 0 reading and parsing the model file (what each rank would pay without the broadcast)
   std::vector<RankReport> ranks;
 
   int64_t samples() const;
