@@ -14,27 +14,14 @@ Precision: fp32 (TF32 off), tf32 (PyTorch's default for convolutions), bf16 (aut
 line per run with images/s over the timed batches (warm-up batches excluded).
 """
 import argparse
+import os
+import sys
 import time
 
 import torch
-import torchvision
 
-
-def build(name):
-    torch.manual_seed(0)
-    if hasattr(torchvision.models, name):
-        return getattr(torchvision.models, name)(weights=None)
-    ctor = getattr(torchvision.models.segmentation, name)
-    net = ctor(weights=None, weights_backbone=None, num_classes=21, aux_loss=False)
-
-    class Out(torch.nn.Module):
-        def __init__(self, n):
-            super().__init__()
-            self.n = n
-
-        def forward(self, x):
-            return self.n(x)["out"]
-    return Out(net)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from export_model import build  # noqa: E402  (the same models, with the same weights, as the .onnx files)
 
 
 def set_precision(p):
@@ -101,7 +88,7 @@ def main():
     ap.add_argument("--precision", nargs="+", default=["fp32", "tf32", "bf16"])
     ap.add_argument("--variant", nargs="+", default=["plain", "pipelined"])
     a = ap.parse_args()
-    model = build(a.model).cuda().eval()
+    model = build(a.model, 0)[1].cuda().eval()
     pool = [torch.randn(a.batch, 3, a.size, a.size).pin_memory() for _ in range(2)]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, {a.model}, batch {a.batch}, "
           f"{a.size}x{a.size}, {a.batches} timed batches after {a.warmup} warm-up")
