@@ -83,6 +83,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                     help="cpu: a dry run of this script on a machine without a GPU (both sides on the CPU)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep an existing WORKDIR/MODEL.onnx (exported with the same --seed, e.g. by "
+                         "data_tools/export_model.py) instead of exporting again")
     ap.add_argument("--size", type=int, nargs=3, metavar=("BATCH", "HEIGHT", "WIDTH"),
                     help="override every model's input size (quick runs)")
     args = ap.parse_args()
@@ -96,8 +99,9 @@ def main():
         net, module = export_model.build(name, args.seed)
         model_path = os.path.join(args.workdir, f"{name}.onnx")
         x = torch.randn(batch, 3, h, w, generator=torch.Generator().manual_seed(args.seed + 1))
-        with torch.no_grad():
-            export_model.export(module, x, model_path, "torchscript")
+        if not (args.reuse and os.path.exists(model_path)):
+            with torch.no_grad():
+                export_model.export(module, x, model_path, "torchscript")
         xn = x.numpy().astype(np.float32)
         input_path = os.path.join(args.workdir, f"{name}-input.npy")
         np.save(input_path, xn)

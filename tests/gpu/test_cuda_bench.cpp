@@ -44,8 +44,9 @@ TEST(Bench, DISABLED_EngineThroughput) {
   const Graph g = prepare_graph(load_onnx(path), po);
   const auto cache = std::filesystem::temp_directory_path() / "sluice-bench-cache";
   std::filesystem::remove_all(cache);
-  // SLUICE_BENCH_CONFIGS: precision:layout pairs, e.g. "bf16:nhwc tf32:nchw".
-  struct Config { Precision p; std::string layout; };
+  // SLUICE_BENCH_CONFIGS: precision:layout[:atrous] items, e.g. "bf16:nhwc tf32:nchw tf32:nhwc:off"; the
+  // optional third field sets SLUICE_CUDA_ATROUS (off, or the smallest dilation taking that path).
+  struct Config { Precision p; std::string layout, atrous; };
   std::vector<Config> configs;
   std::string list = std::getenv("SLUICE_BENCH_CONFIGS") ? std::getenv("SLUICE_BENCH_CONFIGS")
                                                           : "bf16:nhwc bf16:nchw tf32:nchw fp16:nhwc fp32:nchw";
@@ -54,11 +55,18 @@ TEST(Bench, DISABLED_EngineThroughput) {
     if (end == std::string::npos) end = list.size();
     const std::string item = list.substr(at, end - at);
     const auto colon = item.find(':');
-    if (colon != std::string::npos) configs.push_back({precision_from_name(item.substr(0, colon)), item.substr(colon + 1)});
+    if (colon != std::string::npos) {
+      const std::string rest = item.substr(colon + 1);
+      const auto second = rest.find(':');
+      configs.push_back({precision_from_name(item.substr(0, colon)), rest.substr(0, second),
+                         second == std::string::npos ? "" : rest.substr(second + 1)});
+    }
     at = end + 1;
   }
   for (const Config& c : configs) {
     setenv("SLUICE_CUDA_LAYOUT", c.layout.c_str(), 1);
+    if (c.atrous.empty()) unsetenv("SLUICE_CUDA_ATROUS");
+    else setenv("SLUICE_CUDA_ATROUS", c.atrous.c_str(), 1);
     EngineOptions o;
     o.precision = c.p;
     o.cache_dir = cache.string();
@@ -99,14 +107,15 @@ TEST(Bench, DISABLED_EngineThroughput) {
     }
     std::sort(ms.begin(), ms.end());
     const auto* st = cuda::engine_stats(*e);
-    std::printf("[ bench    ] %s batch %lld %s %s: build %.1f s (cached %.1f s), %.2f ms/batch, %.0f images/s, "
-                "arena %.2f GiB (unplanned %.2f), %d steps\n",
-                path, static_cast<long long>(po.batch_size), precision_name(c.p), c.layout.c_str(), build, rebuild, ms[2],
-                1000.0 * static_cast<double>(po.batch_size) / ms[2], st->arena_bytes / 1073741824.0,
-                st->naive_bytes / 1073741824.0, st->steps);
+    std::printf("[ bench    ] %s batch %lld %s %s%s%s: build %.1f s (cached %.1f s), %.2f ms/batch, %.0f images/s, "
+                "arena %.2f GiB (unplanned %.2f), %d steps, %d atrous convs\n",
+                path, static_cast<long long>(po.batch_size), precision_name(c.p), c.layout.c_str(), c.atrous.empty() ? "" : " atrous ",
+                c.atrous.c_str(), build, rebuild, ms[2], 1000.0 * static_cast<double>(po.batch_size) / ms[2],
+                st->arena_bytes / 1073741824.0, st->naive_bytes / 1073741824.0, st->steps, st->atrous_convolutions);
     std::fflush(stdout);
   }
   unsetenv("SLUICE_CUDA_LAYOUT");
+  unsetenv("SLUICE_CUDA_ATROUS");
 }
 
 }  // namespace

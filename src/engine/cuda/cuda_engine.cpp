@@ -138,7 +138,8 @@ class CudaEngine final : public Engine {
     // ---- a first run per set (loads the kernels' modules), then capture ----
     for (int s = 0; s < options.io_sets; ++s) run_steps(s, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (const char* prof = std::getenv("SLUICE_CUDA_PROFILE"); prof && *prof && std::string(prof) != "0") profile();
+    if (const char* prof = std::getenv("SLUICE_CUDA_PROFILE"); prof && *prof && std::string(prof) != "0")
+      profile(static_cast<std::size_t>(std::max(12, std::atoi(prof))));
     if (options.cuda_graphs) {
       NvtxRange r("engine capture");
       for (int s = 0; s < options.io_sets; ++s) capture(s);
@@ -263,8 +264,9 @@ class CudaEngine final : public Engine {
   }
 
   // SLUICE_CUDA_PROFILE=1: one eager pass with an event after each step; prints the slowest steps
-  // and the time per kind of step to stderr (start-up only; for finding what to optimize).
-  void profile() {
+  // (12, or SLUICE_CUDA_PROFILE of them when that is a larger number) and the time per kind of step to
+  // stderr (start-up only; for finding what to optimize).
+  void profile(std::size_t top) {
     std::vector<Event> ev;
     for (std::size_t i = 0; i <= steps_.size(); ++i) ev.push_back(make_event(true));
     const Bindings& bd = bindings_[0];
@@ -289,7 +291,7 @@ class CudaEngine final : public Engine {
     }
     std::sort(times.rbegin(), times.rend());
     std::fprintf(stderr, "[ profile  ] %s: %.2f ms in %zu steps\n", description_.c_str(), total, steps_.size());
-    for (std::size_t i = 0; i < times.size() && i < 12; ++i)
+    for (std::size_t i = 0; i < times.size() && i < top; ++i)
       std::fprintf(stderr, "[ profile  ]   %8.3f ms  %s\n", times[i].first, times[i].second.c_str());
     for (const auto& [k, ms] : kinds) std::fprintf(stderr, "[ profile  ]   kind %-22s %8.3f ms\n", k.c_str(), ms);
   }

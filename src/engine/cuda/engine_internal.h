@@ -107,7 +107,7 @@ class Builder {
   int input_any(const Node& n, std::size_t i);
   // Input i in the asked layout (4-D tensors only; others come as they are).
   int input_as(const Node& n, std::size_t i, bool nhwc);
-  // Whether channels-last activations are used (fp16/bf16 by default; SLUICE_CUDA_LAYOUT=nchw|nhwc
+  // Whether channels-last activations are used (fp16/bf16/tf32 by default; SLUICE_CUDA_LAYOUT=nchw|nhwc
   // overrides, for measurements).
   bool nhwc_enabled() const { return nhwc_; }
   bool is_nhwc(int slot) const { return slots[static_cast<std::size_t>(slot)].nhwc; }

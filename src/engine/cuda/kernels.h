@@ -72,6 +72,20 @@ struct CopyShape {
 };
 void strided_copy(std::size_t elem_size, const void* x, void* y, const CopyShape& shape, cudaStream_t s);
 
+// Atrous convolution by space-to-batch: a stride-1 convolution with dilation d and "same" padding
+// equals an undilated one over the d*d interleaved sub-images x_rs[u, v] = x[r + d*u, s + d*v],
+// stacked along the batch.  Space: [n, c, h, w]; batched: [d*d*n, c, ceil(h/d), ceil(w/d)] with
+// sub-image (r, s) of sample i at batch (r*d + s)*n + i; both NCHW, or both channels-last.
+struct AtrousShape {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t d = 1;
+  bool nhwc = false;
+};
+// Space to batch; positions past h or w read as zeros.
+void space_to_batch(std::size_t elem_size, const void* x, void* xb, const AtrousShape& shape, cudaStream_t s);
+// Batch to space; the padded positions are dropped.
+void batch_to_space(std::size_t elem_size, const void* yb, void* y, const AtrousShape& shape, cudaStream_t s);
+
 enum class PadMode : int { Constant = 0, Reflect, Edge, Wrap };
 struct PadShape {
   int rank = 0;

@@ -1,5 +1,6 @@
-// Kernels that move elements without arithmetic (strided copies, padding) and Resize.  The copies
-// work on raw element sizes so one instantiation serves every dtype of that width.
+// Kernels that move elements without arithmetic (strided copies, padding, the atrous rearrangements)
+// and Resize.  The copies work on raw element sizes so one instantiation serves every dtype of that
+// width.
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/kernels_common.cuh"
 
@@ -51,6 +52,88 @@ __global__ void pad_kernel(const U* x, U* y, int64_t n, PadShape s, U value) {
       stride *= s.in[d];
     }
     y[i] = inside ? x[off] : value;
+  }
+}
+
+// ---- Atrous convolution by space-to-batch ---------------------------------------------------------
+
+// Sizes in units of U: for channels-last tensors c counts vectors of several channels.
+template <typename I>
+struct AtrousDims {
+  I n, c, h, w, d, hs, ws;
+};
+
+// One thread per unit of the batched tensor, in its memory order: [d, d, n, c, hs, ws] or
+// [d, d, n, hs, ws, c].  Both directions walk the batched side so the channels-last case reads and
+// writes whole rows of channels; the batched side is the larger one (its padding), and every space
+// position belongs to exactly one batched position.
+template <typename U, typename I>
+__global__ void atrous_kernel(const U* __restrict__ src, U* __restrict__ dst, I total, AtrousDims<I> s, bool nhwc,
+                              bool to_batch) {
+  const I step = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
+    I rem = i, c, u, v;
+    if (nhwc) {
+      c = rem % s.c; rem /= s.c;
+      v = rem % s.ws; rem /= s.ws;
+      u = rem % s.hs; rem /= s.hs;
+    } else {
+      v = rem % s.ws; rem /= s.ws;
+      u = rem % s.hs; rem /= s.hs;
+      c = rem % s.c; rem /= s.c;
+    }
+    const I n = rem % s.n;
+    rem /= s.n;
+    const I h = rem / s.d + s.d * u, w = rem % s.d + s.d * v;
+    const bool inside = h < s.h && w < s.w;
+    const I at = nhwc ? ((n * s.h + h) * s.w + w) * s.c + c : ((n * s.c + c) * s.h + h) * s.w + w;
+    if (to_batch) dst[i] = inside ? src[at] : U{};
+    else if (inside) dst[at] = src[i];
+  }
+}
+
+template <typename U>
+void launch_atrous(const void* src, void* dst, int64_t c_units, const AtrousShape& a, bool to_batch, cudaStream_t st) {
+  const int64_t hs = (a.h + a.d - 1) / a.d, ws = (a.w + a.d - 1) / a.d;
+  const int64_t total = a.d * a.d * a.n * c_units * hs * ws;
+  if (total <= 0) return;
+  // 32-bit index arithmetic when it fits: the divisions dominate the kernel's instructions.
+  if (total < (int64_t{1} << 31)) {
+    const AtrousDims<uint32_t> d{static_cast<uint32_t>(a.n), static_cast<uint32_t>(c_units), static_cast<uint32_t>(a.h),
+                                 static_cast<uint32_t>(a.w), static_cast<uint32_t>(a.d), static_cast<uint32_t>(hs),
+                                 static_cast<uint32_t>(ws)};
+    atrous_kernel<U, uint32_t><<<grid_for(total), kThreads, 0, st>>>(static_cast<const U*>(src), static_cast<U*>(dst),
+                                                                    static_cast<uint32_t>(total), d, a.nhwc, to_batch);
+  } else {
+    const AtrousDims<uint64_t> d{static_cast<uint64_t>(a.n), static_cast<uint64_t>(c_units), static_cast<uint64_t>(a.h),
+                                 static_cast<uint64_t>(a.w), static_cast<uint64_t>(a.d), static_cast<uint64_t>(hs),
+                                 static_cast<uint64_t>(ws)};
+    atrous_kernel<U, uint64_t><<<grid_for(total), kThreads, 0, st>>>(static_cast<const U*>(src), static_cast<U*>(dst),
+                                                                    static_cast<uint64_t>(total), d, a.nhwc, to_batch);
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+void atrous(std::size_t es, const void* src, void* dst, const AtrousShape& a, bool to_batch, cudaStream_t st) {
+  SLUICE_CHECK(a.d >= 1 && a.n >= 0 && a.c >= 0 && a.h >= 0 && a.w >= 0, "atrous rearrangement: bad shape");
+  // Channels-last rows of channels move as vectors of up to 16 bytes when sizes and addresses allow.
+  std::size_t unit = es;
+  if (a.nhwc) {
+    const auto aligned = [&](std::size_t v) {
+      return (static_cast<std::size_t>(a.c) * es) % v == 0 && reinterpret_cast<uintptr_t>(src) % v == 0 &&
+             reinterpret_cast<uintptr_t>(dst) % v == 0;
+    };
+    for (std::size_t v = 16; v > es; v /= 2)
+      if (aligned(v)) { unit = v; break; }
+  }
+  const int64_t c_units = a.c * static_cast<int64_t>(es) / static_cast<int64_t>(unit);
+  switch (unit) {
+    case 1: launch_atrous<uint8_t>(src, dst, c_units, a, to_batch, st); break;
+    case 2: launch_atrous<uint16_t>(src, dst, c_units, a, to_batch, st); break;
+    case 4: launch_atrous<uint32_t>(src, dst, c_units, a, to_batch, st); break;
+    case 8: launch_atrous<uint2>(src, dst, c_units, a, to_batch, st); break;
+    case 16: launch_atrous<uint4>(src, dst, c_units, a, to_batch, st); break;
+    default: SLUICE_THROW("atrous rearrangement: element size ", es, " is not supported");
   }
 }
 
@@ -202,6 +285,14 @@ void pad(std::size_t elem_size, const void* x, void* y, const PadShape& shape, c
                                                    static_cast<U>(shape.value_bits));
   });
   CUDA_CHECK_LAUNCH();
+}
+
+void space_to_batch(std::size_t elem_size, const void* x, void* xb, const AtrousShape& shape, cudaStream_t s) {
+  atrous(elem_size, x, xb, shape, true, s);
+}
+
+void batch_to_space(std::size_t elem_size, const void* yb, void* y, const AtrousShape& shape, cudaStream_t s) {
+  atrous(elem_size, yb, y, shape, false, s);
 }
 
 void resize(DType t, const void* x, void* y, const ResizeShape& shape, cudaStream_t s) {
