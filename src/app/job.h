@@ -29,6 +29,7 @@ struct JobConfig {
   int egress_buffers = 4;                  // output slots (batches waiting to be written)
   int reader_threads = 2;
   int writer_threads = 1;
+  int compression = 0;                     // deflate level of the stored outputs, 0..9 (0: none)
   std::string sharding = "dynamic";        // dynamic | static
   int chunk_batches = 4;                   // batches per chunk (the unit of sharding and commit)
   uint64_t seed = 0;

@@ -70,7 +70,10 @@ void visit_job(JobConfig& j, V& v) {
   v("prefetch", j.prefetch, "Input slots: batches read ahead", at_least(1));
   v("egress-buffers", j.egress_buffers, "Output slots: batches waiting to be written", at_least(1));
   v("reader-threads", j.reader_threads, "Threads filling input slots", at_least(1));
-  v("writer-threads", j.writer_threads, "Threads preparing output rows for the HDF5 writer", at_least(1));
+  v("writer-threads", j.writer_threads,
+    "Threads compressing output chunks in parallel for the HDF5 writer (with --compression; without it one "
+    "thread writes and more have nothing to do)", at_least(1));
+  v("compression", j.compression, "Deflate level of the stored outputs, 0 (none) to 9", CLI::Range(0, 9));
   v("sharding", j.sharding, "dynamic (rank 0 serves chunks on request) | static (contiguous ranges)",
     one_of({"dynamic", "static"}));
   v("chunk-batches", j.chunk_batches, "Batches per chunk: the unit of sharding, commit and resume", at_least(1));

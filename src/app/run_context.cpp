@@ -96,6 +96,7 @@ void RunContext::make_specs() {
     d.name = info.name;
     d.dtype = info.dtype;
     d.row_shape.assign(info.shape.begin() + 1, info.shape.end());
+    d.deflate = job_.compression;
     specs_.push_back(d);
   }
 }

@@ -24,6 +24,9 @@
 //     own bytes.  Compressed chunks move instead (their size changes), and the space they free may
 //     be reused before the index on disk points elsewhere, so with deflate every commit starts on
 //     a fresh chunk boundary (the skipped rows are padding: sample index -1, never in the ledger).
+//     Chunks encoded by writer threads (ChunkEncoder, append_encoded) are whole, fresh chunks:
+//     H5Dwrite_chunk stores each one once, at a chunk boundary past every committed row, and it
+//     joins the index like a chunk HDF5 compressed itself, so steps 3 and 4 hold unchanged.
 //  5. Attributes that change later (attempt, start and end time, host, device, world size) are
 //     created up front with fixed-size types, so changing them in SWMR mode rewrites existing bytes.
 //  Rows past the last ledger record are not output: readers ignore them, recovery drops them.
@@ -148,7 +151,11 @@ class Hdf5RankFile final : public RankFile {
       datasets_.emplace_back(H5_CHECK(H5Dopen2(file_, full.c_str(), dapl)));
       mem_types_.push_back(h5::memory_type(s.dtype));
       row_dims_.emplace_back(s.row_shape.begin(), s.row_shape.end());
+      layouts_.push_back(encodable_layout(datasets_.back(), mem_types_.back(), s, rows));
     }
+    std::size_t max_rank = 1;
+    for (const auto& dims : row_dims_) max_rank = std::max(max_rank, 1 + dims.size());
+    chunk_offset_.assign(max_rank, 0);
     h5::Plist dapl = dataset_access(static_cast<std::size_t>(dataset_chunk_rows(chunk_rows, 8)) * 8);
     index_ = h5::Dataset(H5_CHECK(H5Dopen2(file_, kSampleIndex, dapl)));
     ledger_ = h5::Dataset(H5_CHECK(H5Dopen2(file_, kLedger, H5P_DEFAULT)));
@@ -166,24 +173,19 @@ class Hdf5RankFile final : public RankFile {
   }
 
   void append(int64_t rows, const int64_t* sample_index, const std::vector<const void*>& data) override {
-    h5::quiet_errors();  // the writer thread may not be the one that opened the file
-    SLUICE_CHECK(!closed_, "rank file ", path_, ": append after close");
-    SLUICE_CHECK(rows > 0 && sample_index, "rank file ", path_, ": append of ", rows, " rows");
-    SLUICE_CHECK(data.size() == datasets_.size(), "rank file ", path_, ": append got ", data.size(),
-                 " buffers for ", datasets_.size(), " outputs");
-    if (pending_rows_ == 0) pending_first_ = (committed_ + align_ - 1) / align_ * align_;
-    const int64_t row = pending_first_ + pending_rows_;
-    grow_to(row + rows, false);
-    for (std::size_t i = 0; i < datasets_.size(); ++i) {
-      SLUICE_CHECK(data[i] != nullptr, "rank file ", path_, ": no data for output ", specs_[i].name);
-      h5::Space fspace = h5::select_rows(datasets_[i], row, rows);
-      h5::Space mspace = h5::row_block_space(rows, row_dims_[i]);
-      H5_CHECK(H5Dwrite(datasets_[i], mem_types_[i], mspace, fspace, H5P_DEFAULT, data[i]));
-    }
-    h5::Space fspace = h5::select_rows(index_, row, rows);
-    h5::Space mspace = h5::row_block_space(rows, {});
-    H5_CHECK(H5Dwrite(index_, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, sample_index));
-    pending_rows_ += rows;
+    write_rows(rows, sample_index, data, nullptr);
+  }
+
+  int64_t append_encoded(int64_t rows, const int64_t* sample_index, const std::vector<const void*>& data,
+                         const std::vector<EncodedRows>& encoded) override {
+    SLUICE_CHECK(encoded.size() == datasets_.size(), "rank file ", path_, ": append got ", encoded.size(),
+                 " encoded outputs for ", datasets_.size());
+    return write_rows(rows, sample_index, data, &encoded);
+  }
+
+  ChunkLayout chunk_layout(std::size_t output) const override {
+    SLUICE_CHECK(output < layouts_.size(), "rank file ", path_, ": no output ", output);
+    return layouts_[output];
   }
 
   void commit(ChunkRecord record) override {
@@ -239,6 +241,67 @@ class Hdf5RankFile final : public RankFile {
     extent_ = rows;
   }
 
+  // Writes rows to every dataset after the pending ones; an output with whole encoded chunks that
+  // start on a chunk boundary goes in as those bytes, any other from its raw rows.
+  int64_t write_rows(int64_t rows, const int64_t* sample_index, const std::vector<const void*>& data,
+                     const std::vector<EncodedRows>* encoded) {
+    h5::quiet_errors();  // the writer thread may not be the one that opened the file
+    SLUICE_CHECK(!closed_, "rank file ", path_, ": append after close");
+    SLUICE_CHECK(rows > 0 && sample_index, "rank file ", path_, ": append of ", rows, " rows");
+    SLUICE_CHECK(data.size() == datasets_.size(), "rank file ", path_, ": append got ", data.size(),
+                 " buffers for ", datasets_.size(), " outputs");
+    if (pending_rows_ == 0) pending_first_ = (committed_ + align_ - 1) / align_ * align_;
+    const int64_t row = pending_first_ + pending_rows_;
+    grow_to(row + rows, false);
+    int64_t stored = 0;
+    for (std::size_t i = 0; i < datasets_.size(); ++i) {
+      const ChunkLayout& L = layouts_[i];
+      const EncodedRows* e = encoded ? &(*encoded)[i] : nullptr;
+      if (e && e->chunks > 0 && L.deflate > 0 && row % L.rows == 0 && e->chunks * L.rows == rows) {
+        SLUICE_CHECK(e->data && e->sizes, "rank file ", path_, ": no encoded bytes for output ", specs_[i].name);
+        // Filter mask 0: every filter of the dataset (shuffle, deflate) was applied.
+        for (int64_t k = 0; k < e->chunks; ++k) {
+          chunk_offset_[0] = static_cast<hsize_t>(row + k * L.rows);
+          H5_CHECK(H5Dwrite_chunk(datasets_[i], H5P_DEFAULT, 0, chunk_offset_.data(), e->sizes[k],
+                                  e->data + static_cast<std::size_t>(k) * e->stride));
+        }
+        stored += e->chunks;
+        continue;
+      }
+      SLUICE_CHECK(data[i] != nullptr, "rank file ", path_, ": no data for output ", specs_[i].name);
+      h5::Space fspace = h5::select_rows(datasets_[i], row, rows);
+      h5::Space mspace = h5::row_block_space(rows, row_dims_[i]);
+      H5_CHECK(H5Dwrite(datasets_[i], mem_types_[i], mspace, fspace, H5P_DEFAULT, data[i]));
+    }
+    h5::Space fspace = h5::select_rows(index_, row, rows);
+    h5::Space mspace = h5::row_block_space(rows, {});
+    H5_CHECK(H5Dwrite(index_, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, sample_index));
+    pending_rows_ += rows;
+    return stored;
+  }
+
+  // Callers may encode a dataset's chunks only when the bytes they hold are the stored bytes (no
+  // type conversion) and its filters are the ones ChunkEncoder reproduces: shuffle, then deflate.
+  static ChunkLayout encodable_layout(hid_t dataset, hid_t mem_type, const DatasetSpec& spec, int64_t rows) {
+    ChunkLayout L;
+    L.rows = rows;
+    L.row_bytes = spec.row_bytes();
+    L.element_bytes = dtype_size(spec.dtype);
+    if (spec.deflate <= 0) return L;
+    h5::Type stored(H5_CHECK(H5Dget_type(dataset)));
+    if (H5_CHECK(H5Tequal(stored, mem_type)) <= 0) return L;
+    h5::Plist dcpl(H5_CHECK(H5Dget_create_plist(dataset)));
+    if (H5_CHECK(H5Pget_nfilters(dcpl)) != 2) return L;
+    unsigned flags = 0, cd[4] = {0, 0, 0, 0}, config = 0;
+    std::size_t ncd = 4;
+    if (H5_CHECK(H5Pget_filter2(dcpl, 0, &flags, &ncd, cd, 0, nullptr, &config)) != H5Z_FILTER_SHUFFLE) return L;
+    if (ncd >= 1 && cd[0] != L.element_bytes) return L;
+    ncd = 4;
+    if (H5_CHECK(H5Pget_filter2(dcpl, 1, &flags, &ncd, cd, 0, nullptr, &config)) != H5Z_FILTER_DEFLATE) return L;
+    L.deflate = ncd >= 1 ? static_cast<int>(cd[0]) : spec.deflate;
+    return L;
+  }
+
   void write_ledger_slot(int64_t k, const ChunkRecord& r) {
     h5::Space fspace = h5::select_rows(ledger_, k, 1);
     h5::Space mspace = h5::row_block_space(1, {});
@@ -251,6 +314,8 @@ class Hdf5RankFile final : public RankFile {
   std::vector<h5::Dataset> datasets_;  // declared after file_: closed before it
   std::vector<h5::Type> mem_types_;
   std::vector<std::vector<hsize_t>> row_dims_;
+  std::vector<ChunkLayout> layouts_;   // per dataset
+  std::vector<hsize_t> chunk_offset_;  // H5Dwrite_chunk's offset, sized once
   h5::Dataset index_, ledger_;
   h5::Type ledger_mem_;
   bool fsync_ = false;

@@ -44,7 +44,8 @@ struct Pipeline::Impl {
       : device(d), engine(e), source(s), file(f), opt(o),
         in_pool(o.prefetch), out_pool(o.egress_buffers),
         read_q(static_cast<std::size_t>(o.prefetch)), order_q(static_cast<std::size_t>(o.prefetch)),
-        monitor_q(static_cast<std::size_t>(o.egress_buffers)), write_q(static_cast<std::size_t>(o.egress_buffers)) {}
+        monitor_q(static_cast<std::size_t>(o.egress_buffers)), write_q(static_cast<std::size_t>(o.egress_buffers)),
+        encoded_q(static_cast<std::size_t>(o.egress_buffers)) {}
 
   ~Impl() {
     for (void* p : in_slots) device.pinned_free(p);
@@ -52,11 +53,17 @@ struct Pipeline::Impl {
   }
 
   void allocate();
+  void allocate_encoding();
   void dispatcher(WorkDistributor& work, const std::atomic<bool>& stop);
   void reader();
   void driver();
   void monitor();
   void writer(WorkDistributor& work, std::atomic<int64_t>& committed);
+  void encoder(int thread);
+  int64_t plan_encoding(int slot);
+  void encode_unit(ChunkEncoder& enc, int slot, int64_t unit);
+  void unit_done(int slot, int64_t units);
+  std::optional<int> next_encoded();
   void abort_all();
   bool wait_ready(int slot);
 
@@ -93,6 +100,30 @@ struct Pipeline::Impl {
   double h2d_s = 0, compute_s = 0, d2h_s = 0;   // monitor thread only
   int64_t samples = 0, batches = 0, chunks = 0; // writer thread only
   double end_s = 0;
+
+  // Compression (DESIGN.md: writer threads encode chunks, one owner thread writes them).  When the
+  // file deflates an output, `writer_threads` encoder threads take the batches from write_q in
+  // order, split them into HDF5 chunks and deflate those in parallel into per-out-slot buffers;
+  // the writer thread, the file's only user, stores each batch's chunks in batch order and only
+  // then returns its out-slot.  Without compression the writer thread takes write_q itself.
+  bool encode = false;
+  std::vector<ChunkLayout> layouts;                  // per output
+  std::vector<int64_t> max_chunks;                   // per output: chunks of a full batch (0: not encoded)
+  std::vector<std::size_t> enc_offset, size_offset;  // per output: where its chunks sit in a slot's buffers
+  std::vector<std::size_t> enc_stride;               // per output: room for one encoded chunk
+  std::vector<std::vector<unsigned char>> enc_bytes; // per out-slot, allocated once
+  std::vector<std::vector<std::size_t>> enc_sizes;   // per out-slot
+  std::vector<std::vector<EncodedRows>> enc_rows;    // per out-slot, per output
+  std::vector<ChunkEncoder> encoders;                // per encoder thread
+  BoundedQueue<int> encoded_q;                       // out-slots in batch order, to the writer
+  std::mutex take_mutex;                             // encoders taking batches and chunks
+  int take_slot = -1;
+  int64_t take_next = 0, take_units = 0;             // the batch being handed out, chunk by chunk
+  std::mutex done_mutex;
+  std::condition_variable done_cv;
+  std::vector<int64_t> units_left;                   // per out-slot, under done_mutex
+  std::vector<char> slot_encoded;                    // per out-slot, under done_mutex
+  TimeCounter encode_time;
 };
 
 void Pipeline::Impl::allocate() {
@@ -140,8 +171,13 @@ void Pipeline::Impl::abort_all() {
   order_q.abort();
   monitor_q.abort();
   write_q.abort();
+  encoded_q.abort();
   in_pool.close();
   out_pool.close();
+  {
+    std::lock_guard<std::mutex> lock(done_mutex);
+    done_cv.notify_all();
+  }
   std::lock_guard<std::mutex> lock(ready_mutex);
   ready_cv.notify_all();
 }
@@ -269,10 +305,134 @@ void Pipeline::Impl::monitor() {
   write_q.close();
 }
 
+// Sizes the encoding buffers once: per out-slot, room for every chunk of a full batch of every
+// compressed output at zlib's bound, and one encoder (deflate state, shuffle buffer) per thread.
+void Pipeline::Impl::allocate_encoding() {
+  if (!file) return;
+  std::size_t bytes = 0, sizes = 0, largest = 0;
+  for (std::size_t i = 0; i < out_bytes.size(); ++i) {
+    const ChunkLayout L = file->chunk_layout(i);
+    int64_t n = 0;
+    if (L.deflate > 0 && L.rows > 0 && L.row_bytes == out_row_bytes[i]) n = batch / L.rows;
+    layouts.push_back(L);
+    max_chunks.push_back(n);
+    enc_stride.push_back(n > 0 ? ChunkEncoder::bound(L.chunk_bytes()) : 0);
+    enc_offset.push_back(bytes);
+    size_offset.push_back(sizes);
+    bytes += static_cast<std::size_t>(n) * enc_stride.back();
+    sizes += static_cast<std::size_t>(n);
+    if (n > 0) largest = std::max(largest, L.chunk_bytes());
+  }
+  encode = sizes > 0;
+  if (!encode) return;
+  const std::size_t slots = static_cast<std::size_t>(opt.egress_buffers);
+  enc_bytes.assign(slots, std::vector<unsigned char>(bytes));
+  enc_sizes.assign(slots, std::vector<std::size_t>(sizes));
+  enc_rows.assign(slots, std::vector<EncodedRows>(out_bytes.size()));
+  for (std::size_t k = 0; k < slots; ++k)
+    for (std::size_t i = 0; i < out_bytes.size(); ++i) {
+      EncodedRows& e = enc_rows[k][i];
+      e.data = enc_bytes[k].data() + enc_offset[i];
+      e.stride = enc_stride[i];
+      e.sizes = enc_sizes[k].data() + size_offset[i];
+    }
+  units_left.assign(slots, 0);
+  slot_encoded.assign(slots, 0);
+  for (int t = 0; t < opt.writer_threads; ++t) encoders.emplace_back(largest);
+}
+
+// Decides which outputs of the batch in `slot` are encoded (whole chunks only; the file writes a
+// short last batch from its raw rows) and returns the number of chunks to encode.
+int64_t Pipeline::Impl::plan_encoding(int slot) {
+  const BatchMeta& m = out_meta[static_cast<std::size_t>(slot)];
+  auto& rows = enc_rows[static_cast<std::size_t>(slot)];
+  int64_t units = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    int64_t n = 0;
+    if (max_chunks[i] > 0 && m.count % layouts[i].rows == 0 && m.count / layouts[i].rows <= max_chunks[i])
+      n = m.count / layouts[i].rows;
+    rows[i].chunks = n;
+    units += n;
+  }
+  std::lock_guard<std::mutex> lock(done_mutex);
+  units_left[static_cast<std::size_t>(slot)] = units;
+  slot_encoded[static_cast<std::size_t>(slot)] = units == 0;
+  if (units == 0) done_cv.notify_all();
+  return units;
+}
+
+void Pipeline::Impl::encode_unit(ChunkEncoder& enc, int slot, int64_t unit) {
+  const auto& rows = enc_rows[static_cast<std::size_t>(slot)];
+  std::size_t i = 0;
+  while (unit >= rows[i].chunks) unit -= rows[i++].chunks;
+  const ChunkLayout& L = layouts[i];
+  const auto* src = static_cast<const uint8_t*>(out_slots[static_cast<std::size_t>(slot)]) + out_offsets[i] +
+                    static_cast<std::size_t>(unit) * L.chunk_bytes();
+  unsigned char* dst = enc_bytes[static_cast<std::size_t>(slot)].data() + enc_offset[i] +
+                       static_cast<std::size_t>(unit) * enc_stride[i];
+  enc_sizes[static_cast<std::size_t>(slot)][size_offset[i] + static_cast<std::size_t>(unit)] =
+      enc.encode(L, src, dst, enc_stride[i]);
+}
+
+void Pipeline::Impl::unit_done(int slot, int64_t units) {
+  std::lock_guard<std::mutex> lock(done_mutex);
+  if ((units_left[static_cast<std::size_t>(slot)] -= units) == 0) {
+    slot_encoded[static_cast<std::size_t>(slot)] = 1;
+    done_cv.notify_all();
+  }
+}
+
+void Pipeline::Impl::encoder(int thread) {
+  device.bind_thread();
+  ChunkEncoder& enc = encoders[static_cast<std::size_t>(thread)];
+  for (;;) {
+    int slot = -1;
+    int64_t unit = 0;
+    {
+      std::lock_guard<std::mutex> lock(take_mutex);
+      while (take_next == take_units) {
+        // The current batch is handed out: take the next one.  Waiting here holds take_mutex, which
+        // costs nothing: the other encoders have nothing to take meanwhile either.  Taking and
+        // queueing under one lock keeps encoded_q in batch order.
+        std::optional<int> next = write_q.pop();
+        if (!next) {
+          encoded_q.close();
+          return;
+        }
+        if (!encoded_q.push(*next)) return;
+        take_slot = *next;
+        take_next = 0;
+        take_units = plan_encoding(*next);
+      }
+      slot = take_slot;
+      unit = take_next++;
+    }
+    {
+      NvtxRange range("encode", Stage::Write);
+      ScopedTime busy(encode_time);
+      encode_unit(enc, slot, unit);
+    }
+    unit_done(slot, 1);
+  }
+}
+
+// The writer's next batch when encoders run: the oldest one taken, once all of its chunks are done.
+std::optional<int> Pipeline::Impl::next_encoded() {
+  std::optional<int> out = encoded_q.pop();
+  if (!out) return out;
+  std::unique_lock<std::mutex> lock(done_mutex);
+  done_cv.wait(lock, [&] { return aborted.load() || slot_encoded[static_cast<std::size_t>(*out)]; });
+  if (aborted.load()) return std::nullopt;
+  slot_encoded[static_cast<std::size_t>(*out)] = 0;
+  return out;
+}
+
 void Pipeline::Impl::writer(WorkDistributor& work, std::atomic<int64_t>& committed) {
   device.bind_thread();
   std::vector<const void*> rows(out_bytes.size());
-  while (std::optional<int> out = write_q.pop()) {
+  for (;;) {
+    std::optional<int> out = encode ? next_encoded() : write_q.pop();
+    if (!out) break;
     const BatchMeta& m = out_meta[static_cast<std::size_t>(*out)];
     {
       NvtxRange range("write", Stage::Write);
@@ -282,13 +442,17 @@ void Pipeline::Impl::writer(WorkDistributor& work, std::atomic<int64_t>& committ
         for (int64_t r = 0; r < m.count; ++r) index[static_cast<std::size_t>(r)] = m.first + r;
         const auto* base = static_cast<const uint8_t*>(out_slots[static_cast<std::size_t>(*out)]);
         for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = base + out_offsets[i];
-        file->append(m.count, index.data(), rows);
+        if (encode)
+          file->append_encoded(m.count, index.data(), rows, enc_rows[static_cast<std::size_t>(*out)]);
+        else
+          file->append(m.count, index.data(), rows);
       }
     }
     const WorkItem chunk = m.chunk;
     const bool last = m.last_in_chunk;
     const int64_t count = m.count;
     NvtxSpan::end(m.span);
+    // Its rows are stored (and encoded, if they were): the out-slot can take the next batch.
     out_pool.release(*out);
     samples += count;
     ++batches;
@@ -317,6 +481,7 @@ Pipeline::Pipeline(Device& device, Engine& engine, Source& source, RankFile* fil
     throw UsageError("--prefetch, --egress-buffers, --reader-threads and --writer-threads must be at least 1");
   impl_ = std::make_unique<Impl>(device, engine, source, file, o);
   impl_->allocate();
+  impl_->allocate_encoding();
 }
 
 Pipeline::~Pipeline() = default;
@@ -330,6 +495,8 @@ PipelineStats Pipeline::run(WorkDistributor& work) {
   for (int i = 0; i < p.opt.reader_threads; ++i) threads.emplace_back(str("reader-", i), [&] { p.reader(); }, on_error);
   threads.emplace_back("driver", [&] { p.driver(); }, on_error);
   threads.emplace_back("monitor", [&] { p.monitor(); }, on_error);
+  if (p.encode)
+    for (int i = 0; i < p.opt.writer_threads; ++i) threads.emplace_back(str("encoder-", i), [&p, i] { p.encoder(i); }, on_error);
   threads.emplace_back("writer", [&] { p.writer(work, committed_samples_); }, on_error);
 
   std::exception_ptr first;
@@ -348,6 +515,7 @@ PipelineStats Pipeline::run(WorkDistributor& work) {
   s.first_batch_s = p.first_batch_s;
   s.read_s = p.read_time.seconds();
   s.write_s = p.write_time.seconds();
+  s.encode_s = p.encode_time.seconds();
   s.h2d_s = p.h2d_s;
   s.compute_s = p.compute_s;
   s.d2h_s = p.d2h_s;

@@ -11,7 +11,8 @@
 //   device in the steady state.
 // - monitor: waits for each batch's events, returns its in-slot to the pool, passes the out-slot on.
 // - writer: appends the batch's rows to the rank file, returns the out-slot, commits each chunk
-//   once all its batches are written.
+//   once all its batches are written.  With compression, writer_threads encoder threads deflate
+//   the batches' chunks in parallel before the writer (the file's only user) stores them in order.
 // All slots are allocated in the constructor; the steady state allocates nothing.
 #include <atomic>
 #include <memory>
@@ -30,7 +31,7 @@ struct PipelineOptions {
   int prefetch = 4;          // in-slots
   int egress_buffers = 4;    // out-slots
   int reader_threads = 2;
-  int writer_threads = 1;
+  int writer_threads = 1;    // encoder threads, when the file compresses; else unused
   int throttle_ms = 0;       // test only: sleep per batch in the driver (a slow GPU)
 };
 
@@ -42,7 +43,8 @@ struct PipelineStats {
   double first_batch_s = 0;   // start until the first batch was written (warm-up, reported apart)
   double read_s = 0;          // reader busy time, summed over reader threads
   double h2d_s = 0, compute_s = 0, d2h_s = 0;   // device time of each stage (events)
-  double write_s = 0;         // writer busy time
+  double write_s = 0;         // writer busy time (storing rows and commits)
+  double encode_s = 0;        // compression busy time, summed over encoder threads (0: not compressed)
   double stall_input_s = 0, stall_output_s = 0;
 };
 

@@ -2,6 +2,7 @@
 // The engine here is a small real Engine (a per-sample sum and a copy), so the test checks what the
 // pipeline moves, not what a model computes; the mpi tests run the real model end to end.
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <atomic>
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "io/source.h"
@@ -68,7 +70,7 @@ class SumEngine final : public Engine {
 };
 
 // Keeps rows in memory; optionally slow, to exercise backpressure.
-class MemoryFile final : public RankFile {
+class MemoryFile : public RankFile {
  public:
   explicit MemoryFile(int delay_ms = 0) : delay_ms_(delay_ms) {}
   void append(int64_t rows, const int64_t* index, const std::vector<const void*>& data) override {
@@ -105,6 +107,68 @@ class MemoryFile final : public RankFile {
   std::vector<ChunkRecord> chunks_;
   int delay_ms_;
 };
+
+// A MemoryFile that asks for its outputs deflated (as a compressed rank file does) and checks every
+// encoded chunk it is handed: inflated and unshuffled, it must be the batch's raw rows.
+class CodecFile final : public MemoryFile {
+ public:
+  explicit CodecFile(std::vector<ChunkLayout> layouts, int fail_at = -1, int delay_ms = 0)
+      : MemoryFile(delay_ms), layouts_(std::move(layouts)), fail_at_(fail_at) {}
+  ChunkLayout chunk_layout(std::size_t i) const override { return layouts_.at(i); }
+  int64_t append_encoded(int64_t rows, const int64_t* index, const std::vector<const void*>& data,
+                         const std::vector<EncodedRows>& encoded) override {
+    if (appends_++ == fail_at_) throw std::runtime_error("file failure on purpose");
+    EXPECT_EQ(encoded.size(), layouts_.size());
+    int64_t stored = 0;
+    for (std::size_t i = 0; i < encoded.size(); ++i) {
+      const EncodedRows& e = encoded[i];
+      const ChunkLayout& L = layouts_[i];
+      buffers_.insert(e.data);
+      if (e.chunks == 0) {
+        ++raw_outputs_;
+        continue;
+      }
+      EXPECT_EQ(e.chunks * L.rows, rows);
+      for (int64_t k = 0; k < e.chunks; ++k) {
+        const auto* raw = static_cast<const unsigned char*>(data[i]) + k * L.chunk_bytes();
+        mismatches_ += decode_mismatches(L, e.data + k * e.stride, e.sizes[k], raw);
+      }
+      stored += e.chunks;
+    }
+    append(rows, index, data);
+    first_rows_.push_back(index[0]);
+    encoded_chunks_ += stored;
+    return stored;
+  }
+
+  // Inflates one chunk, undoes the byte shuffle and counts bytes that differ from `raw`.
+  static int64_t decode_mismatches(const ChunkLayout& L, const unsigned char* bytes, std::size_t size,
+                                   const unsigned char* raw) {
+    const std::size_t n = L.chunk_bytes();
+    std::vector<unsigned char> shuffled(n), rows(n);
+    uLongf got = static_cast<uLongf>(n);
+    if (uncompress(shuffled.data(), &got, bytes, static_cast<uLong>(size)) != Z_OK || got != n)
+      return static_cast<int64_t>(n);
+    const std::size_t es = L.element_bytes, count = n / es;
+    for (std::size_t j = 0; j < es; ++j)
+      for (std::size_t e = 0; e < count; ++e) rows[e * es + j] = shuffled[j * count + e];
+    int64_t bad = 0;
+    for (std::size_t b = 0; b < n; ++b) bad += rows[b] != raw[b];
+    return bad;
+  }
+
+  std::vector<ChunkLayout> layouts_;
+  int fail_at_;
+  int appends_ = 0;
+  int64_t mismatches_ = 0, encoded_chunks_ = 0, raw_outputs_ = 0;
+  std::set<const unsigned char*> buffers_;
+  std::vector<int64_t> first_rows_;
+};
+
+// SumEngine's outputs deflated: `sum` in chunks of 4 rows (two per batch of 8), `first` in one.
+std::vector<ChunkLayout> sum_layouts(int deflate = 1) {
+  return {ChunkLayout{deflate, 4, 4, 4}, ChunkLayout{6, 8, 4, 4}};
+}
 
 class ListWork final : public WorkDistributor {
  public:
@@ -251,4 +315,105 @@ TEST(SyntheticSource, SampleDependsOnlyOnSeedAndIndex) {
     EXPECT_GE(v, -1.f);
     EXPECT_LT(v, 1.f);
   }
+}
+
+TEST(Pipeline, WithoutCompressionExtraWriterThreadsChangeNothing) {
+  const Shape sample{3};
+  auto source = make_synthetic_source(100, sample, DType::F32, 4);
+  auto device = create_host_device();
+  SumEngine engine(8, sample, 2);
+  MemoryFile file;
+  Chunking chunks{100, 16};
+  ListWork work(chunks, all_chunks(chunks));
+  PipelineOptions o;
+  o.writer_threads = 3;
+  Pipeline p(*device, engine, *source, &file, o);
+  PipelineStats s = p.run(work);
+  EXPECT_EQ(s.samples, 100);
+  EXPECT_EQ(s.encode_s, 0.0);  // nothing to encode: the one writer thread appends
+  ASSERT_EQ(file.rows_.size(), 100u);
+  for (const auto& kv : file.rows_) EXPECT_TRUE(kv.second.committed);
+}
+
+TEST(Pipeline, WriterThreadsCompressWholeChunksAndTheWriterStoresThemInBatchOrder) {
+  const Shape sample{2, 3};
+  // 204 samples in chunks of 16: 12 full chunks, then one of 12 samples (batches of 8 and 4).
+  for (auto [slots, threads] : {std::pair{1, 1}, std::pair{4, 3}}) {
+    SCOPED_TRACE(str(slots, " out-slots, ", threads, " writer threads"));
+    auto source = make_synthetic_source(204, sample, DType::F32, 9);
+    auto device = create_host_device();
+    SumEngine engine(8, sample, 2);
+    CodecFile file(sum_layouts(), -1, slots == 1 ? 3 : 0);
+    Chunking chunks{204, 16};
+    ListWork work(chunks, all_chunks(chunks));
+    PipelineOptions o;
+    o.prefetch = 3;
+    o.egress_buffers = slots;
+    o.writer_threads = threads;
+    Pipeline p(*device, engine, *source, &file, o);
+    PipelineStats s = p.run(work);
+
+    EXPECT_EQ(s.samples, 204);
+    EXPECT_EQ(s.chunks, 13);
+    EXPECT_GT(s.encode_s, 0.0);
+    EXPECT_EQ(file.mismatches_, 0);
+    // 25 full batches: 2 chunks of `sum` + 1 of `first` each.  The last batch (4 rows) is one whole
+    // chunk of `sum` but half a chunk of `first`, which the file writes from the raw rows.
+    EXPECT_EQ(file.encoded_chunks_, 25 * 3 + 1);
+    EXPECT_EQ(file.raw_outputs_, 1);
+    // Batches reach the file in dispatch order, each out-slot's encoding buffers reused.
+    ASSERT_EQ(file.first_rows_.size(), 26u);
+    for (std::size_t b = 0; b < file.first_rows_.size(); ++b) EXPECT_EQ(file.first_rows_[b], static_cast<int64_t>(b) * 8);
+    EXPECT_LE(file.buffers_.size(), static_cast<std::size_t>(slots) * 2);
+    ASSERT_EQ(file.rows_.size(), 204u);
+    std::vector<float> x(6);
+    for (int64_t i = 0; i < 204; ++i) {
+      source->read(i, 1, x.data());
+      float sum = 0;
+      for (float v : x) sum += v;
+      EXPECT_EQ(file.rows_.at(i).sum, sum) << "sample " << i;
+      EXPECT_TRUE(file.rows_.at(i).committed);
+    }
+  }
+}
+
+TEST(Pipeline, AFailingEncoderEndsTheRunWithItsError) {
+  const Shape sample{4};
+  auto source = make_synthetic_source(400, sample, DType::F32, 1);
+  auto device = create_host_device();
+  SumEngine engine(8, sample, 2);
+  CodecFile file(sum_layouts(/*deflate=*/12));  // no such level: the encoder throws
+  Chunking chunks{400, 16};
+  ListWork work(chunks, all_chunks(chunks));
+  PipelineOptions o;
+  o.writer_threads = 2;
+  Pipeline p(*device, engine, *source, &file, o);
+  try {
+    p.run(work);
+    FAIL() << "run() should rethrow the encoder's error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("deflate level 12"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(file.chunks_.empty());
+}
+
+TEST(Pipeline, AFailingWriterStopsTheEncodersAndEndsTheRunWithItsError) {
+  const Shape sample{4};
+  auto source = make_synthetic_source(4000, sample, DType::F32, 1);
+  auto device = create_host_device();
+  SumEngine engine(8, sample, 2);
+  CodecFile file(sum_layouts(), /*fail_at=*/5);
+  Chunking chunks{4000, 16};
+  ListWork work(chunks, all_chunks(chunks));
+  PipelineOptions o;
+  o.writer_threads = 3;
+  Pipeline p(*device, engine, *source, &file, o);
+  try {
+    p.run(work);
+    FAIL() << "run() should rethrow the file's error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "file failure on purpose");
+  }
+  EXPECT_EQ(file.chunks_.size(), 2u);  // batches 0..4 were stored: chunks 0 and 1 committed
+  EXPECT_EQ(file.mismatches_, 0);
 }
