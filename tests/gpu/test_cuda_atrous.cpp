@@ -1,8 +1,9 @@
 // Dilated convolutions that the CUDA engine runs "atrous by space-to-batch" (ops_conv.cpp): which
 // convolutions take that path (checked on the lowered steps, no GPU needed), and their results
-// against the CPU engine at every precision, in both activation layouts: image sizes that are not
-// multiples of the dilation, odd channel counts, rectangular kernels, bias + ReLU fused, a residual,
-// ASPP-like dilations, a DeepLab-style net, and CUDA-graph replays of two io sets.
+// against the CPU engine at every precision, in both activation layouts (channels-last takes the
+// path by default, NCHW when SLUICE_CUDA_ATROUS ends in :all): image sizes that are not multiples of
+// the dilation, odd channel counts, rectangular kernels, bias + ReLU fused, a residual, ASPP-like
+// dilations, a DeepLab-style net, and CUDA-graph replays of two io sets.
 #include <tuple>
 
 #include "gpu_test_util.h"
@@ -103,6 +104,7 @@ bool has_step(const Graph& g, const std::string& suffix) {
 
 TEST(AtrousLowering, DilationFromFourOnRunsAsSpaceToBatchByDefault) {
   ScopedEnv env("SLUICE_CUDA_ATROUS", nullptr);
+  ScopedEnv layout("SLUICE_CUDA_LAYOUT", "nhwc");
   DilatedSpec s{{1, 4, 20, 20}};
   for (int64_t d : {4, 5, 8}) {
     s.d = d;
@@ -114,7 +116,26 @@ TEST(AtrousLowering, DilationFromFourOnRunsAsSpaceToBatchByDefault) {
   }
 }
 
+TEST(AtrousLowering, NchwConvolutionsKeepTheDirectCallUnlessAsked) {
+  ScopedEnv layout("SLUICE_CUDA_LAYOUT", "nchw");
+  DilatedSpec s{{1, 4, 20, 20}};
+  s.d = 6;
+  {
+    ScopedEnv env("SLUICE_CUDA_ATROUS", nullptr);
+    EXPECT_EQ(atrous_count(dilated_graph(s)), 0);
+  }
+  {
+    ScopedEnv env("SLUICE_CUDA_ATROUS", "4:all");
+    EXPECT_EQ(atrous_count(dilated_graph(s)), 1);
+  }
+  {
+    ScopedEnv env("SLUICE_CUDA_ATROUS", "8:all");
+    EXPECT_EQ(atrous_count(dilated_graph(s)), 0);
+  }
+}
+
 TEST(AtrousLowering, EnvironmentSetsThresholdOrTurnsThePathOff) {
+  ScopedEnv layout("SLUICE_CUDA_LAYOUT", "nhwc");
   DilatedSpec s{{1, 4, 20, 20}};
   s.d = 2;
   {
@@ -130,14 +151,14 @@ TEST(AtrousLowering, EnvironmentSetsThresholdOrTurnsThePathOff) {
     ScopedEnv env("SLUICE_CUDA_ATROUS", "8");
     EXPECT_EQ(atrous_count(dilated_graph(s)), 0);
   }
-  for (const char* bad : {"1", "yes", "4x"}) {
+  for (const char* bad : {"1", "yes", "4x", "4:some", ":all", "1:all"}) {
     ScopedEnv env("SLUICE_CUDA_ATROUS", bad);
     EXPECT_THROW(atrous_count(dilated_graph(s)), UsageError) << bad;
   }
 }
 
 TEST(AtrousLowering, OnlySameSizeUngroupedStrideOneConvolutionsQualify) {
-  ScopedEnv env("SLUICE_CUDA_ATROUS", nullptr);
+  ScopedEnv env("SLUICE_CUDA_ATROUS", "4:all");   // grouped convolutions are never channels-last
   DilatedSpec base{{1, 4, 20, 20}};
   base.d = 4;
   DilatedSpec strided = base;
@@ -166,6 +187,7 @@ TEST(AtrousLowering, OnlySameSizeUngroupedStrideOneConvolutionsQualify) {
 
 TEST(AtrousLowering, ResidualIsAddedAfterTheWayBack) {
   ScopedEnv env("SLUICE_CUDA_ATROUS", nullptr);
+  ScopedEnv layout("SLUICE_CUDA_LAYOUT", "nhwc");
   DilatedSpec s{{1, 4, 20, 20}};
   s.residual = true;
   EXPECT_TRUE(has_step(dilated_graph(s), " from batch"));
@@ -180,10 +202,13 @@ using Param = std::tuple<Precision, std::string>;
 class Atrous : public ::testing::TestWithParam<Param> {
  protected:
   Precision precision() const { return std::get<0>(GetParam()); }
+  const char* layout() const { return std::get<1>(GetParam()).c_str(); }
+  // SLUICE_CUDA_ATROUS: the default for channels-last; NCHW convolutions take the path only when asked.
+  const char* policy() const { return std::get<1>(GetParam()) == "nchw" ? "4:all" : nullptr; }
   // Runs `s` through the atrous path in this parameter's layout and compares it with the CPU.
   void check(const DilatedSpec& s) {
-    ScopedEnv layout("SLUICE_CUDA_LAYOUT", std::get<1>(GetParam()).c_str());
-    ScopedEnv atrous("SLUICE_CUDA_ATROUS", nullptr);
+    ScopedEnv layout_env("SLUICE_CUDA_LAYOUT", layout());
+    ScopedEnv atrous("SLUICE_CUDA_ATROUS", policy());
     const Graph g = dilated_graph(s);
     ASSERT_EQ(atrous_count(g, precision()), 1) << "the convolution must take the atrous path";
     expect_matches_cpu(g, precision());
@@ -246,8 +271,8 @@ TEST_P(Atrous, AsppDilationsMatchCpu) {
 
 TEST_P(Atrous, DeepLabStyleNetWithAtrousBranchesMatchesCpu) {
   // The small DeepLab has branches of dilation 2 and 3: a threshold of 2 sends both the atrous way.
-  ScopedEnv layout("SLUICE_CUDA_LAYOUT", std::get<1>(GetParam()).c_str());
-  ScopedEnv atrous("SLUICE_CUDA_ATROUS", "2");
+  ScopedEnv layout_env("SLUICE_CUDA_LAYOUT", layout());
+  ScopedEnv atrous("SLUICE_CUDA_ATROUS", std::get<1>(GetParam()) == "nchw" ? "2:all" : "2");
   const Graph g = deeplab_like(2, 32, false);
   ASSERT_EQ(atrous_count(g, precision()), 2);
   expect_matches_cpu(g, precision());
@@ -255,8 +280,8 @@ TEST_P(Atrous, DeepLabStyleNetWithAtrousBranchesMatchesCpu) {
 
 TEST_P(Atrous, CapturedGraphsOfTwoIoSetsMatchCpu) {
   SLUICE_REQUIRE_GPU();
-  ScopedEnv layout("SLUICE_CUDA_LAYOUT", std::get<1>(GetParam()).c_str());
-  ScopedEnv atrous("SLUICE_CUDA_ATROUS", nullptr);
+  ScopedEnv layout_env("SLUICE_CUDA_LAYOUT", layout());
+  ScopedEnv atrous("SLUICE_CUDA_ATROUS", policy());
   DilatedSpec s{{2, 8, 19, 21}};
   s.k = 8;
   s.d = 4;

@@ -45,7 +45,8 @@ TEST(Bench, DISABLED_EngineThroughput) {
   const auto cache = std::filesystem::temp_directory_path() / "sluice-bench-cache";
   std::filesystem::remove_all(cache);
   // SLUICE_BENCH_CONFIGS: precision:layout[:atrous] items, e.g. "bf16:nhwc tf32:nchw tf32:nhwc:off"; the
-  // optional third field sets SLUICE_CUDA_ATROUS (off, or the smallest dilation taking that path).
+  // optional rest sets SLUICE_CUDA_ATROUS (off, the smallest dilation taking that path, or e.g. 4:all
+  // to send NCHW convolutions that way too).
   struct Config { Precision p; std::string layout, atrous; };
   std::vector<Config> configs;
   std::string list = std::getenv("SLUICE_BENCH_CONFIGS") ? std::getenv("SLUICE_BENCH_CONFIGS")

@@ -336,27 +336,39 @@ Tensor to_krsc(const Tensor& w) {
 }
 
 // ---- atrous convolution by space-to-batch ------------------------------------------------------
-// cuDNN's legacy API has no fast fp32/tf32 kernel for large dilations (DeepLabV3's ASPP convolutions
-// with dilation 12/24/36 took 0.5-1 s each at tf32 channels-last on the H200, the rest of the net
-// 24 ms).  A stride-1 convolution with dilation d and "same" padding d*(k-1)/2 is exactly an
+// cuDNN's legacy API has no fast fp32/tf32 channels-last kernel for large dilations (DeepLabV3's
+// ASPP convolutions with dilation 12/24/36 took 0.98/0.73/0.50 s at tf32 on the H200, the rest of
+// the net 24 ms).  A stride-1 convolution with dilation d and "same" padding d*(k-1)/2 is exactly an
 // undilated one with padding (k-1)/2 over the d*d interleaved sub-images of the zero-padded input,
 // stacked along the batch: each output pixel sees the same taps, and taps outside the image read
 // zeros on both sides.  Cost: one pass over the input and one over the output, plus the ~(1 + d/H)^2
-// extra work of the padding.
+// extra work of the padding.  Measured on the H200 (DeepLabV3, batch 16, 512x512): each ASPP conv
+// 1.85 ms + 0.31 ms rearranging at tf32, 0.9 ms + 0.15 ms at bf16 (direct 1.2-1.3 ms); the d=4
+// convs of layer4 no slower.  NCHW convolutions keep the direct call: there cuDNN's undilated
+// kernels on the small sub-images were slower than its dilated ones (ASPP 28-31 ms vs 24-25 ms).
 
-// Dilations from this value on take the atrous path; SLUICE_CUDA_ATROUS=off (or 0) disables it, a
-// number sets the threshold (for measurements).
+// Channels-last convolutions with a dilation from this value on take the atrous path.
 constexpr int64_t kAtrousMinDilation = 4;
 
-int64_t atrous_min_dilation() {
+struct AtrousPolicy {
+  int64_t min_dilation = kAtrousMinDilation;   // 0: never
+  bool nchw = false;                           // NCHW convolutions too
+};
+
+// SLUICE_CUDA_ATROUS (for measurements and tests): off (or 0) disables the path, D sets the smallest
+// dilation, D:all also sends NCHW convolutions that way.
+AtrousPolicy atrous_policy() {
+  AtrousPolicy p;
   const char* v = std::getenv("SLUICE_CUDA_ATROUS");
-  if (!v || !*v) return kAtrousMinDilation;
+  if (!v || !*v) return p;
   const std::string s = v;
-  if (s == "off" || s == "0") return 0;
+  if (s == "off" || s == "0") return AtrousPolicy{0, false};
   char* end = nullptr;
   const long d = std::strtol(s.c_str(), &end, 10);
-  if (*end != '\0' || d < 2) throw UsageError(str("SLUICE_CUDA_ATROUS must be off or a dilation >= 2, not '", s, "'"));
-  return d;
+  const std::string rest = end;
+  if (end == s.c_str() || d < 2 || !(rest.empty() || rest == ":all"))
+    throw UsageError(str("SLUICE_CUDA_ATROUS must be off, a dilation >= 2, or a dilation followed by :all, not '", s, "'"));
+  return AtrousPolicy{d, rest == ":all"};
 }
 
 // The batched layout's rearrangement steps; prepare() counts the convolutions that take this path.
@@ -379,14 +391,16 @@ class AtrousStep final : public Step {
   bool to_batch_;
 };
 
-// Lowers the convolution the atrous way when it qualifies (2-D, stride 1, one group, equal
-// dilations at the threshold or above, odd kernel, symmetric "same" padding); false otherwise.
+// Lowers the convolution the atrous way when it qualifies (channels-last unless SLUICE_CUDA_ATROUS
+// says otherwise, 2-D, stride 1, one group, equal dilations at the threshold or above, odd kernel,
+// symmetric "same" padding); false otherwise.
 bool lower_atrous(Builder& b, const Node& n, const ConvGeom& g, const Shape& xs, const Shape& ws, const Shape& ys, int x,
                   int w, int bias, int z, int y, const ActParams& act, bool nhwc) {
-  const int64_t min_d = atrous_min_dilation();
-  if (min_d == 0 || xs.size() != 4 || g.groups != 1 || !g.symmetric()) return false;
+  const AtrousPolicy policy = atrous_policy();
+  if (policy.min_dilation == 0 || (!nhwc && !policy.nchw)) return false;
+  if (xs.size() != 4 || g.groups != 1 || !g.symmetric()) return false;
   const int64_t d = g.dilation[0];
-  if (d < min_d || g.dilation[1] != d || g.stride[0] != 1 || g.stride[1] != 1) return false;
+  if (d < policy.min_dilation || g.dilation[1] != d || g.stride[0] != 1 || g.stride[1] != 1) return false;
   for (std::size_t i = 0; i < 2; ++i)
     if (g.kernel[i] % 2 == 0 || g.pad_begin[i] != d * (g.kernel[i] - 1) / 2) return false;
   if (g.kernel[0] == 1 && g.kernel[1] == 1) return false;   // a 1x1 kernel ignores the dilation
