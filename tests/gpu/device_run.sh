@@ -29,25 +29,8 @@ T="$PWD/$RT/bin/sluice_gpu_tests"
 CT=/tmp/sluice-ct
 export SLUICE_BIN="$PWD/$RT/bin/sluice" SLUICE_ROOT="$PWD" PYTHONUNBUFFERED=1
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-SECONDS=0
-
-left() { echo $((DEADLINE - SECONDS)); }
-# run NAME LIMIT CMD...: runs CMD under min(LIMIT, time left); prints rc and seconds.
-run() {
-  local name=$1 limit=$2
-  shift 2
-  local l
-  l=$(left)
-  [ "$l" -lt "$limit" ] && limit=$l
-  if [ "$limit" -le 5 ]; then echo "=== $name: skipped (deadline)"; return 99; fi
-  local t0=$SECONDS
-  echo "=== $name (limit ${limit}s): $*"
-  timeout -k 5 "$limit" "$@"
-  local rc=$?
-  echo "=== $name: rc=$rc after $((SECONDS - t0)) s"
-  return $rc
-}
-want() { [[ " $STEPS " == *" $1 "* ]]; }
+# shellcheck source=tests/gpu/device_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
 EXPORTS=()
 wait_exports() {
   [ ${#EXPORTS[@]} -eq 0 ] && return
