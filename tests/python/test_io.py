@@ -54,6 +54,33 @@ def test_outputs_h5_is_the_concatenation_in_sample_order(two_rank_run):
         assert np.array_equal(f["outputs"]["logits"][30:70], parts["logits"][30:70])
 
 
+def test_a_compressed_run_reads_the_same_as_an_uncompressed_one(two_rank_run, tmp_path):
+    """--compression 4 with 3 writer threads: the rank files are deflated (shuffle first), smaller,
+    and outputs.h5 reads exactly what the uncompressed run stored; the short last batch (8 of 16)
+    and the padding that compression puts between commits change nothing a reader sees."""
+    out = tmp_path / "deflated"
+    sluice("run", *JOB, "--output", out, "--compression", 4, "--writer-threads", 3, np_=2, check=True)
+    for path in rank_files(out):
+        with h5py.File(path, "r") as f:
+            for name in ("logits", "argmax"):
+                d = f["outputs"][name]
+                assert d.compression == "gzip" and d.compression_opts == 4 and d.shuffle, (path, name)
+    assert sum(os.path.getsize(p) for p in rank_files(out)) < sum(os.path.getsize(p) for p in rank_files(two_rank_run))
+    with h5py.File(two_rank_run / "outputs.h5", "r") as plain, h5py.File(out / "outputs.h5", "r") as packed:
+        assert np.array_equal(packed["sample_index"][:], np.arange(200))
+        for name in ("logits", "argmax"):
+            assert packed["outputs"][name].dtype == plain["outputs"][name].dtype
+            assert np.array_equal(packed["outputs"][name][:], plain["outputs"][name][:]), name
+    rc, j = inspect_json(out)
+    assert rc == 0 and j["coverage"]["complete"]
+
+
+def test_compression_outside_0_to_9_is_a_usage_error(tmp_path):
+    p = sluice("run", *JOB, "--output", tmp_path / "x", "--compression", 12)
+    assert p.returncode == 2 and "--compression" in p.stderr
+    assert not (tmp_path / "x").exists()
+
+
 def test_outputs_h5_still_reads_after_the_folder_moves(two_rank_run, tmp_path):
     moved = tmp_path / "moved"
     shutil.copytree(two_rank_run, moved)
