@@ -417,3 +417,29 @@ TEST(Pipeline, AFailingWriterStopsTheEncodersAndEndsTheRunWithItsError) {
   EXPECT_EQ(file.chunks_.size(), 2u);  // batches 0..4 were stored: chunks 0 and 1 committed
   EXPECT_EQ(file.mismatches_, 0);
 }
+
+TEST(Pipeline, StopWithCompressionStoresAndCommitsTheChunksInFlight) {
+  const Shape sample{4};
+  auto source = make_synthetic_source(4000, sample, DType::F32, 1);
+  auto device = create_host_device();
+  SumEngine engine(8, sample, 2);
+  CodecFile slow(sum_layouts(), -1, /*delay_ms=*/2);
+  Chunking chunks{4000, 16};
+  ListWork work(chunks, all_chunks(chunks));
+  PipelineOptions o;
+  o.writer_threads = 2;
+  Pipeline p(*device, engine, *source, &slow, o);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    p.stop();
+  });
+  PipelineStats s = p.run(work);
+  stopper.join();
+  EXPECT_GT(s.samples, 0);
+  EXPECT_LT(s.samples, 4000);
+  EXPECT_EQ(s.samples % 16, 0);  // whole chunks only
+  EXPECT_EQ(slow.encoded_chunks_, s.batches * 3);
+  EXPECT_EQ(slow.mismatches_, 0);
+  EXPECT_TRUE(slow.pending_.empty());
+  for (const auto& kv : slow.rows_) EXPECT_TRUE(kv.second.committed);
+}
