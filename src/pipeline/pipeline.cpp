@@ -496,7 +496,8 @@ PipelineStats Pipeline::run(WorkDistributor& work) {
   threads.emplace_back("driver", [&] { p.driver(); }, on_error);
   threads.emplace_back("monitor", [&] { p.monitor(); }, on_error);
   if (p.encode)
-    for (int i = 0; i < p.opt.writer_threads; ++i) threads.emplace_back(str("encoder-", i), [&p, i] { p.encoder(i); }, on_error);
+    for (int i = 0; i < p.opt.writer_threads; ++i)
+      threads.emplace_back(str("encoder-", i), [&p, i] { p.encoder(i); }, on_error);
   threads.emplace_back("writer", [&] { p.writer(work, committed_samples_); }, on_error);
 
   std::exception_ptr first;

@@ -1,8 +1,9 @@
 // The writer stage's throughput with compression, printed for BENCHMARKS.md (no timed assertion):
 // MB/s of raw rows a rank file takes in when the writer is the bottleneck, for the quickstart
 // model's real logits [32, 8, 64, 64] float32, stored raw, deflated at level 1 by HDF5 inside
-// H5Dwrite (no encoder threads), and deflated at level 1 by 1 and 2 writer threads.  The engine replays logits the real quickstart model computed once, so the
-// rest of the pipeline costs next to nothing and the figures are the writer's.
+// H5Dwrite (no encoder threads), and deflated at level 1 by 1 and 2 writer threads.  The engine
+// replays logits the real quickstart model computed once, so the rest of the pipeline costs next
+// to nothing and the figures are the writer's.
 //   build/tests/sluice_unit_tests --gtest_filter='WriterBenchmark.*'
 #include <gtest/gtest.h>
 
