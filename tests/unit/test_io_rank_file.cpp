@@ -288,7 +288,8 @@ TEST(RankFile, ReadingSomethingElseIsAnInputError) {
 }
 
 // The cost of a commit: two H5Fflush calls (rows first, then the ledger record), measured apart
-// from the rows' own write.  Printed for the record; the bound only catches pathologies.
+// from the rows' own write.  Printed for the record (BENCHMARKS.md); no time is asserted, since
+// timings on shared machines are noise.
 TEST(RankFile, CommitCost) {
   TempDir dir;
   const std::vector<DatasetSpec> specs{{"logits", DType::F32, {1000}}, {"argmax", DType::U8, {1}}};
@@ -313,7 +314,6 @@ TEST(RankFile, CommitCost) {
     std::printf("[ commit cost ] fsync=%d: %.3f ms per commit, %.3f ms per 32-row append (128 KB)\n", fsync,
                 per_commit_ms, append_s / commits * 1e3);
     RecordProperty(fsync ? "commit_ms_fsync" : "commit_ms", std::to_string(per_commit_ms));
-    EXPECT_LT(per_commit_ms, fsync ? 500.0 : 50.0);
     EXPECT_EQ(read_rank_file(path).chunks.size(), static_cast<std::size_t>(commits));
   }
 }
