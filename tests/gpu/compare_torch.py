@@ -86,6 +86,8 @@ def main():
     ap.add_argument("--reuse", action="store_true",
                     help="keep an existing WORKDIR/MODEL.onnx (exported with the same --seed, e.g. by "
                          "data_tools/export_model.py) instead of exporting again")
+    ap.add_argument("--exporter", default="torchscript", choices=sorted(export_model.EXPORTERS),
+                    help="dynamo: opset 18 with the weights in an external-data file (torch >= 2.5)")
     ap.add_argument("--size", type=int, nargs=3, metavar=("BATCH", "HEIGHT", "WIDTH"),
                     help="override every model's input size (quick runs)")
     args = ap.parse_args()
@@ -97,11 +99,11 @@ def main():
     for name in args.models:
         batch, h, w = args.size or MODELS[name]
         net, module = export_model.build(name, args.seed)
-        model_path = os.path.join(args.workdir, f"{name}.onnx")
+        model_path = os.path.join(args.workdir, f"{name}.onnx" if args.exporter == "torchscript" else f"{name}-{args.exporter}.onnx")
         x = torch.randn(batch, 3, h, w, generator=torch.Generator().manual_seed(args.seed + 1))
         if not (args.reuse and os.path.exists(model_path)):
             with torch.no_grad():
-                export_model.export(module, x, model_path, "torchscript")
+                export_model.export(module, x, model_path, args.exporter)
         xn = x.numpy().astype(np.float32)
         input_path = os.path.join(args.workdir, f"{name}-input.npy")
         np.save(input_path, xn)
@@ -142,7 +144,7 @@ def main():
             torch.cuda.empty_cache()
 
     where = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu"
-    print(f"torch {torch.__version__}, {where}; reference: torch eager fp32, TF32 off")
+    print(f"torch {torch.__version__}, {where}; {args.exporter} export; reference: torch eager fp32, TF32 off")
     print(f"{'model':<20} {'prec':<5} {'rel err':>10} {'limit':>7} {'torch err':>10} {'argmax ok':>10} "
           f"{'torch ok':>10} {'forward s':>10}  status")
     for name, prec, err, limit, terr, agree, tagree, secs, status in rows:
