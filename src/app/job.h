@@ -46,8 +46,10 @@ struct JobConfig {
   std::string gpu_map;                     // "" (node-local rank) or a comma list of GPU ordinals
   double progress_interval = 5.0;          // seconds between progress lines when not on a terminal
   bool quiet = false;
-  int throttle_ms = 0;                     // test only: extra delay per batch on the ranks below
-  std::vector<int> throttle_ranks;         // test only
+  // Test only: extra delay per batch (a slow GPU) on the listed ranks; one delay for all of them,
+  // or one per listed rank.
+  std::vector<int> throttle_ms;
+  std::vector<int> throttle_ranks;
 };
 
 }  // namespace sluice

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -197,8 +198,8 @@ void RunContext::build() {
   po.egress_buffers = job_.egress_buffers;
   po.reader_threads = job_.reader_threads;
   po.writer_threads = job_.writer_threads;
-  for (int r : job_.throttle_ranks)
-    if (r == mpi_.rank()) po.throttle_ms = job_.throttle_ms;
+  for (std::size_t i = 0; i < job_.throttle_ranks.size() && !job_.throttle_ms.empty(); ++i)
+    if (job_.throttle_ranks[i] == mpi_.rank()) po.throttle_ms = job_.throttle_ms[std::min(i, job_.throttle_ms.size() - 1)];
   pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, file_.get(), po);
   work_ = make_work_distributor(job_.sharding == "static" ? Sharding::Static : Sharding::Dynamic, mpi_, chunking_,
                                 plan_.pending);

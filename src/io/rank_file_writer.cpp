@@ -433,6 +433,8 @@ std::unique_ptr<RankFile> append_to(const std::string& path, const std::vector<D
   h5::write_attr(file, attr::kWorldSize, static_cast<int64_t>(meta.world_size));
   h5::write_attr(file, attr::kHost, clip(host_name(meta.host), kNameWidth), kNameWidth);
   h5::write_attr(file, attr::kDevice, clip(meta.device, kNameWidth), kNameWidth);
+  // On disk now, so that an attempt killed before its first commit is still counted by the next.
+  H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
 
   const int64_t chunk_rows = info.chunk_rows > 0 ? info.chunk_rows : 1;
   auto rf = std::make_unique<Hdf5RankFile>(path, std::move(file), kept, meta.fsync_commits);

@@ -131,3 +131,48 @@ def test_most_kills_landed_mid_run():
     assert len(mid_run) >= 5, PENDING_AT_RESUME
     assert len(PENDING_COMPRESSED) == 4
     assert sum(0 < pending < N for pending in PENDING_COMPRESSED.values()) >= 2, PENDING_COMPRESSED
+
+
+def committed_samples(out):
+    """Samples committed so far in a run folder, read while the writers run (SWMR readers)."""
+    total = 0
+    for path in rank_files(out):
+        try:
+            with h5py.File(path, "r", swmr=True) as f:
+                total += int(sum(r["count"] for r in f["ledger"][:] if r["count"] > 0))
+        except OSError:
+            pass  # being created or recovered right now
+    return total
+
+
+def test_four_ranks_with_a_slow_one_killed_and_resumed_twice(tmp_path, reference):
+    """Issue 5's acceptance run: 4 ranks, rank 2 slower than the others, killed mid-run (kill -9 of
+    every rank), resumed, killed mid-run again (one rank), resumed to the end: outputs.h5 equals a
+    clean single-rank run."""
+    out = fresh_dir(str(tmp_path / "twice"))
+    slow = ["--throttle-ms", "60,60,400,60", "--throttle-ranks", "0,1,2,3"]
+    for attempt, victims in enumerate(["all", "one"]):
+        before = committed_samples(out)
+        proc = start(out, 4, extra=slow + (["--resume"] if attempt else []))
+        deadline = time.time() + 60
+        while committed_samples(out) < before + 48 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        pids = rank_pids(out)
+        assert len(pids) == 4 and committed_samples(out) < N, "the run ended before it could be killed"
+        for pid in (pids if victims == "all" else pids[2:3]):
+            os.kill(pid, signal.SIGKILL)
+        proc.communicate(timeout=120)
+    done = committed_samples(out)
+    assert 0 < done < N
+    p = sluice("run", *JOB, "--output", out, "--resume", *slow, np_=4, timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = report(out)
+    assert r["attempt"] == 2 and r["job"]["pending_samples"] == N - done, r["job"]
+    chunks = {k["rank"]: k["chunks"] for k in r["ranks"]}
+    assert chunks[2] <= min(chunks[k] for k in (0, 1, 3)), chunks
+    assert_no_partial_chunk(out)
+    idx, rows = assemble(out)
+    np.testing.assert_array_equal(idx, np.arange(N))
+    with h5py.File(os.path.join(out, "outputs.h5"), "r") as f:
+        for name, ref in reference.items():
+            assert np.array_equal(f["outputs"][name][:], ref), name

@@ -33,6 +33,10 @@ def test_the_resolved_job_is_echoed_at_start(tmp_path):
     p = sluice("run", "--config", QUICKSTART, "--samples", "64", "--batch-size", "16", "--output", tmp_path / "o")
     assert p.returncode == 0, p.stderr
     assert 'name = "quickstart"' in p.stderr and "batch-size = 16" in p.stderr and "samples = 64" in p.stderr
+    # Not a terminal: the progress goes as plain lines (for Slurm logs), the last one at 100 %.
+    progress = [line for line in p.stderr.splitlines() if "progress:" in line]
+    assert progress and "\r" not in p.stderr
+    assert progress[-1].startswith("sluice: progress: 64/64 samples (100.0%)"), progress
 
 
 @pytest.mark.parametrize("np_", [None, 3])
