@@ -30,8 +30,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "data_tools"))
 import export_model  # noqa: E402  (H1's exporter: build() and export())
+from check_against_torch import TOL as LIMITS, pass_rule  # noqa: E402  (the same limits and pass rule)
 
-LIMITS = {"fp32": 1e-3, "tf32": 1e-3, "fp16": 2e-2, "bf16": 2e-2}
 MODELS = {  # name: (batch, height, width)
     "resnet50": (16, 224, 224),
     "deeplabv3_resnet50": (2, 512, 512),
@@ -131,9 +131,10 @@ def main():
             if prec != "fp32" and args.device == "cuda":
                 t = torch_run(module, xn, prec, args.device)
                 torch_err, torch_agree = rel_error(t, ref), float(np.mean(t.argmax(axis=1) == ref_arg))
-            if err <= LIMITS[prec] and agree >= 0.995:
+            (tol, fixed_need), (torch_limit, torch_need) = pass_rule(prec, torch_err, torch_agree)
+            if err <= tol and agree >= fixed_need:
                 status = "ok"
-            elif prec != "fp32" and err <= 1.5 * torch_err and agree >= torch_agree - 0.005:
+            elif prec != "fp32" and err <= torch_limit and agree >= torch_need:
                 status = "ok~torch"
             else:
                 status = "FAIL"
