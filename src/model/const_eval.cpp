@@ -66,6 +66,25 @@ std::vector<int64_t> strides_of(const Shape& s) {
   return st;
 }
 
+// For every element of `out` in order, its flat index in a source whose index moves by
+// `src_st[d]` per step along output dim d (0: the source repeats along d): a strided view.
+std::vector<int64_t> strided_offsets(const Shape& out, const std::vector<int64_t>& src_st) {
+  const std::size_t r = out.size();
+  const int64_t n = shape_numel(out);
+  std::vector<int64_t> offs(static_cast<std::size_t>(n));
+  std::vector<int64_t> idx(r, 0);
+  int64_t off = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    offs[k] = off;
+    for (int64_t d = static_cast<int64_t>(r) - 1; d >= 0; --d) {
+      if (++idx[d] < out[d]) { off += src_st[d]; break; }
+      off -= src_st[d] * (out[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return offs;
+}
+
 // For every element of `out`, the flat index of the element of a tensor of shape `in` that
 // broadcasts onto it (numpy rules, shapes aligned on the right).
 std::vector<int64_t> broadcast_offsets(const Shape& out, const Shape& in) {
@@ -74,19 +93,7 @@ std::vector<int64_t> broadcast_offsets(const Shape& out, const Shape& in) {
   const std::vector<int64_t> st = strides_of(in);
   for (std::size_t i = 0; i < in.size(); ++i)
     if (in[i] != 1) in_st[r - in.size() + i] = st[i];
-  const int64_t n = shape_numel(out);
-  std::vector<int64_t> offs(static_cast<std::size_t>(n));
-  std::vector<int64_t> idx(r, 0);
-  int64_t off = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    offs[k] = off;
-    for (int64_t d = static_cast<int64_t>(r) - 1; d >= 0; --d) {
-      if (++idx[d] < out[d]) { off += in_st[d]; break; }
-      off -= in_st[d] * (out[d] - 1);
-      idx[d] = 0;
-    }
-  }
-  return offs;
+  return strided_offsets(out, in_st);
 }
 
 // Copies elements of `src` picked by `offsets` into a new tensor of `shape` (any dtype).
@@ -142,20 +149,7 @@ Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
   const std::vector<int64_t> in_st = strides_of(x.shape);
   Shape src_st(r);
   for (std::size_t i = 0; i < r; ++i) src_st[i] = in_st[perm[i]];
-  // Offsets of a strided view: reuse the broadcast walker with an explicit stride table.
-  const int64_t n = shape_numel(out_shape);
-  std::vector<int64_t> offs(static_cast<std::size_t>(n));
-  std::vector<int64_t> idx(r, 0);
-  int64_t off = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    offs[k] = off;
-    for (int64_t d = static_cast<int64_t>(r) - 1; d >= 0; --d) {
-      if (++idx[d] < out_shape[d]) { off += src_st[d]; break; }
-      off -= src_st[d] * (out_shape[d] - 1);
-      idx[d] = 0;
-    }
-  }
-  return gather_elements(x, out_shape, offs);
+  return gather_elements(x, out_shape, strided_offsets(out_shape, src_st));
 }
 
 Tensor reshaped(const Tensor& x, Shape shape) {
@@ -282,18 +276,16 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
       step[a] = steps[i];
       shape[a] = slice_length(x.shape[a], begin[a], ends[i], steps[i]);
     }
+    // A strided view: from the first picked element, `step` elements of x per output step.
     const std::vector<int64_t> st = strides_of(x.shape);
-    std::vector<int64_t> offs(static_cast<std::size_t>(shape_numel(shape)));
-    std::vector<int64_t> idx(r, 0);
-    for (std::size_t k = 0; k < offs.size(); ++k) {
-      int64_t off = 0;
-      for (int64_t d = 0; d < r; ++d) off += (begin[d] + idx[d] * step[d]) * st[d];
-      offs[k] = off;
-      for (int64_t d = r - 1; d >= 0; --d) {
-        if (++idx[d] < shape[d]) break;
-        idx[d] = 0;
-      }
+    std::vector<int64_t> src_st(static_cast<std::size_t>(r));
+    int64_t first = 0;
+    for (int64_t d = 0; d < r; ++d) {
+      first += begin[d] * st[d];
+      src_st[d] = step[d] * st[d];
     }
+    std::vector<int64_t> offs = strided_offsets(shape, src_st);
+    for (auto& o : offs) o += first;
     out.push_back(gather_elements(x, shape, offs));
     return true;
   }
