@@ -199,6 +199,17 @@ std::vector<int64_t> all_chunks(const Chunking& c) {
   return v;
 }
 
+// Runs the pipeline with a stop request from another thread `ms` in: the run is then mid-way.
+PipelineStats run_stopped_after(Pipeline& p, WorkDistributor& work, int ms) {
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    p.stop();
+  });
+  PipelineStats s = p.run(work);
+  stopper.join();
+  return s;
+}
+
 }  // namespace
 
 TEST(Pipeline, WritesEverySampleOnceWithTheRightValues) {
@@ -261,12 +272,7 @@ TEST(Pipeline, StopFinishesTheChunksInFlightAndCommitsThem) {
   Chunking chunks{4000, 8};
   ListWork work(chunks, all_chunks(chunks));
   Pipeline p(*device, engine, *source, &slow, PipelineOptions{});
-  std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
-    p.stop();
-  });
-  PipelineStats s = p.run(work);
-  stopper.join();
+  PipelineStats s = run_stopped_after(p, work, 60);
   EXPECT_LT(s.samples, 4000);
   EXPECT_GT(s.samples, 0);
   EXPECT_EQ(s.samples % 8, 0);  // whole chunks only
@@ -429,12 +435,7 @@ TEST(Pipeline, StopWithCompressionStoresAndCommitsTheChunksInFlight) {
   PipelineOptions o;
   o.writer_threads = 2;
   Pipeline p(*device, engine, *source, &slow, o);
-  std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
-    p.stop();
-  });
-  PipelineStats s = p.run(work);
-  stopper.join();
+  PipelineStats s = run_stopped_after(p, work, 60);
   EXPECT_GT(s.samples, 0);
   EXPECT_LT(s.samples, 4000);
   EXPECT_EQ(s.samples % 16, 0);  // whole chunks only
