@@ -82,6 +82,24 @@ std::vector<double> naive_conv(const ConvCase& p, const std::vector<float>& x, c
   return y;
 }
 
+// One `op` node (Conv or ConvTranspose) on x with weights w and, when b is given, a bias, writing
+// float y; the attributes both ops share are set, the caller adds its padding ones.
+Node& conv_node(GraphBuilder& gb, const std::string& op, const Shape& ws, const std::vector<float>& w,
+                const std::vector<float>* b, const Shape& ys, int64_t group, const Shape& strides,
+                const Shape& dilations) {
+  gb.constant_f("w", ws, w);
+  std::vector<std::string> ins = {"x", "w"};
+  if (b) {
+    gb.constant_f("b", {static_cast<int64_t>(b->size())}, *b);
+    ins.push_back("b");
+  }
+  Node& n = gb.node(op, ins, {f32("y", ys)});
+  n.attrs["group"] = Attribute::of_int(group);
+  n.attrs["strides"] = Attribute::of_ints(strides);
+  n.attrs["dilations"] = Attribute::of_ints(dilations);
+  return n;
+}
+
 class ConvTest : public ::testing::TestWithParam<ConvCase> {};
 
 TEST_P(ConvTest, MatchesNaiveLoops) {
@@ -99,16 +117,7 @@ TEST_P(ConvTest, MatchesNaiveLoops) {
   const auto w = random_values(shape_numel(ws), 2);
   const auto b = random_values(p.m, 3);
   GraphBuilder gb(xs);
-  gb.constant_f("w", ws, w);
-  std::vector<std::string> ins = {"x", "w"};
-  if (p.bias) {
-    gb.constant_f("b", {p.m}, b);
-    ins.push_back("b");
-  }
-  Node& n = gb.node("Conv", ins, {f32("y", ys)});
-  n.attrs["group"] = Attribute::of_int(p.group);
-  n.attrs["strides"] = Attribute::of_ints(p.s);
-  n.attrs["dilations"] = Attribute::of_ints(p.d);
+  Node& n = conv_node(gb, "Conv", ws, w, p.bias ? &b : nullptr, ys, p.group, p.s, p.d);
   if (p.auto_pad.empty()) n.attrs["pads"] = Attribute::of_ints(p.pads);
   else n.attrs["auto_pad"] = Attribute::of_string(p.auto_pad);
   gb.output("y");
@@ -255,16 +264,7 @@ TEST_P(ConvTransposeTest, MatchesNaiveScatter) {
                 static_cast<double>(x[(n * p.c + ci) * isz + i]) * w[(ci * mg + mm) * ksz + k];
           }
   GraphBuilder gb(xs);
-  gb.constant_f("w", ws, w);
-  std::vector<std::string> ins = {"x", "w"};
-  if (p.bias) {
-    gb.constant_f("b", {p.m}, b);
-    ins.push_back("b");
-  }
-  Node& node = gb.node("ConvTranspose", ins, {f32("y", ys)});
-  node.attrs["group"] = Attribute::of_int(p.group);
-  node.attrs["strides"] = Attribute::of_ints(p.s);
-  node.attrs["dilations"] = Attribute::of_ints(p.d);
+  Node& node = conv_node(gb, "ConvTranspose", ws, w, p.bias ? &b : nullptr, ys, p.group, p.s, p.d);
   node.attrs["pads"] = Attribute::of_ints(p.pads);
   node.attrs["output_padding"] = Attribute::of_ints(p.outpad);
   gb.output("y");
