@@ -5,21 +5,6 @@
 
 namespace sluice::gputest {
 
-std::vector<float> random_values(std::size_t n, uint32_t seed, float lo, float hi) {
-  std::vector<float> v(n);
-  uint32_t s = seed * 2654435761u + 12345u;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = lo + (hi - lo) * static_cast<float>(s >> 8) / static_cast<float>(1u << 24);
-  }
-  return v;
-}
-
-GraphBuilder& GraphBuilder::random_f(const std::string& name, Shape s, uint32_t seed, float lo, float hi) {
-  const auto v = random_values(static_cast<std::size_t>(shape_numel(s)), seed, lo, hi);
-  return constant_f(name, std::move(s), v);
-}
-
 Tensor random_tensor(const ValueInfo& v, uint32_t seed, float lo, float hi) {
   Tensor t(v.dtype, v.shape);
   const auto f = random_values(static_cast<std::size_t>(t.numel()), seed, lo, hi);

@@ -1,7 +1,7 @@
 #pragma once
-// Helpers for the GPU tests: a skip when no GPU is present, graphs built in code (every value's
-// type and shape filled in, as prepare_graph leaves them), deterministic random inputs, and the
-// comparison of the CUDA engine with the CPU engine (the reference).
+// Helpers for the GPU tests: a skip when no GPU is present, graphs built in code (the builder of
+// tests/support/graph_builder.h), deterministic random inputs, and the comparison of the CUDA
+// engine with the CPU engine (the reference).
 //
 // With SLUICE_GPU_TESTS_CPU_CHECK=1 and no GPU, the comparison still runs the CPU engine and lowers
 // the graph for the CUDA engine (no device needed for that), so the test graphs themselves are
@@ -20,6 +20,7 @@
 #include "engine/cuda/engine_internal.h"
 #include "engine/engine.h"
 #include "model/graph.h"
+#include "support/graph_builder.h"
 
 namespace sluice::gputest {
 
@@ -38,59 +39,21 @@ inline bool cpu_check_mode() {
       GTEST_SKIP() << "no CUDA GPU: cudaGetDeviceCount reports none, so this GPU test is skipped"; \
   } while (0)
 
-struct GraphBuilder {
-  Graph g;
-
-  explicit GraphBuilder(Shape input, DType t = DType::F32) {
-    g.opset = 18;
-    g.source = "gpu test";
-    g.inputs.push_back({"x", t, input});
-    g.values["x"] = g.inputs.back();
-  }
-  GraphBuilder& constant(const std::string& name, Tensor t) {
-    g.values[name] = ValueInfo{name, t.dtype, t.shape};
-    g.constants[name] = std::move(t);
-    return *this;
-  }
-  GraphBuilder& constant_i(const std::string& name, Shape s, const std::vector<int64_t>& v) {
-    return constant(name, Tensor::from(DType::I64, std::move(s), v));
-  }
-  GraphBuilder& constant_f(const std::string& name, Shape s, const std::vector<float>& v) {
-    return constant(name, Tensor::from(DType::F32, std::move(s), v));
-  }
-  // A float constant of random values in [lo, hi).
-  GraphBuilder& random_f(const std::string& name, Shape s, uint32_t seed, float lo = -1.f, float hi = 1.f);
-  Node& node(const std::string& op, std::vector<std::string> inputs, const std::vector<ValueInfo>& outs,
-             const std::string& domain = "") {
-    Node n;
-    n.op = op;
-    n.domain = domain;
-    n.name = op + std::to_string(g.nodes.size());
-    n.inputs = std::move(inputs);
-    for (const auto& o : outs) {
-      n.outputs.push_back(o.name);
-      if (!o.name.empty()) g.values[o.name] = o;
-    }
-    g.nodes.push_back(std::move(n));
-    return g.nodes.back();
-  }
-  GraphBuilder& output(const std::string& name) {
-    g.outputs.push_back(g.values.at(name));
-    return *this;
-  }
+// The builder shared with the CPU tests (tests/support/graph_builder.h); graphs built here name
+// themselves "gpu test" in errors.
+struct GraphBuilder : testsupport::GraphBuilder {
+  explicit GraphBuilder(Shape input, DType t = DType::F32) : testsupport::GraphBuilder(std::move(input), t, "gpu test") {}
 };
 
-inline ValueInfo f32(const std::string& name, Shape s) { return ValueInfo{name, DType::F32, std::move(s)}; }
-inline ValueInfo typed(const std::string& name, DType t, Shape s) { return ValueInfo{name, t, std::move(s)}; }
+using testsupport::f32;
+using testsupport::random_values;
+using testsupport::set_float;
+using testsupport::set_floats;
+using testsupport::set_int;
+using testsupport::set_ints;
+using testsupport::set_string;
+using testsupport::typed;
 
-inline void set_ints(Node& n, const std::string& k, std::vector<int64_t> v) { n.attrs[k] = Attribute::of_ints(std::move(v)); }
-inline void set_int(Node& n, const std::string& k, int64_t v) { n.attrs[k] = Attribute::of_int(v); }
-inline void set_float(Node& n, const std::string& k, float v) { n.attrs[k] = Attribute::of_float(v); }
-inline void set_string(Node& n, const std::string& k, std::string v) { n.attrs[k] = Attribute::of_string(std::move(v)); }
-inline void set_floats(Node& n, const std::string& k, std::vector<float> v) { n.attrs[k] = Attribute::of_floats(std::move(v)); }
-
-// Deterministic values in [lo, hi).
-std::vector<float> random_values(std::size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f);
 // A random tensor for a graph input: floats in [lo, hi), uint8 over 0..255.
 Tensor random_tensor(const ValueInfo& v, uint32_t seed, float lo = -1.f, float hi = 1.f);
 

@@ -1,6 +1,6 @@
 #pragma once
-// Helpers for the CPU engine tests: graphs built by hand (every value's type and shape filled in, as
-// prepare_graph leaves them), a one-call runner, and deterministic pseudo-random data.
+// Helpers for the CPU engine tests: graphs built by hand (tests/support/graph_builder.h, shared with
+// the GPU tests), a one-call runner, and deterministic pseudo-random data.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,63 +11,15 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/graph.h"
+#include "support/graph_builder.h"
 
 namespace sluice::cputest {
 
-struct GraphBuilder {
-  Graph g;
-
-  explicit GraphBuilder(Shape input, DType t = DType::F32) {
-    g.opset = 18;
-    g.source = "test";
-    g.inputs.push_back({"x", t, input});
-    g.values["x"] = g.inputs.back();
-  }
-  GraphBuilder& constant(const std::string& name, Tensor t) {
-    g.values[name] = ValueInfo{name, t.dtype, t.shape};
-    g.constants[name] = std::move(t);
-    return *this;
-  }
-  GraphBuilder& constant_f(const std::string& name, Shape s, const std::vector<float>& v) {
-    return constant(name, Tensor::from(DType::F32, std::move(s), v));
-  }
-  GraphBuilder& constant_i(const std::string& name, Shape s, const std::vector<int64_t>& v) {
-    return constant(name, Tensor::from(DType::I64, std::move(s), v));
-  }
-  // Adds a node; `outs` pairs each output name with its type and shape.
-  Node& node(const std::string& op, std::vector<std::string> inputs, const std::vector<ValueInfo>& outs,
-             const std::string& domain = "") {
-    Node n;
-    n.op = op;
-    n.domain = domain;
-    n.name = op + std::to_string(g.nodes.size());
-    n.inputs = std::move(inputs);
-    for (const auto& o : outs) {
-      n.outputs.push_back(o.name);
-      if (!o.name.empty()) g.values[o.name] = o;
-    }
-    g.nodes.push_back(std::move(n));
-    return g.nodes.back();
-  }
-  GraphBuilder& output(const std::string& name) {
-    g.outputs.push_back(g.values.at(name));
-    return *this;
-  }
-};
-
-inline ValueInfo f32(const std::string& name, Shape s) { return ValueInfo{name, DType::F32, std::move(s)}; }
-inline ValueInfo typed(const std::string& name, DType t, Shape s) { return ValueInfo{name, t, std::move(s)}; }
-
-// Deterministic values in [-1, 1).
-inline std::vector<float> random_values(std::size_t n, uint32_t seed) {
-  std::vector<float> v(n);
-  uint32_t s = seed * 2654435761u + 12345u;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = static_cast<float>(s >> 8) / static_cast<float>(1u << 24) * 2.f - 1.f;
-  }
-  return v;
-}
+// The graph builder and the random data are shared with the GPU tests.
+using testsupport::f32;
+using testsupport::GraphBuilder;
+using testsupport::random_values;
+using testsupport::typed;
 
 // Runs the graph once on `input` (raw bytes of the input tensor) and returns each output's bytes.
 inline std::vector<std::vector<uint8_t>> run_bytes(const Graph& g, const void* input, int threads = 2) {
