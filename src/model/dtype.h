@@ -25,4 +25,9 @@ float f16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
 float bf16_to_f32(uint16_t h);
 
+// `v` converted to element type t, as that type's bit pattern in the low bytes (little-endian): the
+// fill value of Pad and the scalar constants of the engines.  Integers truncate toward zero and wrap
+// to the type's width; Bool is 1 for any non-zero v.  Error for Undefined.
+uint64_t scalar_bits(DType t, double v);
+
 }  // namespace sluice

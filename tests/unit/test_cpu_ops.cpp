@@ -317,6 +317,27 @@ TEST(CpuCast, FloatToEveryType) {
   EXPECT_EQ(out[4], (std::vector<uint8_t>{1, 1, 1, 1, 1}));
 }
 
+// The one conversion behind Pad's fill value on the CPU and every scalar constant of the CUDA engine.
+TEST(DTypeScalarBits, EachTypesBitPatternInTheLowBytes) {
+  EXPECT_EQ(scalar_bits(DType::F32, 1.5), 0x3FC00000u);
+  EXPECT_EQ(scalar_bits(DType::F64, -2.0), 0xC000000000000000ull);
+  EXPECT_EQ(scalar_bits(DType::F16, 1.0), 0x3C00u);
+  EXPECT_EQ(scalar_bits(DType::BF16, 1.0), 0x3F80u);
+  EXPECT_EQ(scalar_bits(DType::U8, 200.0), 200u);
+  EXPECT_EQ(scalar_bits(DType::U8, -1.0), 255u);               // wraps to the type's width
+  EXPECT_EQ(scalar_bits(DType::I8, -3.0), 0xFDu);
+  EXPECT_EQ(scalar_bits(DType::I32, -2.9), 0xFFFFFFFEu);       // toward zero, upper bytes clear
+  EXPECT_EQ(scalar_bits(DType::I64, -2.0), 0xFFFFFFFFFFFFFFFEull);
+  EXPECT_EQ(scalar_bits(DType::Bool, 0.5), 1u);
+  EXPECT_EQ(scalar_bits(DType::Bool, 0.0), 0u);
+  try {
+    scalar_bits(DType::Undefined, 1.0);
+    ADD_FAILURE() << "an undefined type has no bit pattern";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no scalar conversion"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CpuMatMul, GemmTransposesAlphaBetaAndBroadcastC) {
   // A^T with A = [[1,3],[2,4]] (so op(A) = [[1,2],[3,4]]), B^T with B = [[1,1],[0,1]] (op(B) = [[1,0],[1,1]]).
   GraphBuilder gb({2, 2});

@@ -110,23 +110,6 @@ std::unique_ptr<Kernel> make_slice(const KernelInit& init) {
   return map_kernel(init, std::move(m));
 }
 
-// The fill value of Pad as the output's bit pattern.
-uint64_t fill_bits(const KernelInit& init, DType t, double v) {
-  uint64_t bits = 0;
-  switch (t) {
-    case DType::F32: { const float f = static_cast<float>(v); std::memcpy(&bits, &f, 4); break; }
-    case DType::F64: std::memcpy(&bits, &v, 8); break;
-    case DType::F16: bits = f32_to_f16(static_cast<float>(v)); break;
-    case DType::BF16: bits = f32_to_bf16(static_cast<float>(v)); break;
-    case DType::I64: { const int64_t i = static_cast<int64_t>(v); std::memcpy(&bits, &i, 8); break; }
-    case DType::I32: { const int32_t i = static_cast<int32_t>(v); std::memcpy(&bits, &i, 4); break; }
-    case DType::U8: case DType::Bool: bits = static_cast<uint8_t>(v); break;
-    case DType::I8: bits = static_cast<uint8_t>(static_cast<int8_t>(v)); break;
-    default: init.fail("type ", dtype_name(t), " is not supported");
-  }
-  return bits;
-}
-
 std::unique_ptr<Kernel> make_pad(const KernelInit& init) {
   const ValueInfo& x = init.input(0);
   const int64_t r = static_cast<int64_t>(x.shape.size());
@@ -150,7 +133,11 @@ std::unique_ptr<Kernel> make_pad(const KernelInit& init) {
   if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") init.fail("mode '", mode, "' is unknown");
   const int64_t na = static_cast<int64_t>(axes.size());
   IndexMap m = identity_map(x);
-  m.fill = fill_bits(init, x.dtype, value);
+  try {
+    m.fill = scalar_bits(x.dtype, value);   // the fill value as the output's bit pattern
+  } catch (const Error& e) {
+    init.fail(e.what());                     // the same words, naming the node
+  }
   const auto st = strides_of(x.shape);
   for (int64_t i = 0; i < na; ++i) {
     const int64_t ax = init.axis(axes[i], r);

@@ -53,23 +53,6 @@ cudnnDataType_t cudnn_type(DType t) {
   }
 }
 
-uint64_t scalar_bits(DType t, double v) {
-  uint64_t bits = 0;
-  switch (t) {
-    case DType::F32: { const float f = static_cast<float>(v); std::memcpy(&bits, &f, 4); break; }
-    case DType::F64: std::memcpy(&bits, &v, 8); break;
-    case DType::F16: bits = f32_to_f16(static_cast<float>(v)); break;
-    case DType::BF16: bits = f32_to_bf16(static_cast<float>(v)); break;
-    case DType::U8: bits = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
-    case DType::I8: bits = static_cast<uint8_t>(static_cast<int8_t>(static_cast<int64_t>(v))); break;
-    case DType::I32: bits = static_cast<uint32_t>(static_cast<int32_t>(static_cast<int64_t>(v))); break;
-    case DType::I64: bits = static_cast<uint64_t>(static_cast<int64_t>(v)); break;
-    case DType::Bool: bits = v != 0.0 ? 1 : 0; break;
-    default: SLUICE_THROW("element type ", dtype_name(t), " has no scalar conversion");
-  }
-  return bits;
-}
-
 Builder::Builder(const sluice::Graph& g, Precision p) : graph(g), precision(p), compute(compute_type(p)) {
   // Channels-last wherever tensor cores run the convolutions: fp16, bf16 and tf32 (ResNet-50 on the
   // H200 2x faster than NCHW at tf32; DeepLabV3's large dilations need the atrous path for that,

@@ -176,7 +176,5 @@ bool lower_reduce(Builder& b, const Node& n);
 
 // cuDNN data type of a float dtype.
 cudnnDataType_t cudnn_type(DType t);
-// Bits of `v` converted to the element type t (for fills and pad constants).
-uint64_t scalar_bits(DType t, double v);
 
 }  // namespace sluice::cuda
