@@ -3,6 +3,7 @@
 // the rest through the strided-copy, pad and resize kernels.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/engine_internal.h"
@@ -15,6 +16,14 @@ std::vector<int64_t> contiguous_strides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (std::size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
   return st;
+}
+
+// The elements before and after `axis`: the tensor seen as [outer, s[axis], inner].
+std::pair<int64_t, int64_t> outer_inner(const Shape& s, int64_t axis) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= s[static_cast<std::size_t>(d)];
+  for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < s.size(); ++d) inner *= s[d];
+  return {outer, inner};
 }
 
 void check_rank(const Builder& b, const Node& n, const Shape& s) {
@@ -84,9 +93,7 @@ void lower_concat(Builder& b, const Node& n) {
   const Shape ys = b.slot(y).physical();
   const int64_t axis = nhwc ? 3 : b.axis(n, n.get_int("axis", 0), static_cast<int64_t>(ys.size()));
   const std::size_t es = dtype_size(b.slot(y).dtype);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= ys[static_cast<std::size_t>(d)];
-  for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < ys.size(); ++d) inner *= ys[d];
+  const auto [outer, inner] = outer_inner(ys, axis);
   std::vector<Block2D> blocks;
   std::vector<int> uses = {y};
   int64_t at = 0;
@@ -117,9 +124,7 @@ void lower_split(Builder& b, const Node& n) {
   const Shape xs = b.slot(x).shape;
   const int64_t axis = b.axis(n, n.get_int("axis", 0), static_cast<int64_t>(xs.size()));
   const std::size_t es = dtype_size(b.slot(x).dtype);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= xs[static_cast<std::size_t>(d)];
-  for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < xs.size(); ++d) inner *= xs[d];
+  const auto [outer, inner] = outer_inner(xs, axis);
   std::vector<Block2D> blocks;
   std::vector<int> uses = {x};
   int64_t at = 0;
@@ -194,9 +199,7 @@ void lower_gather(Builder& b, const Node& n) {
   const std::vector<int64_t> idx = b.const_ints(n, 1, "indices");
   if (idx.size() > 1024) b.fail(n, idx.size(), " indices: Gather supports up to 1024 constant indices");
   const std::size_t es = dtype_size(b.slot(x).dtype);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= xs[static_cast<std::size_t>(d)];
-  for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < xs.size(); ++d) inner *= xs[d];
+  const auto [outer, inner] = outer_inner(xs, axis);
   const int64_t dim = xs[static_cast<std::size_t>(axis)];
   std::vector<Block2D> blocks;
   for (std::size_t j = 0; j < idx.size(); ++j) {
