@@ -105,6 +105,33 @@ __device__ __forceinline__ float red_final(RedOp op, float acc, int64_t r) {
   }
 }
 
+// The max of a row and the sum of exp(x - max) over it: the shared first half of LogSumExp and
+// softmax, which subtract the max so that exp cannot overflow.
+struct MaxSumExp {
+  float max, sum;
+};
+
+// Over r contiguous elements, by the 32 lanes of one warp together; every lane gets the result.
+template <typename T>
+__device__ __forceinline__ MaxSumExp warp_max_sum_exp(const T* xr, int64_t r, int lane) {
+  float m = -INFINITY;
+  for (int64_t j = lane; j < r; j += 32) m = fmaxf(m, to_f(xr[j]));
+  m = warp_max(m);
+  float sum = 0.f;
+  for (int64_t j = lane; j < r; j += 32) sum += expf(to_f(xr[j]) - m);
+  return {m, warp_sum(sum)};
+}
+
+// Over r elements `inner` apart, by one thread.
+template <typename T>
+__device__ __forceinline__ MaxSumExp strided_max_sum_exp(const T* xp, int64_t r, int64_t inner) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < r; ++j) m = fmaxf(m, to_f(xp[j * inner]));
+  float sum = 0.f;
+  for (int64_t j = 0; j < r; ++j) sum += expf(to_f(xp[j * inner]) - m);
+  return {m, sum};
+}
+
 // One warp per row of r contiguous elements.  LogSumExp takes two passes (max, then the sum).
 template <typename T>
 __global__ void reduce_rows_kernel(const T* x, T* y, int64_t rows, int64_t r, RedOp op) {
@@ -115,13 +142,8 @@ __global__ void reduce_rows_kernel(const T* x, T* y, int64_t rows, int64_t r, Re
     const T* xr = x + row * r;
     float out;
     if (op == RedOp::LogSumExp) {
-      float m = -INFINITY;
-      for (int64_t j = lane; j < r; j += 32) m = fmaxf(m, to_f(xr[j]));
-      m = warp_max(m);
-      float sum = 0.f;
-      for (int64_t j = lane; j < r; j += 32) sum += expf(to_f(xr[j]) - m);
-      sum = warp_sum(sum);
-      out = logf(sum) + m;
+      const MaxSumExp e = warp_max_sum_exp(xr, r, lane);
+      out = logf(e.sum) + e.max;
     } else {
       float acc = red_init(op);
       for (int64_t j = lane; j < r; j += 32) acc = red_step(op, acc, to_f(xr[j]));
@@ -139,11 +161,8 @@ __global__ void reduce_mid_kernel(const T* x, T* y, int64_t outer, int64_t r, in
     const T* xp = x + o * r * inner + in;
     float out;
     if (op == RedOp::LogSumExp) {
-      float m = -INFINITY;
-      for (int64_t j = 0; j < r; ++j) m = fmaxf(m, to_f(xp[j * inner]));
-      float sum = 0.f;
-      for (int64_t j = 0; j < r; ++j) sum += expf(to_f(xp[j * inner]) - m);
-      out = logf(sum) + m;
+      const MaxSumExp e = strided_max_sum_exp(xp, r, inner);
+      out = logf(e.sum) + e.max;
     } else {
       float acc = red_init(op);
       for (int64_t j = 0; j < r; ++j) acc = red_step(op, acc, to_f(xp[j * inner]));
@@ -163,15 +182,10 @@ __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t r, b
        row += warps) {
     const T* xr = x + row * r;
     T* yr = y + row * r;
-    float m = -INFINITY;
-    for (int64_t j = lane; j < r; j += 32) m = fmaxf(m, to_f(xr[j]));
-    m = warp_max(m);
-    float sum = 0.f;
-    for (int64_t j = lane; j < r; j += 32) sum += expf(to_f(xr[j]) - m);
-    sum = warp_sum(sum);
-    const float inv = 1.f / sum, lsum = logf(sum);
+    const MaxSumExp e = warp_max_sum_exp(xr, r, lane);
+    const float inv = 1.f / e.sum, lsum = logf(e.sum);
     for (int64_t j = lane; j < r; j += 32) {
-      const float v = to_f(xr[j]) - m;
+      const float v = to_f(xr[j]) - e.max;
       yr[j] = from_f<T>(log ? v - lsum : expf(v) * inv);
     }
   }
@@ -183,13 +197,10 @@ __global__ void softmax_mid_kernel(const T* x, T* y, int64_t outer, int64_t r, i
     const int64_t o = i / inner, in = i - o * inner;
     const T* xp = x + o * r * inner + in;
     T* yp = y + o * r * inner + in;
-    float m = -INFINITY;
-    for (int64_t j = 0; j < r; ++j) m = fmaxf(m, to_f(xp[j * inner]));
-    float sum = 0.f;
-    for (int64_t j = 0; j < r; ++j) sum += expf(to_f(xp[j * inner]) - m);
-    const float inv = 1.f / sum, lsum = logf(sum);
+    const MaxSumExp e = strided_max_sum_exp(xp, r, inner);
+    const float inv = 1.f / e.sum, lsum = logf(e.sum);
     for (int64_t j = 0; j < r; ++j) {
-      const float v = to_f(xp[j * inner]) - m;
+      const float v = to_f(xp[j * inner]) - e.max;
       yp[j * inner] = from_f<T>(log ? v - lsum : expf(v) * inv);
     }
   }
