@@ -33,9 +33,10 @@ nlohmann::json RankReport::to_json() const {
   j["images_per_s"] = images_per_s();
   j["steady_images_per_s"] = steady_images_per_s();
   j["seconds"] = {{"read", s.read_s}, {"h2d", s.h2d_s}, {"compute", s.compute_s}, {"d2h", s.d2h_s},
-                  {"write", s.write_s}, {"stall_input", s.stall_input_s}, {"stall_output", s.stall_output_s}};
+                  {"encode", s.encode_s}, {"write", s.write_s}, {"stall_input", s.stall_input_s},
+                  {"stall_output", s.stall_output_s}};
   j["busy"] = {{"read", s.read_s / w}, {"h2d", s.h2d_s / w}, {"compute", s.compute_s / w},
-               {"d2h", s.d2h_s / w}, {"write", s.write_s / w}};
+               {"d2h", s.d2h_s / w}, {"encode", s.encode_s / w}, {"write", s.write_s / w}};
   j["stall"] = {{"input", s.stall_input_s / w}, {"output", s.stall_output_s / w}};
   return j;
 }
@@ -59,6 +60,7 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   s.compute_s = sec.at("compute").get<double>();
   s.d2h_s = sec.at("d2h").get<double>();
   s.write_s = sec.at("write").get<double>();
+  s.encode_s = sec.value("encode", 0.0);
   s.stall_input_s = sec.at("stall_input").get<double>();
   s.stall_output_s = sec.at("stall_output").get<double>();
   return r;

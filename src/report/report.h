@@ -5,7 +5,8 @@
 //   rank wall           pipeline start (after a job-wide barrier) to the rank's last commit
 //   rank images/s       samples / wall
 //   rank steady img/s   samples after the first batch / (wall - time to first batch): warm-up apart
-//   busy fraction       a stage's busy time / wall (device stages timed with events)
+//   busy fraction       a stage's busy time / wall (device stages timed with events; encode is the
+//                       writer threads' compression, summed over threads)
 //   stall input/output  time the driver waited for a filled in-slot / for a free out-slot
 //   job makespan        the longest rank wall
 //   job throughput      samples of this attempt / makespan

@@ -40,11 +40,13 @@ TEST(Report, SteadyRateLeavesTheFirstBatchOut) {
 TEST(Report, RankRoundTripsThroughJson) {
   RankReport a = rank(3, 77, 4.25);
   a.stats.stall_output_s = 0.125;
+  a.stats.encode_s = 0.75;
   RankReport b = RankReport::from_json(a.to_json());
   EXPECT_EQ(b.rank, 3);
   EXPECT_EQ(b.stats.samples, 77);
   EXPECT_DOUBLE_EQ(b.stats.wall_s, 4.25);
   EXPECT_DOUBLE_EQ(b.stats.stall_output_s, 0.125);
+  EXPECT_DOUBLE_EQ(b.stats.encode_s, 0.75);
   EXPECT_DOUBLE_EQ(a.to_json()["busy"]["compute"].get<double>(), 0.5);
 }
 
