@@ -60,7 +60,7 @@ void agreed(const MpiContext& mpi, const std::function<void()>& step) {
   }
 }
 
-int run_job(JobConfig job, const std::string& job_toml, int argc, char** argv) {
+int run_job(JobConfig job, int argc, char** argv) {
   SignalWatcher::install();
   MpiContext mpi(&argc, &argv);
   set_log_rank(mpi.rank(), mpi.world_size());
@@ -70,6 +70,8 @@ int run_job(JobConfig job, const std::string& job_toml, int argc, char** argv) {
     if (!job.resume && mpi.rank() == 0) log_info("Slurm requeue (SLURM_RESTART_COUNT=", restarts, "): resuming");
     job.resume = true;
   }
+  // After the requeue check, so the echo and the rank files' job text say what this attempt does.
+  const std::string job_toml = job_to_toml(job);
   if (mpi.rank() == 0 && !job.quiet) {
     std::fprintf(stderr, "sluice %s (git %s): %d rank(s) on %d node(s); the job:\n%s", SLUICE_VERSION, SLUICE_GIT_COMMIT,
                  mpi.world_size(), mpi.node_count(), job_toml.c_str());
@@ -118,7 +120,7 @@ void add_run_command(CLI::App& app, Commands& commands) {
   commands.handlers["run"] = [run](int argc, char** argv) {
     apply_job_file(*run, job);
     validate_job(job);
-    return run_job(job, job_to_toml(job), argc, argv);
+    return run_job(job, argc, argv);
   };
 }
 
