@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "model/dtype.h"
 
@@ -50,6 +51,20 @@ struct RankFileMeta {
   // Also survive power loss or a node crash, not only a killed process: fsync the file after the
   // rows and again after the ledger entry of every commit (costs two device flushes per commit).
   bool fsync_commits = false;
+  // Per-row data beside the outputs (RowMeta): the width of /sample_key (0: no keys stored),
+  // whether /sample_size (original height, width) is stored, and the input's fingerprint.
+  std::size_t key_bytes = 0;
+  bool orig_sizes = false;
+  std::string input_fingerprint;
+};
+
+// What the rows of one append carry beside the outputs (docs/file-formats.md): their keys, status
+// (pipeline/batch_input.h RowStatus) and original image size, and the reasons of bad rows.
+struct RowMeta {
+  const char* keys = nullptr;          // rows * key_bytes chars, each key NUL-padded; null: none
+  const uint8_t* status = nullptr;     // rows; null: every row ok
+  const int32_t* orig_hw = nullptr;    // rows * 2 (height, width); null: none
+  const std::vector<std::pair<int64_t, std::string>>* bad = nullptr;  // (sample index, reason)
 };
 
 // Parallel compression (DESIGN.md: writer threads encode chunks, one owner thread of the file
@@ -114,6 +129,9 @@ class RankFile {
     append(rows, sample_index, data);
     return 0;
   }
+  // The per-row data of the rows the next append() or append_encoded() call brings; kept with
+  // them through commit and recovery.  Files that store none ignore it.
+  virtual void set_row_meta(const RowMeta& meta) {}
   // Writes the end time and closes the file cleanly.
   virtual void close() = 0;
 };

@@ -27,10 +27,18 @@ struct BatchMeta {
   unsigned long long span = 0;    // the NVTX `batch N` range, from dispatch to write
 };
 
+// Copies what the writer needs of a batch's rows (from the in-slot's BatchRows to the out-slot's),
+// without allocating once both have their full size.
+void copy_rows(const BatchRows& from, BatchRows& to) {
+  to.status.assign(from.status.begin(), from.status.end());
+  to.orig_hw.assign(from.orig_hw.begin(), from.orig_hw.end());
+  to.bad = from.bad;
+}
+
 // The events of one in-flight batch.  They belong to its out-slot, which the batch holds from the
 // driver to the writer, so no event is re-recorded while the monitor still needs it.
 struct SlotEvents {
-  int h2d_start, h2d_end, compute_start, compute_end, d2h_start, d2h_end;
+  int h2d_start, h2d_end, decode_end, compute_start, compute_end, d2h_start, d2h_end;
 };
 
 struct ToMonitor {
@@ -40,8 +48,8 @@ struct ToMonitor {
 }  // namespace
 
 struct Pipeline::Impl {
-  Impl(Device& d, Engine& e, Source& s, RankFile* f, const PipelineOptions& o)
-      : device(d), engine(e), source(s), file(f), opt(o),
+  Impl(Device& d, Engine& e, Source& s, BatchInput& bi, RankFile* f, const PipelineOptions& o)
+      : device(d), engine(e), source(s), input(bi), file(f), opt(o),
         in_pool(o.prefetch), out_pool(o.egress_buffers),
         read_q(static_cast<std::size_t>(o.prefetch)), order_q(static_cast<std::size_t>(o.prefetch)),
         monitor_q(static_cast<std::size_t>(o.egress_buffers)), write_q(static_cast<std::size_t>(o.egress_buffers)),
@@ -70,6 +78,7 @@ struct Pipeline::Impl {
   Device& device;
   Engine& engine;
   Source& source;
+  BatchInput& input;
   RankFile* file;
   PipelineOptions opt;
 
@@ -80,7 +89,10 @@ struct Pipeline::Impl {
 
   std::vector<void*> in_slots, out_slots;
   std::vector<BatchMeta> in_meta, out_meta;
+  std::vector<BatchRows> in_rows, out_rows;     // per slot: row status, original sizes, bad reasons
   std::vector<std::vector<int64_t>> out_index;  // sample indices of each out-slot's rows
+  std::vector<std::vector<char>> out_keys;      // keys of each out-slot's rows (key_bytes each)
+  std::size_t key_bytes = 0;
   std::vector<SlotEvents> events;               // per out-slot
   std::vector<int> set_last_d2h;                // per engine io set: the event its last D2H recorded
 
@@ -97,7 +109,7 @@ struct Pipeline::Impl {
   Clock::time_point t0;
   std::atomic<double> first_batch_s{0};
   TimeCounter read_time, write_time, stall_input, stall_output;
-  double h2d_s = 0, compute_s = 0, d2h_s = 0;   // monitor thread only
+  double h2d_s = 0, decode_s = 0, compute_s = 0, d2h_s = 0;   // monitor thread only
   int64_t samples = 0, batches = 0, chunks = 0; // writer thread only
   double end_s = 0;
 
@@ -130,11 +142,14 @@ void Pipeline::Impl::allocate() {
   const ValueInfo& in = engine.input();
   SLUICE_CHECK(!in.shape.empty(), "engine input has no batch dimension");
   batch = in.shape[0];
-  sample_bytes = source.sample_bytes();
   in_bytes = in.bytes();
-  if (in.dtype != source.dtype() || in_bytes != static_cast<std::size_t>(batch) * sample_bytes)
-    throw InputError(str("the model input ", dtype_name(in.dtype), shape_str(in.shape), " does not match the source's ",
-                         source.describe()));
+  if (!source.encoded()) {
+    sample_bytes = source.sample_bytes();
+    if (in.dtype != source.dtype() || in_bytes != static_cast<std::size_t>(batch) * sample_bytes)
+      throw InputError(str("the model input ", dtype_name(in.dtype), shape_str(in.shape), " does not match the source's ",
+                           source.describe()));
+  }
+  const std::size_t slot_bytes = input.slot_bytes();
   const auto& outs = engine.outputs();
   std::size_t off = 0;
   for (const ValueInfo& o : outs) {
@@ -146,16 +161,24 @@ void Pipeline::Impl::allocate() {
   out_slot_bytes = off;
 
   // Everything the steady state touches is allocated here, once.
-  for (int i = 0; i < opt.prefetch; ++i) in_slots.push_back(device.pinned_alloc(in_bytes));
+  for (int i = 0; i < opt.prefetch; ++i) in_slots.push_back(device.pinned_alloc(slot_bytes));
   for (int i = 0; i < opt.egress_buffers; ++i) out_slots.push_back(device.pinned_alloc(out_slot_bytes));
   in_meta.resize(static_cast<std::size_t>(opt.prefetch));
   in_ready.assign(static_cast<std::size_t>(opt.prefetch), 0);
   out_meta.resize(static_cast<std::size_t>(opt.egress_buffers));
   out_index.assign(static_cast<std::size_t>(opt.egress_buffers), std::vector<int64_t>(static_cast<std::size_t>(batch)));
+  in_rows.resize(static_cast<std::size_t>(opt.prefetch));
+  out_rows.resize(static_cast<std::size_t>(opt.egress_buffers));
+  for (auto& r : in_rows) r.reset(batch, input.has_sizes());
+  for (auto& r : out_rows) r.reset(batch, input.has_sizes());
+  key_bytes = source.key_bytes();
+  out_keys.assign(static_cast<std::size_t>(opt.egress_buffers),
+                  std::vector<char>(static_cast<std::size_t>(batch) * std::max<std::size_t>(key_bytes, 1)));
   for (int i = 0; i < opt.egress_buffers; ++i) {
     SlotEvents e{};
     e.h2d_start = device.create_event(true);
     e.h2d_end = device.create_event(true);
+    e.decode_end = device.create_event(true);
     e.compute_start = device.create_event(true);
     e.compute_end = device.create_event(true);
     e.d2h_start = device.create_event(true);
@@ -220,11 +243,9 @@ void Pipeline::Impl::reader() {
     {
       NvtxRange range("get batch", Stage::GetBatch);
       ScopedTime busy(read_time);
-      auto* dst = static_cast<uint8_t*>(in_slots[static_cast<std::size_t>(*slot)]);
-      source.read(m.first, m.count, dst);
-      // The padding rows of a short last batch are zeros, so results never depend on stale data.
-      const std::size_t used = static_cast<std::size_t>(m.count) * sample_bytes;
-      if (used < in_bytes) std::memset(dst + used, 0, in_bytes - used);
+      BatchRows& rows = in_rows[static_cast<std::size_t>(*slot)];
+      rows.reset(batch, input.has_sizes());
+      input.fill(m.first, m.count, in_slots[static_cast<std::size_t>(*slot)], rows);
     }
     std::lock_guard<std::mutex> lock(ready_mutex);
     in_ready[static_cast<std::size_t>(*slot)] = 1;
@@ -262,12 +283,17 @@ void Pipeline::Impl::driver() {
       if (set_last_d2h[static_cast<std::size_t>(set)] >= 0)
         device.stream_wait(StreamKind::Copy, set_last_d2h[static_cast<std::size_t>(set)]);
       device.record(ev.h2d_start, StreamKind::Copy);
-      device.copy_h2d(engine.input_buffer(set), in_slots[static_cast<std::size_t>(*slot)], in_bytes, StreamKind::Copy);
+      BatchRows& rows = in_rows[static_cast<std::size_t>(*slot)];
+      void* slot_ptr = in_slots[static_cast<std::size_t>(*slot)];
+      input.enqueue_copy(slot_ptr, rows, engine.input_buffer(set), device);
       device.record(ev.h2d_end, StreamKind::Copy);
+      input.enqueue_decode(slot_ptr, rows, engine.input_buffer(set), device);
+      device.record(ev.decode_end, StreamKind::Copy);
+      copy_rows(rows, out_rows[static_cast<std::size_t>(*out)]);
     }
     {
       NvtxRange range("compute", Stage::Compute);
-      device.stream_wait(StreamKind::Compute, ev.h2d_end);
+      device.stream_wait(StreamKind::Compute, ev.decode_end);
       device.record(ev.compute_start, StreamKind::Compute);
       engine.forward(set, device.stream(StreamKind::Compute));
       device.record(ev.compute_end, StreamKind::Compute);
@@ -294,10 +320,11 @@ void Pipeline::Impl::monitor() {
   while (std::optional<ToMonitor> t = monitor_q.pop()) {
     const SlotEvents& ev = events[static_cast<std::size_t>(t->out_slot)];
     // The in-slot can take the next batch as soon as its H2D copy is done.
-    device.event_sync(ev.h2d_end);
+    device.event_sync(ev.decode_end);
     in_pool.release(t->in_slot);
     device.event_sync(ev.d2h_end);
     h2d_s += device.elapsed(ev.h2d_start, ev.h2d_end);
+    decode_s += device.elapsed(ev.h2d_end, ev.decode_end);
     compute_s += device.elapsed(ev.compute_start, ev.compute_end);
     d2h_s += device.elapsed(ev.d2h_start, ev.d2h_end);
     if (!write_q.push(t->out_slot)) return;
@@ -440,6 +467,23 @@ void Pipeline::Impl::writer(WorkDistributor& work, std::atomic<int64_t>& committ
       if (file) {
         auto& index = out_index[static_cast<std::size_t>(*out)];
         for (int64_t r = 0; r < m.count; ++r) index[static_cast<std::size_t>(r)] = m.first + r;
+        const BatchRows& br = out_rows[static_cast<std::size_t>(*out)];
+        RowMeta meta;
+        if (key_bytes > 0) {
+          char* keys = out_keys[static_cast<std::size_t>(*out)].data();
+          std::memset(keys, 0, static_cast<std::size_t>(m.count) * key_bytes);
+          for (int64_t r = 0; r < m.count; ++r) {
+            const std::string k = source.key(m.first + r);
+            std::memcpy(keys + static_cast<std::size_t>(r) * key_bytes, k.data(), std::min(k.size(), key_bytes));
+          }
+          meta.keys = keys;
+        }
+        meta.status = br.status.data();
+        if (!br.orig_hw.empty()) meta.orig_hw = br.orig_hw.data();
+        std::vector<std::pair<int64_t, std::string>> bad;
+        for (const auto& b : br.bad) bad.emplace_back(m.first + b.first, b.second);
+        if (!bad.empty()) meta.bad = &bad;
+        file->set_row_meta(meta);
         const auto* base = static_cast<const uint8_t*>(out_slots[static_cast<std::size_t>(*out)]);
         for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = base + out_offsets[i];
         if (encode)
@@ -475,11 +519,20 @@ void Pipeline::Impl::writer(WorkDistributor& work, std::atomic<int64_t>& committ
   end_s = seconds_since(t0);
 }
 
-Pipeline::Pipeline(Device& device, Engine& engine, Source& source, RankFile* file, const PipelineOptions& options) {
+Pipeline::Pipeline(Device& device, Engine& engine, Source& source, RankFile* file, const PipelineOptions& options)
+    : Pipeline(device, engine, source, nullptr, file, options) {}
+
+Pipeline::Pipeline(Device& device, Engine& engine, Source& source, BatchInput* input, RankFile* file,
+                   const PipelineOptions& options) {
   PipelineOptions o = options;
   if (o.prefetch < 1 || o.egress_buffers < 1 || o.reader_threads < 1 || o.writer_threads < 1)
     throw UsageError("--prefetch, --egress-buffers, --reader-threads and --writer-threads must be at least 1");
-  impl_ = std::make_unique<Impl>(device, engine, source, file, o);
+  if (!input) {
+    own_input_ = make_tensor_input(source, engine.input().shape.empty() ? 1 : engine.input().shape[0],
+                                   engine.input().bytes());
+    input = own_input_.get();
+  }
+  impl_ = std::make_unique<Impl>(device, engine, source, *input, file, o);
   impl_->allocate();
   impl_->allocate_encoding();
 }
@@ -518,6 +571,8 @@ PipelineStats Pipeline::run(WorkDistributor& work) {
   s.write_s = p.write_time.seconds();
   s.encode_s = p.encode_time.seconds();
   s.h2d_s = p.h2d_s;
+  s.decode_s = p.decode_s + p.input.cpu_decode_seconds();
+  s.read_s = std::max(0.0, s.read_s - p.input.cpu_decode_seconds());
   s.compute_s = p.compute_s;
   s.d2h_s = p.d2h_s;
   s.stall_input_s = p.stall_input.seconds();

@@ -1,11 +1,12 @@
 #pragma once
 // One rank's pipeline (DESIGN.md, "One rank: the data flow"):
 //
-//   dispatcher -> readers -> [in-slots] -> driver: H2D, forward, D2H -> [out-slots] -> monitor -> writer
+//   dispatcher -> readers -> [in-slots] -> driver: H2D, decode, forward, D2H -> [out-slots] -> monitor -> writer
 //
 // - dispatcher: asks the WorkDistributor for chunks, cuts them into batches, takes a free in-slot
 //   for each batch in order and hands it to a reader.
-// - readers (reader_threads): fill the pinned in-slot from the Source.
+// - readers (reader_threads): fill the pinned in-slot from the Source (BatchInput::fill: tensors,
+//   or image files' bytes, decoding on the CPU what the device does not).
 // - driver: takes batches in order; enqueues the H2D copy (copy stream), forward (compute stream)
 //   and D2H copies into a free out-slot (egress stream), ordered by events; never waits for the
 //   device in the steady state.
@@ -23,6 +24,7 @@
 #include "engine/engine.h"
 #include "io/rank_file.h"
 #include "io/source.h"
+#include "pipeline/batch_input.h"
 #include "pipeline/device.h"
 
 namespace sluice {
@@ -43,6 +45,7 @@ struct PipelineStats {
   double first_batch_s = 0;   // start until the first batch was written (warm-up, reported apart)
   double read_s = 0;          // reader busy time, summed over reader threads
   double h2d_s = 0, compute_s = 0, d2h_s = 0;   // device time of each stage (events)
+  double decode_s = 0;        // decoding images: device time (events) plus CPU decoding in the readers
   double write_s = 0;         // writer busy time (storing rows and commits)
   double encode_s = 0;        // compression busy time, summed over encoder threads (0: not compressed)
   double stall_input_s = 0, stall_output_s = 0;
@@ -50,8 +53,11 @@ struct PipelineStats {
 
 class Pipeline {
  public:
-  // `file` may be null (discard outputs: benchmarks of the compute path only).
+  // `file` may be null (discard outputs: benchmarks of the compute path only).  `input` turns the
+  // source's samples into the engine's input (null: a tensor input over `source`).
   Pipeline(Device& device, Engine& engine, Source& source, RankFile* file, const PipelineOptions& options);
+  Pipeline(Device& device, Engine& engine, Source& source, BatchInput* input, RankFile* file,
+           const PipelineOptions& options);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -68,6 +74,7 @@ class Pipeline {
 
  private:
   struct Impl;
+  std::unique_ptr<BatchInput> own_input_;
   std::unique_ptr<Impl> impl_;
   std::atomic<bool> stop_requested_{false};
   std::atomic<int64_t> committed_samples_{0};

@@ -32,10 +32,10 @@ nlohmann::json RankReport::to_json() const {
   j["first_batch_s"] = s.first_batch_s;
   j["images_per_s"] = images_per_s();
   j["steady_images_per_s"] = steady_images_per_s();
-  j["seconds"] = {{"read", s.read_s}, {"h2d", s.h2d_s}, {"compute", s.compute_s}, {"d2h", s.d2h_s},
+  j["seconds"] = {{"read", s.read_s}, {"h2d", s.h2d_s}, {"decode", s.decode_s}, {"compute", s.compute_s}, {"d2h", s.d2h_s},
                   {"encode", s.encode_s}, {"write", s.write_s}, {"stall_input", s.stall_input_s},
                   {"stall_output", s.stall_output_s}};
-  j["busy"] = {{"read", s.read_s / w}, {"h2d", s.h2d_s / w}, {"compute", s.compute_s / w},
+  j["busy"] = {{"read", s.read_s / w}, {"h2d", s.h2d_s / w}, {"decode", s.decode_s / w}, {"compute", s.compute_s / w},
                {"d2h", s.d2h_s / w}, {"encode", s.encode_s / w}, {"write", s.write_s / w}};
   j["stall"] = {{"input", s.stall_input_s / w}, {"output", s.stall_output_s / w}};
   return j;
@@ -57,6 +57,7 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   const auto& sec = j.at("seconds");
   s.read_s = sec.at("read").get<double>();
   s.h2d_s = sec.at("h2d").get<double>();
+  s.decode_s = sec.value("decode", 0.0);
   s.compute_s = sec.at("compute").get<double>();
   s.d2h_s = sec.at("d2h").get<double>();
   s.write_s = sec.at("write").get<double>();

@@ -1,0 +1,78 @@
+#pragma once
+// Images as model input: what the file is (header parsing, no decoding), decoding on the CPU, and
+// the geometry and arithmetic of preprocessing (resize, center crop, letterbox) shared by the CPU
+// path (image/preprocess.cpp) and the CUDA kernels (image/cuda/), so both compute the same thing.
+//
+// Preprocessing semantics (torchvision.transforms.v2 on uint8 tensors, antialias=True):
+//  - resize: separable triangle (bilinear) filter whose support grows with the downscale factor
+//    (antialiasing); upscaling is plain bilinear with half-pixel centres.  Computed in float32,
+//    the horizontal pass then the vertical pass, rounded to uint8 once at the end.
+//  - shorter-side resize S: the shorter side becomes S, the longer floor(S * long / short).
+//  - center crop HxW: top = round((h - H) / 2), left = round((w - W) / 2), zeros outside.
+//  - letterbox HxW: scale by min(H / h, W / w) (sizes rounded), centre, pad with pad_value.
+//  The output is uint8 RGB, planar [3, H, W] (what the model's uint8 input takes; scale, mean and
+//  std run in the graph).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice {
+
+enum class ImageFormat { Unknown, Jpeg, Png };
+const char* image_format_name(ImageFormat f);
+
+struct ImageHeader {
+  ImageFormat format = ImageFormat::Unknown;
+  int width = 0, height = 0;
+  int channels = 0;          // as stored: 1 grey, 2 grey+alpha, 3 RGB/YCbCr, 4 RGBA/CMYK/YCCK
+  bool progressive = false;  // JPEG: progressive (or other non-baseline) coding
+  bool cmyk = false;         // JPEG: Adobe CMYK/YCCK
+  bool gpu_decodable = false;  // a JPEG the GPU decoders take: baseline/extended Huffman, 1 or 3 channels, 8-bit
+};
+
+// Reads only the header.  Returns false with `error` set (one line naming what is wrong: "not a
+// JPEG or PNG file", "truncated JPEG: no end-of-image marker", "empty file") for anything that
+// cannot be decoded; a truncated file is caught here when its end is missing.
+bool parse_image_header(const uint8_t* data, std::size_t size, ImageHeader* header, std::string* error);
+
+// Decodes a whole image on the CPU to interleaved 8-bit RGB (height * width * 3 bytes; grey,
+// alpha, CMYK and 16-bit converted).  Returns false with `error` set on any failure.
+bool decode_image_rgb(const uint8_t* data, std::size_t size, std::vector<uint8_t>& rgb, int* height, int* width,
+                      std::string* error);
+
+// What the job asks for (--resize, --center-crop, --letterbox); out_h x out_w is the model's input.
+struct PreprocessSpec {
+  enum class Resize { Exact, ShorterSide, Letterbox };
+  Resize mode = Resize::Exact;   // Exact: straight to out_h x out_w (aspect not kept)
+  int resize_short = 0;          // ShorterSide: S
+  int crop_h = 0, crop_w = 0;    // ShorterSide: center crop (0: none; then the resized size must equal out)
+  int out_h = 0, out_w = 0;
+  uint8_t pad_value = 0;         // Letterbox padding (and crops larger than the image)
+};
+
+// Where one image lands: it is resized to resized_h x resized_w, and output pixel (y, x) takes the
+// resized pixel (y + offset_y, x + offset_x); pixels outside the resized image get pad_value.
+// (offsets are negative when the output is larger than the resized image: letterbox, big crops.)
+struct ResizePlan {
+  int in_h = 0, in_w = 0;
+  int resized_h = 0, resized_w = 0;
+  int offset_y = 0, offset_x = 0;
+  int out_h = 0, out_w = 0;
+  uint8_t pad_value = 0;
+};
+ResizePlan plan_resize(int in_h, int in_w, const PreprocessSpec& spec);
+
+// The filter taps of one axis: output coordinate o (of `out` pixels over an input of `in`) reads
+// input pixels [first[o], first[o] + count[o]) with weights weight[o * max_taps + k] (summing to 1).
+struct AxisTaps {
+  int max_taps = 0;
+  std::vector<int> first, count;
+  std::vector<float> weight;
+};
+AxisTaps axis_taps(int in, int out);
+
+// RGB interleaved (h x w x 3) to planar uint8 [3, out_h, out_w] following `plan`.
+void preprocess_rgb(const uint8_t* rgb, const ResizePlan& plan, uint8_t* out_chw);
+
+}  // namespace sluice

@@ -1,0 +1,72 @@
+#pragma once
+// From a source's samples to the engine's input tensor, one batch at a time, in two halves:
+//
+//   fill()     reader threads, into a pinned in-slot: read tensors, or read image files (and decode
+//              on the CPU whatever the device will not decode)
+//   enqueue_copy() / enqueue_decode()
+//              driver thread, on the device's copy stream: the H2D copy of the slot, then the
+//              device-side decoding and preprocessing that writes the engine's input buffer
+//
+// The pipeline records the h2d events around enqueue_copy and a decode event after
+// enqueue_decode, so the report shows decoding as a stage of its own.  A tensor input's decode
+// half is empty.  Every row of a batch also carries a status (and, for images, the original size),
+// which the writer stores beside the outputs (io/rank_file.h, RowMeta).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "io/source.h"
+#include "pipeline/device.h"
+
+namespace sluice {
+
+// Row status codes, stored per row in the rank files (/sample_status).
+enum RowStatus : uint8_t {
+  kRowOk = 0,
+  kRowBad = 1,        // the sample could not be read or decoded: zeros were fed, the outputs are meaningless
+  kRowNonFinite = 2,  // the input held NaN or Inf (computed as given)
+};
+
+// What a batch's rows carry beside the pixels.  Preallocated per slot; fill() resets it.
+struct BatchRows {
+  std::vector<uint8_t> status;                          // per row (RowStatus)
+  std::vector<int32_t> orig_hw;                         // per row: original height, width (images), else empty
+  std::vector<std::pair<int64_t, std::string>> bad;     // (row in the batch, reason), rare
+  void reset(int64_t rows, bool sizes) {
+    status.assign(static_cast<std::size_t>(rows), kRowOk);
+    if (sizes) orig_hw.assign(static_cast<std::size_t>(rows) * 2, 0); else orig_hw.clear();
+    bad.clear();
+  }
+  void mark_bad(int64_t row, std::string reason) {
+    status[static_cast<std::size_t>(row)] = kRowBad;
+    bad.emplace_back(row, std::move(reason));
+  }
+};
+
+class BatchInput {
+ public:
+  virtual ~BatchInput() = default;
+  virtual std::string describe() const = 0;
+  // Pinned bytes one in-slot needs.
+  virtual std::size_t slot_bytes() const = 0;
+  // Whether rows carry original image sizes.
+  virtual bool has_sizes() const { return false; }
+  // Reader threads (thread-safe): samples [first, first + count) of a batch into `slot`; rows
+  // count..batch-1 of a short last batch must come out as zeros.  `rows` was reset for `batch` rows.
+  virtual void fill(int64_t first, int64_t count, void* slot, BatchRows& rows) = 0;
+  // Driver thread: the slot's bytes to the device (copy stream).
+  virtual void enqueue_copy(void* slot, const BatchRows& rows, void* engine_input, Device& device) = 0;
+  // Driver thread: device-side decoding and preprocessing into `engine_input` (copy stream);
+  // may mark rows bad.  Nothing for tensor inputs.
+  virtual void enqueue_decode(void* slot, BatchRows& rows, void* engine_input, Device& device) {}
+  // Seconds spent decoding on CPU threads so far (summed over threads; part of fill()).
+  virtual double cpu_decode_seconds() const { return 0; }
+};
+
+// A tensor source as the engine's input: fill() reads the samples, enqueue_copy() is one H2D copy
+// of the whole batch.  `batch_bytes` is the engine's input size (batch * sample_bytes).
+std::unique_ptr<BatchInput> make_tensor_input(Source& source, int64_t batch, std::size_t batch_bytes);
+
+}  // namespace sluice
