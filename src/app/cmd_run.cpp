@@ -89,7 +89,7 @@ int run_job(JobConfig job, int argc, char** argv) {
   std::unique_ptr<Progress> progress;
   SignalWatcher watcher([&](int sig) {
     log_info("received ", strsignal(sig), ": finishing the chunks in flight, then stopping (resumable)");
-    ctx.stop();
+    ctx.stop(sig);
   });
   mpi.barrier();
   if (mpi.rank() == 0 && !job.quiet)
@@ -101,6 +101,7 @@ int run_job(JobConfig job, int argc, char** argv) {
     std::fprintf(stderr, "sluice: error: %s%s\n", mpi.world_size() > 1 ? str("[rank ", mpi.rank(), "] ").c_str() : "",
                  e.what());
     std::fflush(stderr);
+    ctx.note_failure(e.what());
     if (mpi.world_size() > 1) mpi.abort(e.exit_code());
     throw Error("", e.exit_code());
   }

@@ -89,6 +89,9 @@ void visit_job(JobConfig& j, V& v) {
   v("gpu-map", j.gpu_map, "GPU of each node-local rank, comma list (default: the node-local rank)", none);
   v("progress-interval", j.progress_interval, "Seconds between progress lines when stderr is not a terminal",
     at_least(0.1));
+  v("series-interval", j.series_interval,
+    "Seconds between the points of each rank's time series in report.json (thinned to at most 600 points)",
+    at_least(0.01));
   v("quiet", j.quiet, "No job echo, no progress line", none);
   // Test only (hidden): slow the listed ranks down, as a slow GPU would be.
   v("throttle-ms", j.throttle_ms, "", at_least(0));

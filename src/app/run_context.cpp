@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <signal.h>
+#include <string.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +29,16 @@ std::string default_cache_dir() {
 }
 
 bool file_readable(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    default: return str("signal ", sig);
+  }
+}
 
 }  // namespace
 
@@ -114,6 +127,7 @@ void RunContext::share_model() {
                " rank(s) over ", weights_.transport, " in ", weights_.seconds, " s");
   }
   make_specs();
+  hosts_ = mpi_.gather_strings(mpi_.host());
   t_setup_ += seconds_since(t0);
 }
 
@@ -121,6 +135,22 @@ void RunContext::plan() {
   std::string serialized;
   if (mpi_.rank() == 0) serialized = plan_output_dir(job_, chunking_, model_sha256_, specs_).serialize();
   plan_ = RunPlan::deserialize(mpi_.broadcast_string(serialized));
+  if (mpi_.rank() == 0 && job_.sink == "hdf5") {
+    AttemptRecord a;
+    a.attempt = plan_.attempt;
+    a.started_unix = unix_time_now();
+    a.started = iso8601(a.started_unix);
+    a.world_size = mpi_.world_size();
+    a.nodes = mpi_.node_count();
+    for (const auto& h : hosts_)
+      if (std::find(a.hosts.begin(), a.hosts.end(), h) == a.hosts.end()) a.hosts.push_back(h);
+    a.committed_before = plan_.committed_before;
+    attempts_ = begin_attempt(job_.output, job_.resume, a);
+  }
+}
+
+void RunContext::note_failure(const std::string& message) const {
+  if (job_.sink == "hdf5") note_attempt_failure(job_.output, plan_.attempt, mpi_.rank(), message);
 }
 
 void RunContext::choose_device() {
@@ -207,9 +237,15 @@ void RunContext::build() {
   log_debug("engine: ", engine_->describe());
 }
 
-void RunContext::run() { stats_ = pipeline_->run(*work_); }
+void RunContext::run() {
+  pipeline_start_unix_ = unix_time_now();
+  series_ = std::make_unique<SeriesRecorder>([this] { return pipeline_->snapshot(); }, job_.series_interval);
+  stats_ = pipeline_->run(*work_);
+  series_->stop(stats_);
+}
 
-void RunContext::stop() {
+void RunContext::stop(int signal) {
+  if (signal && !stop_signal_) stop_signal_ = signal;
   stopped_ = true;
   if (pipeline_) pipeline_->stop();
   if (work_) work_->request_stop();
@@ -234,6 +270,10 @@ void RunContext::report() {
   me.engine = engine_->describe();
   me.setup_s = t_setup_;
   me.stats = stats_;
+  me.reader_threads = job_.reader_threads;
+  me.writer_threads = job_.writer_threads;
+  me.start_unix = pipeline_start_unix_;
+  if (series_) me.series = series_->to_json();
   const std::vector<std::string> all = mpi_.gather_strings(me.to_json().dump());
   mpi_.barrier();  // every rank file is closed before rank 0 reads them
   if (mpi_.rank() != 0) return;
@@ -264,7 +304,21 @@ void RunContext::report() {
   r.weights_mb = static_cast<double>(weights_.bytes) / 1e6;
   r.weights_s = weights_.seconds;
   r.model_load_s = t_model_load_;
+  r.job_text = job_toml_;
   for (const auto& s : all) r.ranks.push_back(RankReport::from_json(nlohmann::json::parse(s)));
+  if (!attempts_.empty()) {
+    const std::string why = complete_attempt ? "complete" : any_stopped_ ? "stopped" : "ended";
+    std::string message;
+    if (any_stopped_) message = stop_signal_ ? str("by ", signal_name(stop_signal_)) : "by a signal (to another rank)";
+    nlohmann::json ranks = nlohmann::json::array();
+    if (r.ranks.size() <= 256)
+      for (const auto& rr : r.ranks)
+        ranks.push_back({{"rank", rr.rank}, {"host", rr.host}, {"start_unix", rr.start_unix},
+                         {"series", thin_series(rr.series, 120)}});
+    attempts_.back().ranks = ranks;
+    attempts_ = end_attempt(job_.output, attempts_, why, message, r.samples());
+  }
+  r.attempts = attempts_;
 
   if (complete_attempt && file_) {
     std::vector<RankFileInfo> infos;

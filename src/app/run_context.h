@@ -15,7 +15,9 @@
 #include "model/graph.h"
 #include "pipeline/device.h"
 #include "pipeline/pipeline.h"
+#include "report/attempts.h"
 #include "report/report.h"
+#include "report/series.h"
 
 namespace sluice {
 
@@ -31,7 +33,9 @@ class RunContext {
   void plan();          // rank 0: output folder, resume plan; broadcast
   void build();         // device, engine, rank file, pipeline, work distributor
   void run();           // the pipeline until this rank has no more work
-  void stop();          // from the signal thread
+  void stop(int signal = 0);  // from the signal thread
+  // A failure that ends the job: left in the folder for the next attempt's record (any rank).
+  void note_failure(const std::string& message) const;
   bool drain();         // close the rank file; agree whether the job is complete
   void report();        // gather the report; rank 0 writes outputs.h5 and report.json
 
@@ -66,6 +70,11 @@ class RunContext {
   PipelineStats stats_;
   WeightBroadcast weights_;
   bool stopped_ = false;
+  int stop_signal_ = 0;
+  std::vector<std::string> hosts_;          // rank 0: every rank's host, in rank order
+  std::vector<AttemptRecord> attempts_;     // rank 0
+  std::unique_ptr<SeriesRecorder> series_;
+  double pipeline_start_unix_ = 0;
   bool complete_ = false;
   bool any_stopped_ = false;
 };

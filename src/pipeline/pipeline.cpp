@@ -27,6 +27,9 @@ struct BatchMeta {
   unsigned long long span = 0;    // the NVTX `batch N` range, from dispatch to write
 };
 
+// One writer thread adds, any thread reads (std::atomic<double> has no fetch_add before C++20).
+void add_to(std::atomic<double>& a, double v) { a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed); }
+
 // Copies what the writer needs of a batch's rows (from the in-slot's BatchRows to the out-slot's),
 // without allocating once both have their full size.
 void copy_rows(const BatchRows& from, BatchRows& to) {
@@ -109,9 +112,13 @@ struct Pipeline::Impl {
   Clock::time_point t0;
   std::atomic<double> first_batch_s{0};
   TimeCounter read_time, write_time, stall_input, stall_output;
-  double h2d_s = 0, decode_s = 0, compute_s = 0, d2h_s = 0;   // monitor thread only
-  int64_t samples = 0, batches = 0, chunks = 0; // writer thread only
-  double end_s = 0;
+  // Written by one thread each (monitor: device times; writer: counts), read at any time by
+  // snapshot() for the report's time series.
+  std::atomic<double> h2d_s{0}, decode_s{0}, compute_s{0}, d2h_s{0};
+  std::atomic<int64_t> samples{0}, batches{0}, chunks{0};
+  std::atomic<double> end_s{0};   // set by the writer when it is done
+
+  PipelineStats stats() const;
 
   // Compression (DESIGN.md: writer threads encode chunks, one owner thread writes them).  When the
   // file deflates an output, `writer_threads` encoder threads take the batches from write_q in
@@ -323,10 +330,10 @@ void Pipeline::Impl::monitor() {
     device.event_sync(ev.decode_end);
     in_pool.release(t->in_slot);
     device.event_sync(ev.d2h_end);
-    h2d_s += device.elapsed(ev.h2d_start, ev.h2d_end);
-    decode_s += device.elapsed(ev.h2d_end, ev.decode_end);
-    compute_s += device.elapsed(ev.compute_start, ev.compute_end);
-    d2h_s += device.elapsed(ev.d2h_start, ev.d2h_end);
+    add_to(h2d_s, device.elapsed(ev.h2d_start, ev.h2d_end));
+    add_to(decode_s, device.elapsed(ev.h2d_end, ev.decode_end));
+    add_to(compute_s, device.elapsed(ev.compute_start, ev.compute_end));
+    add_to(d2h_s, device.elapsed(ev.d2h_start, ev.d2h_end));
     if (!write_q.push(t->out_slot)) return;
   }
   write_q.close();
@@ -542,6 +549,7 @@ Pipeline::~Pipeline() = default;
 PipelineStats Pipeline::run(WorkDistributor& work) {
   Impl& p = *impl_;
   p.t0 = Clock::now();
+  started_ = true;
   auto on_error = [&p] { p.abort_all(); };
   std::vector<WorkerThread> threads;
   threads.emplace_back("dispatch", [&] { p.dispatcher(work, stop_requested_); }, on_error);
@@ -561,17 +569,29 @@ PipelineStats Pipeline::run(WorkDistributor& work) {
   if (first) std::rethrow_exception(first);
   p.device.synchronize();
 
+  if (p.end_s.load() <= 0) p.end_s = seconds_since(p.t0);
+  return p.stats();
+}
+
+PipelineStats Pipeline::snapshot() const {
+  if (!impl_ || !started_.load()) return PipelineStats{};
+  return impl_->stats();
+}
+
+PipelineStats Pipeline::Impl::stats() const {
+  const Impl& p = *this;
   PipelineStats s;
   s.samples = p.samples;
   s.batches = p.batches;
   s.chunks = p.chunks;
-  s.wall_s = p.end_s;
+  s.wall_s = p.end_s.load() > 0 ? p.end_s.load() : seconds_since(p.t0);
   s.first_batch_s = p.first_batch_s;
   s.read_s = p.read_time.seconds();
   s.write_s = p.write_time.seconds();
   s.encode_s = p.encode_time.seconds();
   s.h2d_s = p.h2d_s;
-  s.decode_s = p.decode_s + p.input.cpu_decode_seconds();
+  s.decode_cpu_s = p.input.cpu_decode_seconds();
+  s.decode_s = p.decode_s + s.decode_cpu_s;
   s.read_s = std::max(0.0, s.read_s - p.input.cpu_decode_seconds());
   s.compute_s = p.compute_s;
   s.d2h_s = p.d2h_s;

@@ -46,6 +46,7 @@ struct PipelineStats {
   double read_s = 0;          // reader busy time, summed over reader threads
   double h2d_s = 0, compute_s = 0, d2h_s = 0;   // device time of each stage (events)
   double decode_s = 0;        // decoding images: device time (events) plus CPU decoding in the readers
+  double decode_cpu_s = 0;    // the CPU part of decode_s (summed over reader threads)
   double write_s = 0;         // writer busy time (storing rows and commits)
   double encode_s = 0;        // compression busy time, summed over encoder threads (0: not compressed)
   double stall_input_s = 0, stall_output_s = 0;
@@ -72,11 +73,16 @@ class Pipeline {
   // Samples committed so far by this rank (for the progress line).
   int64_t committed_samples() const { return committed_samples_.load(); }
 
+  // The counters so far, from any thread while run() runs (the report's time series); wall_s is
+  // the time since the start.  All zero before run().
+  PipelineStats snapshot() const;
+
  private:
   struct Impl;
   std::unique_ptr<BatchInput> own_input_;
   std::unique_ptr<Impl> impl_;
   std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> started_{false};
   std::atomic<int64_t> committed_samples_{0};
 };
 

@@ -32,13 +32,52 @@ nlohmann::json RankReport::to_json() const {
   j["first_batch_s"] = s.first_batch_s;
   j["images_per_s"] = images_per_s();
   j["steady_images_per_s"] = steady_images_per_s();
-  j["seconds"] = {{"read", s.read_s}, {"h2d", s.h2d_s}, {"decode", s.decode_s}, {"compute", s.compute_s}, {"d2h", s.d2h_s},
+  j["seconds"] = {{"read", s.read_s}, {"h2d", s.h2d_s}, {"decode", s.decode_s}, {"decode_cpu", s.decode_cpu_s}, {"compute", s.compute_s}, {"d2h", s.d2h_s},
                   {"encode", s.encode_s}, {"write", s.write_s}, {"stall_input", s.stall_input_s},
                   {"stall_output", s.stall_output_s}};
   j["busy"] = {{"read", s.read_s / w}, {"h2d", s.h2d_s / w}, {"decode", s.decode_s / w}, {"compute", s.compute_s / w},
                {"d2h", s.d2h_s / w}, {"encode", s.encode_s / w}, {"write", s.write_s / w}};
   j["stall"] = {{"input", s.stall_input_s / w}, {"output", s.stall_output_s / w}};
+  j["reader_threads"] = reader_threads;
+  j["writer_threads"] = writer_threads;
+  j["start_unix"] = start_unix;
+  j["limit"] = limit();
+  if (!series.is_null()) j["series"] = series;
   return j;
+}
+
+std::string RankReport::limit() const {
+  const auto& s = stats;
+  if (s.wall_s <= 0 || s.batches == 0) return "idle: no batch";
+  const double w = s.wall_s;
+  const double readers = std::max(1, reader_threads), writers = std::max(1, writer_threads);
+  struct Stage {
+    const char* kind;
+    std::string what;
+    double busy;
+  };
+  const double cpu_decode = s.decode_cpu_s, gpu_decode = s.decode_s - s.decode_cpu_s;
+  std::vector<Stage> stages = {
+      {"compute-bound", "compute", s.compute_s / w},
+      {"input-bound", str("read (", reader_threads, " reader thread", reader_threads == 1 ? "" : "s", ")"),
+       (s.read_s + cpu_decode) / readers / w},
+      {"input-bound", "GPU decode", gpu_decode / w},
+      {"copy-bound", "h2d", s.h2d_s / w},
+      {"copy-bound", "d2h", s.d2h_s / w},
+      {"output-bound", "write", s.write_s / w},
+      {"output-bound", str("encode (", writer_threads, " writer thread", writer_threads == 1 ? "" : "s", ")"),
+       s.encode_s / writers / w},
+  };
+  if (cpu_decode > 0) stages[1].what = str("read + decode (", reader_threads, " reader thread", reader_threads == 1 ? "" : "s", ")");
+  const Stage* top = &stages[0];
+  for (const auto& st : stages)
+    if (st.busy > top->busy) top = &st;
+  char pct[32];
+  std::snprintf(pct, sizeof pct, "%.0f %%", 100 * top->busy);
+  if (top->busy < 0.5)
+    return str("latency-bound: no stage is busy (busiest: ", top->what, " ", pct,
+               "); more batches in flight (--prefetch, larger --batch-size) or a longer run would help");
+  return str(top->kind, ": ", top->what, " ", pct, " busy");
 }
 
 RankReport RankReport::from_json(const nlohmann::json& j) {
@@ -64,6 +103,11 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   s.encode_s = sec.value("encode", 0.0);
   s.stall_input_s = sec.at("stall_input").get<double>();
   s.stall_output_s = sec.at("stall_output").get<double>();
+  s.decode_cpu_s = sec.value("decode_cpu", 0.0);
+  r.reader_threads = j.value("reader_threads", 1);
+  r.writer_threads = j.value("writer_threads", 1);
+  r.start_unix = j.value("start_unix", 0.0);
+  if (j.contains("series")) r.series = j.at("series");
   return r;
 }
 
@@ -82,6 +126,13 @@ double JobReport::makespan_s() const {
 double JobReport::throughput() const {
   const double m = makespan_s();
   return m > 0 ? static_cast<double>(samples()) / m : 0;
+}
+
+const RankReport* JobReport::slowest() const {
+  const RankReport* slow = nullptr;
+  for (const auto& r : ranks)
+    if (!slow || r.stats.wall_s > slow->stats.wall_s) slow = &r;
+  return slow;
 }
 
 double JobReport::imbalance() const {
@@ -116,6 +167,7 @@ nlohmann::json JobReport::to_json() const {
   j["finished"] = finished;
   j["weights_broadcast"] = {{"transport", weights_transport}, {"mb", weights_mb}, {"seconds", weights_s}};
   j["model_load_s"] = model_load_s;
+  j["job_toml"] = job_text;
   nlohmann::json job;
   job["total_samples"] = total_samples;
   job["pending_samples"] = pending_samples;
@@ -142,7 +194,20 @@ nlohmann::json JobReport::to_json() const {
   job["rank_images_per_s"] = {{"min", mn}, {"mean", mean}, {"max", mx}};
   job["rank_steady_images_per_s"] = {{"min", smn}, {"mean", smean}, {"max", smx}};
   job["imbalance"] = imbalance();
+  if (const RankReport* slow = slowest()) job["slowest"] = {{"rank", slow->rank}, {"host", slow->host}, {"limit", slow->limit()}};
+  // Totals over every attempt on record (this one included).
+  int64_t all_samples = 0;
+  double all_seconds = 0;
+  for (const auto& a : attempts) {
+    all_samples += a.samples;
+    if (a.finished_unix > a.started_unix) all_seconds += a.finished_unix - a.started_unix;
+  }
+  job["attempts"] = attempts.size();
+  job["samples_all_attempts"] = all_samples;
+  job["seconds_all_attempts"] = all_seconds;
   j["job"] = job;
+  j["attempts"] = nlohmann::json::array();
+  for (const auto& a : attempts) j["attempts"].push_back(a.to_json());
   j["ranks"] = nlohmann::json::array();
   for (const auto& r : ranks) j["ranks"].push_back(r.to_json());
   return j;
@@ -176,6 +241,19 @@ std::string format_report_table(const JobReport& r) {
                 job["rank_images_per_s"]["min"].get<double>(), job["rank_images_per_s"]["mean"].get<double>(),
                 job["rank_images_per_s"]["max"].get<double>(), r.imbalance());
   os << line;
+  if (const RankReport* slow = r.slowest(); slow && r.ranks.size() > 1)
+    os << "slowest: rank " << slow->rank << " on " << slow->host << ": " << slow->limit() << "\n";
+  else if (slow)
+    os << "limit: " << slow->limit() << "\n";
+  if (r.attempts.size() > 1) {
+    os << "attempts:\n";
+    for (const auto& a : r.attempts) {
+      std::snprintf(line, sizeof line, "  #%d %s  %d rank(s) on %d node(s), %lld samples, %s%s%s\n", a.attempt,
+                    a.started.c_str(), a.world_size, a.nodes, static_cast<long long>(a.samples), a.ended.c_str(),
+                    a.message.empty() ? "" : ": ", a.message.substr(0, 160).c_str());
+      os << line;
+    }
+  }
   if (r.complete)
     os << "status: complete: all " << r.total_samples << " samples committed\n";
   else

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pipeline/pipeline.h"
+#include "report/attempts.h"
 
 namespace sluice {
 
@@ -25,9 +26,15 @@ struct RankReport {
   int rank = 0;
   std::string host, device, engine;
   double setup_s = 0;   // model load, engine build and autotuning, before the pipeline starts
+  int reader_threads = 1, writer_threads = 1;
+  double start_unix = 0;        // when the pipeline started (unix seconds): places the series in time
   PipelineStats stats;
+  nlohmann::json series;        // SeriesRecorder::to_json(), or null
 
   double images_per_s() const { return stats.wall_s > 0 ? static_cast<double>(stats.samples) / stats.wall_s : 0; }
+  // What limited this rank, in words: "compute-bound: compute 98 % busy", "input-bound: read 97 %
+  // busy (2 reader threads)", ... (the stage with the highest busy fraction per thread).
+  std::string limit() const;
   double steady_images_per_s() const;
   nlohmann::json to_json() const;
   static RankReport from_json(const nlohmann::json& j);
@@ -45,13 +52,16 @@ struct JobReport {
   std::string started, finished;  // ISO-8601
   std::string weights_transport;  // how rank 0's weights reached the other ranks: nccl, mpi, or none
   double weights_mb = 0, weights_s = 0;
-  double model_load_s = 0;        // rank 0 reading and parsing the model file (what each rank would pay without the broadcast)
+  double model_load_s = 0;
+  std::string job_text;           // the resolved job (TOML), as echoed at the start        // rank 0 reading and parsing the model file (what each rank would pay without the broadcast)
   std::vector<RankReport> ranks;
+  std::vector<AttemptRecord> attempts;   // every attempt of the job so far, this one last
 
   int64_t samples() const;
   double makespan_s() const;
   double throughput() const;      // samples / makespan
   double imbalance() const;       // max wall / mean wall
+  const RankReport* slowest() const;  // the rank with the longest wall time
   nlohmann::json to_json() const;
 };
 

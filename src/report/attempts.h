@@ -1,0 +1,52 @@
+#pragma once
+// Every attempt of a job on record.  A job may take several attempts (--resume, Slurm requeues,
+// a kill -9 and a rerun); the report lists each one: when, where, how many samples it committed
+// and why it ended.  Rank 0 keeps the list in OUTDIR/attempts.json, rewritten when an attempt
+// starts (its entry says "running") and when it ends; an attempt that never got to write its end
+// (kill -9, a lost node, MPI_Abort after a failure) is recognised by the next one as still
+// "running", and becomes "killed", or "failed" with the message a failing rank left in
+// OUTDIR/attempt-<n>-rank-<r>.failed before it aborted the job.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice {
+
+struct AttemptRecord {
+  int attempt = 0;
+  std::string started, finished;     // ISO-8601 UTC ("" while running)
+  double started_unix = 0, finished_unix = 0;
+  int world_size = 0, nodes = 0;
+  std::vector<std::string> hosts;    // distinct, in rank order
+  int64_t committed_before = 0;      // samples committed by earlier attempts when this one started
+  int64_t samples = 0;               // samples this attempt committed
+  std::string ended = "running";     // running | complete | stopped | failed | killed
+  std::string message;               // stopped: the signal; failed: the error; killed: what is known
+  nlohmann::json ranks;              // per rank {rank, host, start_unix, series (thinned)}, when it ended with a report
+
+  nlohmann::json to_json() const;
+  static AttemptRecord from_json(const nlohmann::json& j);
+};
+
+std::string attempts_path(const std::string& outdir);   // OUTDIR/attempts.json
+
+// Rank 0, when an attempt starts: the earlier attempts (none unless `resume`), with a "running"
+// one settled (killed or failed, its samples from the committed counts), plus `current`; written
+// to attempts.json and returned.  Failure notes of settled attempts are folded in and removed.
+std::vector<AttemptRecord> begin_attempt(const std::string& outdir, bool resume, const AttemptRecord& current);
+
+// Rank 0, when an attempt ends: its entry (the last one) updated; written and returned.
+std::vector<AttemptRecord> end_attempt(const std::string& outdir, std::vector<AttemptRecord> attempts,
+                                       const std::string& ended, const std::string& message, int64_t samples);
+
+// A rank's series thinned to at most `points` points (keeping the first and last), for the record
+// of an attempt: what the throughput-over-time plot draws for earlier attempts.
+nlohmann::json thin_series(const nlohmann::json& series, std::size_t points);
+
+// Any rank, before it aborts the job on a failure: leaves its message for the next attempt's record.
+// Never throws (the job is failing already).
+void note_attempt_failure(const std::string& outdir, int attempt, int rank, const std::string& message);
+
+}  // namespace sluice
