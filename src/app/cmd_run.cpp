@@ -120,6 +120,7 @@ void add_run_command(CLI::App& app, Commands& commands) {
   add_job_options(*run, job);
   commands.handlers["run"] = [run](int argc, char** argv) {
     apply_job_file(*run, job);
+    job.output_given = run->get_option("--output")->count() > 0;
     validate_job(job);
     return run_job(job, argc, argv);
   };

@@ -19,6 +19,7 @@ struct JobConfig {
   std::string input_dtype = "float32";     // float32 | uint8
   int64_t batch_size = 32;
   std::string output = "sluice-out";       // output folder
+  bool output_given = false;               // --output (or the job file's output) was given, not defaulted
   std::string sink = "hdf5";               // hdf5 (rank files) | null (copy to the host, store nothing: benchmarks)
   std::vector<std::string> outputs = {"logits"};   // logits, argmax, softmax, topk
   std::string output_dtype = "float32";    // logits/softmax: float32 | float16 | bfloat16

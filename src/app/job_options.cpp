@@ -1,6 +1,7 @@
 #include "app/job_options.h"
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
 
 #include <cstdint>
 #include <fstream>
@@ -119,6 +120,24 @@ struct CliBinder {
   }
 };
 
+std::string absolute_path(const std::string& p) {
+  if (p.empty() || p[0] == '/' || p == "synthetic") return p;
+  char cwd[4096];
+  if (!getcwd(cwd, sizeof cwd)) return p;
+  // Lexically: "a/b/../c" -> "a/c", "./" dropped.
+  std::vector<std::string> parts;
+  std::stringstream ss(str(cwd, "/", p));
+  std::string part;
+  while (std::getline(ss, part, '/')) {
+    if (part.empty() || part == ".") continue;
+    if (part == ".." && !parts.empty() && parts.back() != "..") parts.pop_back();
+    else parts.push_back(part);
+  }
+  std::string out;
+  for (const auto& q : parts) out += "/" + q;
+  return out.empty() ? "/" : out;
+}
+
 template <typename T>
 std::string toml_value(const T& v) {
   std::ostringstream os;
@@ -151,6 +170,11 @@ struct TomlWriter {
     if (!*help) return;  // test-only keys are not part of the job a user writes
     os << key << " = " << toml_value(field) << "\n";
   }
+  void operator()(const char* key, std::string& field, const char* help, const CLI::Validator&) {
+    if (!*help) return;
+    // Paths are echoed absolute, so the echo means the same job wherever it is saved.
+    os << key << " = " << toml_value(is_path_key(key) ? absolute_path(field) : field) << "\n";
+  }
 };
 
 // CLI11's TOML reader accepts some malformed input (an unterminated string or array becomes a
@@ -182,6 +206,19 @@ void check_toml_syntax(const std::string& path) {
 
 }  // namespace
 
+bool is_path_key(const std::string& key) {
+  return key == "model" || key == "input" || key == "output" || key == "algo-cache";
+}
+
+std::string job_file_path(const std::string& job_file, const std::string& key, const std::string& value) {
+  if (!is_path_key(key) || value.empty() || value[0] == '/' || value == "synthetic") return value;
+  const std::size_t slash = job_file.rfind('/');
+  if (slash == std::string::npos) return value;  // the job file is in the working directory
+  std::string rel = value;
+  while (rel.rfind("./", 0) == 0) rel = rel.substr(2);
+  return job_file.substr(0, slash + 1) + rel;
+}
+
 void add_job_options(CLI::App& run, JobConfig& j) {
   run.add_option("--config", j.config, "Job file (TOML): every key is an option of this command; flags override it");
   CliBinder binder{run};
@@ -204,8 +241,10 @@ void apply_job_file(CLI::App& run, const JobConfig& job) {
       throw UsageError(str("job file ", job.config, ": unknown key '", item.name, "' (keys are the long option names of sluice run)"));
     if (o->count() > 0) continue;  // the command line wins
     if (item.inputs.empty()) continue;  // `key = []`: the default (an empty list for mean and std)
+    std::vector<std::string> values = item.inputs;
+    if (values.size() == 1) values[0] = job_file_path(job.config, item.name, values[0]);
     try {
-      o->add_result(item.inputs);
+      o->add_result(values);
       o->run_callback();
     } catch (const CLI::Error& e) {
       throw UsageError(str("job file ", job.config, ": ", e.what()));

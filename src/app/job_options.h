@@ -20,6 +20,12 @@ void add_job_options(CLI::App& run, JobConfig& job);
 // an unknown key or a bad value, naming the file.
 void apply_job_file(CLI::App& run, const JobConfig& job);
 
+// Paths in a job file are relative to the job file's folder (like docker-compose): the value of a
+// path key (model, input, output, algo-cache) as the job means it.  Command-line paths stay
+// relative to the working directory.
+bool is_path_key(const std::string& key);
+std::string job_file_path(const std::string& job_file, const std::string& key, const std::string& value);
+
 // Checks values that CLI11 cannot (combinations); throws UsageError.
 void validate_job(const JobConfig& job);
 

@@ -132,6 +132,12 @@ void RunContext::share_model() {
 }
 
 void RunContext::plan() {
+  if (job_.sink == "null" && !job_.output_given) {
+    // A benchmark of everything but storage, with no folder named: nothing touches the disk (the
+    // report is printed, not written).
+    for (int64_t c = 0; c < chunking_.chunks(); ++c) plan_.pending.push_back(c);
+    return;
+  }
   std::string serialized;
   if (mpi_.rank() == 0) serialized = plan_output_dir(job_, chunking_, model_sha256_, specs_).serialize();
   plan_ = RunPlan::deserialize(mpi_.broadcast_string(serialized));
@@ -329,7 +335,7 @@ void RunContext::report() {
                       cov.total, " present, ", cov.gaps.size(), " gap(s), ", cov.duplicates.size(), " duplicate(s))"));
     write_virtual_outputs(job_.output, infos, chunking_.total);
   }
-  write_report_json(r, job_.output + "/report.json");
+  if (job_.sink == "hdf5" || job_.output_given) write_report_json(r, job_.output + "/report.json");
   std::fputs(format_report_table(r).c_str(), stdout);
   std::fflush(stdout);
 }
