@@ -8,6 +8,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "app/commands.h"
 #include "core/error.h"
@@ -33,6 +35,19 @@ void print_error_line(const std::string& message) {
 }  // namespace
 
 int cli_main(int argc, char** argv) {
+  // `sluice explain-job FILE [OPTIONS]` is `sluice run --config FILE --dry-run [OPTIONS]`.
+  std::vector<char*> args(argv, argv + argc);
+  static char run_word[] = "run", config_flag[] = "--config", dry_flag[] = "--dry-run";
+  if (argc >= 2 && std::string(argv[1]) == "explain-job") {
+    if (argc < 3 || argv[2][0] == '-') {
+      print_error_line("explain-job needs a job file: sluice explain-job FILE [options of sluice run]");
+      return kExitUsage;
+    }
+    args = {argv[0], run_word, config_flag, argv[2], dry_flag};
+    for (int i = 3; i < argc; ++i) args.push_back(argv[i]);
+    argc = static_cast<int>(args.size());
+    argv = args.data();
+  }
   CLI::App app{"Sluice: batch inference of an ONNX model over a dataset on every GPU of a job, outputs to HDF5."};
   app.name("sluice");
   app.require_subcommand(0, 1);

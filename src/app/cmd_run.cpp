@@ -60,7 +60,7 @@ void agreed(const MpiContext& mpi, const std::function<void()>& step) {
   }
 }
 
-int run_job(JobConfig job, int argc, char** argv) {
+int run_job(JobConfig job, const std::vector<std::pair<std::string, std::string>>& origins, int argc, char** argv) {
   SignalWatcher::install();
   MpiContext mpi(&argc, &argv);
   set_log_rank(mpi.rank(), mpi.world_size());
@@ -72,7 +72,7 @@ int run_job(JobConfig job, int argc, char** argv) {
   }
   // After the requeue check, so the echo and the rank files' job text say what this attempt does.
   const std::string job_toml = job_to_toml(job);
-  if (mpi.rank() == 0 && !job.quiet) {
+  if (mpi.rank() == 0 && !job.quiet && !job.dry_run) {
     std::fprintf(stderr, "sluice %s (git %s): %d rank(s) on %d node(s); the job:\n%s", SLUICE_VERSION, SLUICE_GIT_COMMIT,
                  mpi.world_size(), mpi.node_count(), job_toml.c_str());
     std::fflush(stderr);
@@ -83,6 +83,11 @@ int run_job(JobConfig job, int argc, char** argv) {
   agreed(mpi, [&] { ctx.choose_device(); });
   agreed(mpi, [&] { ctx.load_model(); });  // rank 0 reads the model file, once
   ctx.share_model();
+  if (job.dry_run) {
+    if (mpi.rank() == 0) std::fputs(ctx.explain(origins).c_str(), stdout);
+    std::fflush(stdout);
+    return kExitOk;
+  }
   agreed(mpi, [&] { ctx.plan(); });   // rank 0 prepares the output folder; the plan is broadcast
   agreed(mpi, [&] { ctx.build(); });  // engine, device, slots, rank file
 
@@ -119,10 +124,21 @@ void add_run_command(CLI::App& app, Commands& commands) {
   CLI::App* run = app.add_subcommand("run", "Run a job: the model over every sample, outputs to HDF5 rank files");
   add_job_options(*run, job);
   commands.handlers["run"] = [run](int argc, char** argv) {
+    // Where each value comes from, for --dry-run: the command line, else the job file, else the default.
+    std::vector<std::pair<std::string, std::string>> origins;
+    for (const CLI::Option* o : run->get_options())
+      if (o->count() > 0 && !o->get_lnames().empty()) origins.emplace_back(o->get_lnames().front(), "command line");
     apply_job_file(*run, job);
+    for (const CLI::Option* o : run->get_options()) {
+      if (o->count() == 0 || o->get_lnames().empty()) continue;
+      const std::string& name = o->get_lnames().front();
+      bool cli = false;
+      for (const auto& x : origins) cli = cli || x.first == name;
+      if (!cli) origins.emplace_back(name, "job file");
+    }
     job.output_given = run->get_option("--output")->count() > 0;
     validate_job(job);
-    return run_job(job, argc, argv);
+    return run_job(job, origins, argc, argv);
   };
 }
 

@@ -48,6 +48,7 @@ struct JobConfig {
   double progress_interval = 5.0;          // seconds between progress lines when not on a terminal
   double series_interval = 2.0;            // seconds between the points of the report's time series
   bool quiet = false;
+  bool dry_run = false;                    // --dry-run: explain the job, run nothing
   // Test only: extra delay per batch (a slow GPU) on the listed ranks; one delay for all of them,
   // or one per listed rank.
   std::vector<int> throttle_ms;

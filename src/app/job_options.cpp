@@ -94,6 +94,9 @@ void visit_job(JobConfig& j, V& v) {
     "Seconds between the points of each rank's time series in report.json (thinned to at most 600 points)",
     at_least(0.01));
   v("quiet", j.quiet, "No job echo, no progress line", none);
+  v("dry-run", j.dry_run,
+    "Print the resolved job, what each setting does, the input, the model and what the run would write; run nothing",
+    none);
   // Test only (hidden): slow the listed ranks down, as a slow GPU would be.
   v("throttle-ms", j.throttle_ms, "", at_least(0));
   v("throttle-ranks", j.throttle_ranks, "", none);
@@ -120,13 +123,15 @@ struct CliBinder {
   }
 };
 
+}  // namespace
+
 std::string absolute_path(const std::string& p) {
-  if (p.empty() || p[0] == '/' || p == "synthetic") return p;
-  char cwd[4096];
-  if (!getcwd(cwd, sizeof cwd)) return p;
+  if (p.empty() || p == "synthetic") return p;
+  char cwd[4096] = "";
+  if (p[0] != '/' && !getcwd(cwd, sizeof cwd)) return p;
   // Lexically: "a/b/../c" -> "a/c", "./" dropped.
   std::vector<std::string> parts;
-  std::stringstream ss(str(cwd, "/", p));
+  std::stringstream ss(p[0] == '/' ? p : str(cwd, "/", p));
   std::string part;
   while (std::getline(ss, part, '/')) {
     if (part.empty() || part == ".") continue;
@@ -137,6 +142,8 @@ std::string absolute_path(const std::string& p) {
   for (const auto& q : parts) out += "/" + q;
   return out.empty() ? "/" : out;
 }
+
+namespace {
 
 template <typename T>
 std::string toml_value(const T& v) {
@@ -265,6 +272,27 @@ void validate_job(const JobConfig& j) {
   for (float s : j.stddev)
     if (s == 0.f) throw UsageError("--std values must be non-zero");
   if (j.resume && j.overwrite) throw UsageError("--resume and --overwrite exclude each other");
+}
+
+namespace {
+struct FieldLister {
+  std::vector<JobField> fields;
+  template <typename T>
+  void operator()(const char* key, T& field, const char* help, const CLI::Validator& check) {
+    if (!*help) return;
+    TomlWriter w;
+    w(key, field, help, check);
+    std::string line = w.os.str();
+    const std::size_t eq = line.find(" = ");
+    fields.push_back({key, line.substr(eq + 3, line.size() - eq - 4), help});
+  }
+};
+}  // namespace
+
+std::vector<JobField> job_fields(JobConfig job) {
+  FieldLister l;
+  visit_job(job, l);
+  return l.fields;
 }
 
 std::string job_to_toml(JobConfig job) {

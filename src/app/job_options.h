@@ -3,6 +3,7 @@
 // One list of fields (visit_job in job_options.cpp) feeds the options, the job-file keys and the
 // TOML echo, so they cannot drift apart.
 #include <string>
+#include <vector>
 
 #include "app/job.h"
 
@@ -24,7 +25,15 @@ void apply_job_file(CLI::App& run, const JobConfig& job);
 // path key (model, input, output, algo-cache) as the job means it.  Command-line paths stay
 // relative to the working directory.
 bool is_path_key(const std::string& key);
+// `p` made absolute against the working directory, "." and ".." removed lexically.
+std::string absolute_path(const std::string& p);
 std::string job_file_path(const std::string& job_file, const std::string& key, const std::string& value);
+
+// Every user-facing job key with its value (as in the TOML echo) and help text, in option order.
+struct JobField {
+  std::string key, value, help;
+};
+std::vector<JobField> job_fields(JobConfig job);
 
 // Checks values that CLI11 cannot (combinations); throws UsageError.
 void validate_job(const JobConfig& job);

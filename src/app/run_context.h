@@ -38,6 +38,9 @@ class RunContext {
   void note_failure(const std::string& message) const;
   bool drain();         // close the rank file; agree whether the job is complete
   void report();        // gather the report; rank 0 writes outputs.h5 and report.json
+  // --dry-run, after load_model() and share_model(): the resolved job (with where each value came
+  // from: key -> "job file" / "command line"), the input, the model and what the run would write.
+  std::string explain(const std::vector<std::pair<std::string, std::string>>& origins) const;
 
   WorkDistributor& work() { return *work_; }
   const RunPlan& plan_result() const { return plan_; }
