@@ -53,6 +53,9 @@ struct JobConfig {
   // or one per listed rank.
   std::vector<int> throttle_ms;
   std::vector<int> throttle_ranks;
+  // Test only: the listed ranks fail at this batch (a runtime failure mid-run).
+  int64_t fail_at_batch = -1;
+  std::vector<int> fail_ranks;
 };
 
 }  // namespace sluice

@@ -100,6 +100,8 @@ void visit_job(JobConfig& j, V& v) {
   // Test only (hidden): slow the listed ranks down, as a slow GPU would be.
   v("throttle-ms", j.throttle_ms, "", at_least(0));
   v("throttle-ranks", j.throttle_ranks, "", none);
+  v("fail-at-batch", j.fail_at_batch, "", none);
+  v("fail-ranks", j.fail_ranks, "", none);
 }
 
 struct CliBinder {

@@ -234,6 +234,8 @@ void RunContext::build() {
   po.egress_buffers = job_.egress_buffers;
   po.reader_threads = job_.reader_threads;
   po.writer_threads = job_.writer_threads;
+  for (int r : job_.fail_ranks)
+    if (r == mpi_.rank()) po.fail_at_batch = job_.fail_at_batch;
   for (std::size_t i = 0; i < job_.throttle_ranks.size() && !job_.throttle_ms.empty(); ++i)
     if (job_.throttle_ranks[i] == mpi_.rank()) po.throttle_ms = job_.throttle_ms[std::min(i, job_.throttle_ms.size() - 1)];
   pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, file_.get(), po);

@@ -282,6 +282,7 @@ void Pipeline::Impl::driver() {
     stall_output.add(Clock::now() - t_out);
 
     const BatchMeta& m = in_meta[static_cast<std::size_t>(*slot)];
+    if (m.seq == opt.fail_at_batch) throw Error(str("a failure injected at batch ", m.seq, " (--fail-at-batch, a test option)"));
     const int set = static_cast<int>(m.seq % sets);
     const SlotEvents& ev = events[static_cast<std::size_t>(*out)];
     {

@@ -35,6 +35,7 @@ struct PipelineOptions {
   int reader_threads = 2;
   int writer_threads = 1;    // encoder threads, when the file compresses; else unused
   int throttle_ms = 0;       // test only: sleep per batch in the driver (a slow GPU)
+  int64_t fail_at_batch = -1;  // test only: the driver fails at this batch (a device failure mid-run)
 };
 
 // What one rank did.  Busy fractions are stage time over the rank's wall time; stalls are the time

@@ -3,6 +3,7 @@
 
 #include "report/progress.h"
 #include "report/report.h"
+#include "report/series.h"
 
 using namespace sluice;
 
@@ -68,4 +69,67 @@ TEST(Progress, FormatsDurations) {
   EXPECT_EQ(format_duration(65.4), "1:05");
   EXPECT_EQ(format_duration(3723), "1:02:03");
   EXPECT_EQ(format_duration(-1), "?");
+}
+
+TEST(Report, LimitNamesTheBusiestStagePerThread) {
+  RankReport r = rank(0, 100, 10);
+  r.stats.compute_s = 9.7;
+  EXPECT_EQ(r.limit(), "compute-bound: compute 97 % busy");
+  r.stats.compute_s = 3;
+  r.reader_threads = 2;
+  r.stats.read_s = 19.4;  // two readers, 97 % busy each
+  EXPECT_EQ(r.limit(), "input-bound: read (2 reader threads) 97 % busy");
+  r.stats.read_s = 1;
+  r.stats.write_s = 8.8;
+  EXPECT_EQ(r.limit(), "output-bound: write 88 % busy");
+  r.stats.write_s = 1;
+  EXPECT_EQ(r.limit().rfind("latency-bound: no stage is busy (busiest: compute 30 %)", 0), 0u) << r.limit();
+}
+
+TEST(Report, SlowestRankIsTheLongestWall) {
+  JobReport j;
+  j.ranks = {rank(0, 100, 10), rank(1, 300, 20), rank(2, 50, 5)};
+  ASSERT_NE(j.slowest(), nullptr);
+  EXPECT_EQ(j.slowest()->rank, 1);
+  EXPECT_EQ(j.to_json()["job"]["slowest"]["rank"], 1);
+}
+
+TEST(ReportSeries, ThinningKeepsTotalsAndDoublesTheInterval) {
+  SeriesRecorder rec(nullptr, 1.0, 8);
+  for (int i = 1; i <= 20; ++i) {
+    PipelineStats s;
+    s.wall_s = i;
+    s.samples = 10 * i;
+    s.compute_s = 0.5 * i;
+    rec.add(s);
+  }
+  PipelineStats last;
+  last.wall_s = 20.5;
+  last.samples = 205;
+  rec.stop(last);
+  const auto j = rec.to_json();
+  const auto& t = j["t"];
+  ASSERT_LE(t.size(), 9u);
+  EXPECT_GT(j["interval_s"].get<double>(), 1.0);
+  EXPECT_EQ(j["samples"].back(), 205);  // the final point is always there: totals survive thinning
+  for (std::size_t i = 1; i < t.size(); ++i) EXPECT_LT(t[i - 1].get<double>(), t[i].get<double>());
+  for (std::size_t i = 0; i < t.size(); ++i)  // every array keeps the same points
+    if (t[i].get<double>() <= 20) EXPECT_DOUBLE_EQ(j["busy"]["compute"][i].get<double>(), 0.5 * t[i].get<double>());
+}
+
+TEST(ReportAttempts, ThinSeriesKeepsEveryArrayAligned) {
+  nlohmann::json s;
+  std::vector<double> t, c;
+  for (int i = 0; i < 100; ++i) {
+    t.push_back(i);
+    c.push_back(2.0 * i);
+  }
+  s["t"] = t;
+  s["samples"] = t;
+  s["busy"] = {{"compute", c}};
+  const auto thin = thin_series(s, 10);
+  ASSERT_EQ(thin["t"].size(), 10u);
+  EXPECT_EQ(thin["t"].front(), 0.0);
+  EXPECT_EQ(thin["t"].back(), 99.0);
+  for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(thin["busy"]["compute"][i].get<double>(), 2 * thin["t"][i].get<double>());
 }
