@@ -32,6 +32,25 @@ void print_error_line(const std::string& message) {
   if (!message.empty() && launcher_rank() == 0) std::fprintf(stderr, "sluice: error: %s\n", message.c_str());
 }
 
+// "did you mean --batch-size?" for the first option on the command line that `sub` does not know.
+std::string option_hint(const CLI::App* sub, int argc, char** argv) {
+  if (!sub) return "";
+  std::vector<std::string> names;
+  for (const CLI::Option* o : sub->get_options())
+    if (!o->get_group().empty())
+      for (const auto& n : o->get_lnames()) names.push_back(n);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0 || a.size() < 3) continue;
+    a = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+    if (sub->get_option_no_throw("--" + a)) continue;
+    const std::string near = nearest_word(a.rfind("no-", 0) == 0 ? a.substr(3) : a, names);
+    if (!near.empty()) return str("did you mean --", near, "? (sluice ", sub->get_name(), " --help lists every option)");
+    return str("sluice ", sub->get_name(), " --help lists every option");
+  }
+  return "";
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
@@ -78,10 +97,12 @@ int cli_main(int argc, char** argv) {
     return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     const CLI::App* sub = app.get_subcommands().empty() ? nullptr : app.get_subcommands().front();
-    print_error_line(str(e.what(), " (see sluice ", sub ? sub->get_name() + " " : std::string(), "--help)"));
+    const std::string hint = option_hint(sub, argc, argv);
+    print_error_line(hint.empty() ? str(e.what(), " (see sluice ", sub ? sub->get_name() + " " : std::string(), "--help)")
+                                  : str(e.what(), "\nsluice: hint: ", hint));
     return kExitUsage;
   } catch (const Error& e) {
-    print_error_line(e.what());
+    print_error_line(error_text(e));
     return e.exit_code();
   } catch (const std::exception& e) {
     print_error_line(e.what());

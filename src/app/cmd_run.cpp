@@ -43,7 +43,7 @@ void agreed(const MpiContext& mpi, const std::function<void()>& step) {
     step();
   } catch (const Error& e) {
     code = e.exit_code();
-    message = e.what();
+    message = error_text(e);
   } catch (const std::exception& e) {
     code = kExitFailure;
     message = e.what();
@@ -104,7 +104,7 @@ int run_job(JobConfig job, const std::vector<std::pair<std::string, std::string>
     ctx.run();
   } catch (const Error& e) {
     std::fprintf(stderr, "sluice: error: %s%s\n", mpi.world_size() > 1 ? str("[rank ", mpi.rank(), "] ").c_str() : "",
-                 e.what());
+                 error_text(e).c_str());
     std::fflush(stderr);
     ctx.note_failure(e.what());
     if (mpi.world_size() > 1) mpi.abort(e.exit_code());

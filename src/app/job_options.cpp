@@ -246,8 +246,16 @@ void apply_job_file(CLI::App& run, const JobConfig& job) {
   for (const CLI::ConfigItem& item : items) {
     if (item.name == "++" || item.name == "--") continue;  // section markers
     CLI::Option* o = run.get_option_no_throw("--" + item.name);
-    if (!o || item.name == "config" || o->get_group().empty())
-      throw UsageError(str("job file ", job.config, ": unknown key '", item.name, "' (keys are the long option names of sluice run)"));
+    if (!o || item.name == "config" || o->get_group().empty()) {
+      std::vector<std::string> keys;
+      for (const CLI::Option* opt : run.get_options())
+        if (!opt->get_group().empty() && !opt->get_lnames().empty() && opt->get_lnames().front() != "config")
+          keys.push_back(opt->get_lnames().front());
+      const std::string near = nearest_word(item.name, keys);
+      throw UsageError(str("job file ", job.config, ": unknown key '", item.name, "'"),
+                       near.empty() ? "keys are the long option names of sluice run (sluice run --help lists them)"
+                                    : str("did you mean '", near, "'? (keys are the long option names of sluice run)"));
+    }
     if (o->count() > 0) continue;  // the command line wins
     if (item.inputs.empty()) continue;  // `key = []`: the default (an empty list for mean and std)
     std::vector<std::string> values = item.inputs;

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace sluice {
 
@@ -18,23 +19,33 @@ enum ExitCode : int {
   kExitResumable = 75  // stopped by a signal after committing what was done (EX_TEMPFAIL)
 };
 
+// An error is one line saying what is wrong, and optionally a hint: one more line saying what to
+// do about it ("pass --resume to finish it"), printed as "sluice: hint: ...".
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what, int exit_code = kExitFailure)
-      : std::runtime_error(what), exit_code_(exit_code) {}
+  explicit Error(const std::string& what, int exit_code = kExitFailure, std::string hint = "")
+      : std::runtime_error(what), exit_code_(exit_code), hint_(std::move(hint)) {}
   int exit_code() const { return exit_code_; }
+  const std::string& hint() const { return hint_; }
 
  private:
   int exit_code_;
+  std::string hint_;
 };
 
 // Usage errors (exit 2) and bad-input errors (exit 3) are ordinary Errors with their own status.
 struct UsageError : Error {
-  explicit UsageError(const std::string& what) : Error(what, kExitUsage) {}
+  explicit UsageError(const std::string& what, std::string hint = "") : Error(what, kExitUsage, std::move(hint)) {}
 };
 struct InputError : Error {
-  explicit InputError(const std::string& what) : Error(what, kExitBadInput) {}
+  explicit InputError(const std::string& what, std::string hint = "") : Error(what, kExitBadInput, std::move(hint)) {}
 };
+
+// What to print for an error: its line, and "\nsluice: hint: ..." when it has a hint (no final newline).
+std::string error_text(const std::exception& e);
+
+// The candidate nearest to `word` by edit distance, or "" when none is close enough to be a typo.
+std::string nearest_word(const std::string& word, const std::vector<std::string>& candidates);
 
 template <typename... Args>
 std::string str(const Args&... args) {
