@@ -118,9 +118,10 @@ def test_plot_reports_summarizes_and_draws(tmp_path):
     import subprocess
     out = str(tmp_path / "run")
     sluice("run", *SMALL, "--output", out, check=True)
-    png = tmp_path / "r.png"
+    plots = tmp_path / "plots"
     p = subprocess.run([sys.executable, os.path.join(os.path.dirname(QUICKSTART), "..", "data_tools", "plot_reports.py"),
-                        os.path.join(out, "report.json"), "--out", str(png)], capture_output=True, text=True)
+                        os.path.join(out, "report.json"), "--out", str(plots)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert "64 samples on 1 rank(s)" in p.stdout and "complete" in p.stdout
-    assert png.stat().st_size > 10000
+    for kind in ("throughput", "stages", "ranks"):
+        assert (plots / f"quickstart-{kind}.png").stat().st_size > 10000
