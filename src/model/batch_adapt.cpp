@@ -544,6 +544,10 @@ BatchAdaptation adapt_batch(Graph& g, int64_t model_batch, int64_t batch, Static
   if (mode == StaticBatch::Respecialize)
     throw InputError(str(g.source, ": the model's batch is fixed at ", model_batch, " and cannot be re-specialized to ",
                          batch, ": ", why));
+  if (batch % model_batch != 0)
+    throw InputError(str(g.source, ": the model's batch is fixed at ", model_batch, " and cannot be re-specialized (", why,
+                         "); it can run on sub-batches of ", model_batch, " only, so --batch-size must be a multiple of ",
+                         model_batch, " (got ", batch, ")"));
   unroll_batch(g, model_batch, batch);
   r.how = BatchAdaptation::How::SubBatched;
   r.why_not_respecialized = why;
