@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -285,3 +286,27 @@ def test_run_then_export_masks_match_the_stored_argmax(tmp_path):
     for i in range(10):
         with Image.open(tmp_path / "masks" / f"{i}.png") as im:
             assert np.array_equal(np.array(im), argmax[i])
+
+
+def test_parquet_table_has_keys_top_k_and_mask_paths(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    n, c = len(KEYS), 7
+    logits = np.random.default_rng(11).standard_normal((n, c)).astype(np.float32)
+    run = write_run(tmp_path / "run", {"logits": logits, "argmax": seg_outputs(seed=12)["argmax"]})
+    sluice("export", run, "--what", "masks", "--out", tmp_path / "masks")
+    script = os.path.join(ROOT, "data_tools", "export_parquet.py")
+    r = subprocess.run([sys.executable, script, str(run), "--out", str(tmp_path / "t.parquet"), "--top-k", "3",
+                        "--masks", str(tmp_path / "masks")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    t = pq.read_table(tmp_path / "t.parquet").to_pydict()
+    assert t["key"] == [k.decode() for k in KEYS]
+    e = np.exp(logits.astype(np.float64) - logits.max(1, keepdims=True))
+    p = e / e.sum(1, keepdims=True)
+    for i in range(n):
+        if i == BAD:
+            assert t["class_ids"][i] is None and t["mask_path"][i] is None and t["status"][i] == 1
+            continue
+        order = list(np.argsort(-p[i], kind="stable")[:3])
+        assert t["class_ids"][i] == order
+        assert np.allclose(t["probs"][i], p[i, order], rtol=1e-6)
+        assert (tmp_path / "masks" / t["mask_path"][i]) == png_path(tmp_path / "masks", KEYS[i])
