@@ -552,7 +552,7 @@ BatchAdaptation adapt_batch(Graph& g, int64_t model_batch, int64_t batch, Static
   r.how = BatchAdaptation::How::SubBatched;
   r.why_not_respecialized = why;
   log_info(g.source, ": the model's batch is fixed at ", model_batch, "; each batch of ", batch, " runs as ",
-           batch / model_batch, " sub-batches (not re-specialized: ", why, ")");
+           batch / model_batch, " sub-batches of ", model_batch, " (not re-specialized: ", why, ")");
   return r;
 }
 
