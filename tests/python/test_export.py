@@ -310,3 +310,13 @@ def test_parquet_table_has_keys_top_k_and_mask_paths(tmp_path):
         assert t["class_ids"][i] == order
         assert np.allclose(t["probs"][i], p[i, order], rtol=1e-6)
         assert (tmp_path / "masks" / t["mask_path"][i]) == png_path(tmp_path / "masks", KEYS[i])
+
+
+def test_more_than_256_classes_are_16_bit_grayscale_pngs(tmp_path):
+    argmax = np.random.default_rng(13).integers(0, 1000, size=(2, 9, 11)).astype(np.int32)
+    run = write_run(tmp_path / "run", {"argmax": argmax}, keys=[b"a.jpg", b"b.jpg"], status=np.zeros(2, np.uint8),
+                    sizes=None)
+    sluice("export", run)
+    with Image.open(run / "export" / "b.png") as im:
+        assert im.mode.startswith("I")  # PIL: "I;16" (or "I" in older versions) for 16-bit grayscale
+        assert np.array_equal(np.array(im).astype(np.int64), argmax[1])
