@@ -10,10 +10,13 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "app/commands.h"
@@ -43,6 +46,7 @@ struct ExportOptions {
   std::string csv = "classes.csv";  // classes: the table's file name in the export folder
   bool keep_extension = false;      // name files <key>.png instead of replacing the key's extension
   bool overwrite = false;           // replace files the export did not write
+  int threads = 0;                  // PNG encoding threads (0: the machine's cores)
   int64_t test_kill_after = -1;     // test only: SIGKILL in the middle of the file after this many
 };
 
@@ -173,21 +177,15 @@ class Exporter {
       }
       if (std::find(todo.begin(), todo.end(), true) == todo.end()) continue;
       const Tensor rows = r_.read_rows(p_.source, first, count);
+      std::vector<std::string> pngs;
+      if (p_.what == "masks") pngs = encode_block(rows, first, keys, todo);
       for (int64_t i = 0; i < count; ++i) {
         if (!todo[static_cast<std::size_t>(i)]) continue;
         const std::string& rel = rels[static_cast<std::size_t>(i)];
         const std::string& key = keys[static_cast<std::size_t>(i)];
         if (p_.what == "masks") {
-          Mask m = mask_of_row(rows, i);
-          if (o_.original_size) {
-            const auto [h, w] = r_.original_size(first + i);
-            if (h < 1 || w < 1)
-              throw InputError(str("export: sample '", key, "' has no original size in /sample_size (", h, "x", w, ")"));
-            m = resize_nearest(m, h, w);
-          }
-          const std::string png = encode_mask_png(m);
           if (o_.test_kill_after >= 0 && j_.written() >= o_.test_kill_after) maybe_die(j_.begin(rel));
-          j_.write(rel, key, png);  // begin, write, commit
+          j_.write(rel, key, pngs[static_cast<std::size_t>(i)]);  // begin, write, commit
         } else {
           const StoredOutput& s = *r_.output(p_.source);
           const std::size_t bytes = static_cast<std::size_t>(row_values(s)) * dtype_size(s.dtype);
@@ -198,6 +196,41 @@ class Exporter {
         }
       }
     }
+  }
+
+  // The PNG files of a block's rows that are to be written, encoded on o_.threads threads (the
+  // encoding is the export's cost; the files are then written in order by the caller).
+  std::vector<std::string> encode_block(const Tensor& rows, int64_t first, const std::vector<std::string>& keys,
+                                        const std::vector<bool>& todo) {
+    std::vector<std::string> pngs(todo.size());
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr error;
+    std::mutex error_mutex;
+    auto work = [&] {
+      try {
+        for (std::size_t i; (i = next++) < todo.size();) {
+          if (!todo[i]) continue;
+          Mask m = mask_of_row(rows, static_cast<int64_t>(i));
+          if (o_.original_size) {
+            const auto [h, w] = r_.original_size(first + static_cast<int64_t>(i));
+            if (h < 1 || w < 1)
+              throw InputError(str("export: sample '", keys[i], "' has no original size in /sample_size (", h, "x", w, ")"));
+            m = resize_nearest(m, h, w);
+          }
+          pngs[i] = encode_mask_png(m);
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = todo.size();
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < o_.threads; ++t) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+    if (error) std::rethrow_exception(error);
+    return pngs;
   }
 
   // Classes: one table, written whole (a rerun rewrites it unless it is complete).
@@ -267,13 +300,16 @@ std::string header_of(const ExportOptions& o, const RunOutputs& r, const Plan& p
 
 void export_command(const ExportOptions& o) {
   if (o.top_k < 1) throw UsageError(str("--top-k must be at least 1, got ", o.top_k));
+  if (o.threads < 0) throw UsageError(str("--threads must be 0 (all cores) or more, got ", o.threads));
+  ExportOptions opts = o;
+  if (opts.threads == 0) opts.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const RunOutputs r(o.run_dir);
-  const Plan p = make_plan(r, o);
+  const Plan p = make_plan(r, opts);
   if (p.what != "masks" && o.original_size) throw UsageError("--original-size applies to masks only");
   if (p.what != "classes" && !o.labels.empty()) throw UsageError("--labels applies to classes only");
   const std::string out = o.out.empty() ? (fs::path(o.run_dir) / "export").string() : o.out;
   ExportJournal journal(out, header_of(o, r, p), o.overwrite);
-  Exporter e(o, r, p, journal);
+  Exporter e(opts, r, p, journal);
   e.run();
 
   const std::string unit = p.what == "classes" ? "table" : p.what == "masks" ? "masks" : "arrays";
@@ -316,6 +352,7 @@ void add_export_command(CLI::App& app) {
   sub->add_option("--csv", o->csv, "classes: the table's file name in the export folder")->capture_default_str();
   sub->add_flag("--keep-extension", o->keep_extension, "name files <key>.png instead of replacing the key's extension");
   sub->add_flag("--overwrite", o->overwrite, "replace files in the export folder that this command did not write");
+  sub->add_option("--threads", o->threads, "masks: PNG encoding threads (0: all cores)")->capture_default_str();
   sub->add_option("--test-kill-after", o->test_kill_after, "")->group("");
   sub->callback([o] { export_command(*o); });
 }
