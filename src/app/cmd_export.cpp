@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -298,7 +299,16 @@ std::string header_of(const ExportOptions& o, const RunOutputs& r, const Plan& p
   return h.dump();
 }
 
+// The launcher's rank (mpirun, srun) before any MPI call; 0 for a plain process.
+int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
 void export_command(const ExportOptions& o) {
+  // Export is one process's work; under mpirun or srun the other ranks leave it to rank 0.
+  if (launcher_rank() != 0) return;
   if (o.top_k < 1) throw UsageError(str("--top-k must be at least 1, got ", o.top_k));
   if (o.threads < 0) throw UsageError(str("--threads must be 0 (all cores) or more, got ", o.threads));
   ExportOptions opts = o;

@@ -1,5 +1,7 @@
 #include "export/journal.h"
 
+#include <sys/file.h>
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -31,6 +33,13 @@ ExportJournal::ExportJournal(const std::string& out_dir, const std::string& head
   if (!fs::is_directory(dir_, ec))
     throw InputError(str("export: cannot create the folder ", dir_, ec ? ": " + ec.message() : std::string()));
   const fs::path log_path = fs::path(dir_) / kName;
+  if (present(log_path) && !fs::is_regular_file(log_path, ec))
+    throw InputError(str("export: ", log_path.string(), " is not a file"));
+  log_ = std::fopen(log_path.c_str(), "ab");
+  if (!log_) throw InputError(str("export: cannot write ", log_path.string()));
+  // One export per folder at a time: two would interleave their records and race on the files.
+  if (flock(fileno(log_), LOCK_EX | LOCK_NB) != 0)
+    throw InputError(str("export: another sluice export is writing ", dir_, " (", kName, " is locked)"));
   bool ends_with_newline = true;
   {
     std::ifstream in(log_path, std::ios::binary);
@@ -60,10 +69,6 @@ ExportJournal::ExportJournal(const std::string& out_dir, const std::string& head
       ends_with_newline = in.get() == '\n';
     }
   }
-  if (present(log_path) && !fs::is_regular_file(log_path, ec))
-    throw InputError(str("export: ", log_path.string(), " is not a file"));
-  log_ = std::fopen(log_path.c_str(), "ab");
-  if (!log_) throw InputError(str("export: cannot write ", log_path.string()));
   if (!ends_with_newline) std::fputc('\n', log_);
   append(json{{"export", json::parse(header)}}.dump());
 }

@@ -320,3 +320,15 @@ def test_more_than_256_classes_are_16_bit_grayscale_pngs(tmp_path):
     with Image.open(run / "export" / "b.png") as im:
         assert im.mode.startswith("I")  # PIL: "I;16" (or "I" in older versions) for 16-bit grayscale
         assert np.array_equal(np.array(im).astype(np.int64), argmax[1])
+
+
+def test_a_second_export_into_the_same_folder_is_refused_while_one_runs(tmp_path):
+    import fcntl
+    run = write_run(tmp_path / "run", seg_outputs(seed=14))
+    out = run / "export"
+    out.mkdir()
+    with open(out / ".sluice-export.json", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what a running export holds
+        r = sluice("export", run, check=False)
+    assert r.returncode == 3 and "another sluice export" in r.stderr, r.stderr
+    assert not (out / "a").exists()
