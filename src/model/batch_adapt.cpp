@@ -134,7 +134,9 @@ bool Tracer::visit(const Node& n, std::vector<int>& out) {
     return same(1);
   if (op == "Normalize" || op == "BatchNormalization") {  // per channel, axis 1
     if (a == 1) return fail("the batch is on its channel axis");
-    return same(1);
+    if (!inputs_without_batch(n, 1)) return false;
+    out[0] = a;  // BatchNormalization's optional mean/var outputs are per channel
+    return true;
   }
   if (op == "Softmax") {
     if (a != kNone && attr_axis(n, -1, r) == a) return fail("it normalizes over the batch axis");
