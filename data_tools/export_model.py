@@ -7,7 +7,12 @@
 Models are built with weights=None (nothing is downloaded) and put in eval mode; random weights get
 BatchNorm statistics perturbed from torchvision's identity initialisation (seeded), so that BatchNorm
 folding is really exercised.  Segmentation models (21 classes, no auxiliary head) export their 'out'
-tensor only.  The batch axis is dynamic.
+tensor only.  The batch axis is dynamic, unless --static-batch: then the model is exported the way a
+user usually does it, `torch.onnx.export(m, x[:1], path)` with no dynamic axes (batch fixed at 1, folded
+into Reshape/Resize constants), which Sluice re-specializes or runs on sub-batches at any --batch-size.
+
+tiny_deeplab is a small DeepLab-like segmentation net (strided and dilated convolutions, an image-pool
+branch resized back with F.interpolate, a bilinear upsampling to the input size, 5 classes) for tests.
 
 Exporters:
   torchscript  torch.onnx.export(dynamo=False), opset 17, weights inside the .onnx
@@ -31,6 +36,7 @@ import torchvision
 CLASSIFICATION = ["resnet18", "resnet50", "mobilenet_v3_small", "mobilenet_v3_large", "mobilenet_v2",
                   "efficientnet_b0"]
 SEGMENTATION = ["deeplabv3_resnet50", "fcn_resnet50", "lraspp_mobilenet_v3_large"]
+SMALL = ["tiny_deeplab"]
 EXPORTERS = {"torchscript": 17, "dynamo": 18}
 
 
@@ -45,10 +51,35 @@ class SegmentationOut(torch.nn.Module):
         return self.net(x)["out"]
 
 
+class TinyDeepLab(torch.nn.Module):
+    """A DeepLab-shaped net small enough for CPU tests: output stride 4, an atrous branch, an
+    image-pool branch (global average pool, 1x1 conv, interpolated back to the feature size), concat,
+    a classifier and a bilinear upsampling to the input size."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        nn = torch.nn
+
+        def cbr(cin, cout, **kw):
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, bias=False, **kw), nn.BatchNorm2d(cout), nn.ReLU())
+        self.stem = nn.Sequential(cbr(3, 8, stride=2, padding=1), cbr(8, 16, stride=2, padding=1))
+        self.atrous = cbr(16, 16, padding=2, dilation=2)
+        self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(16, 16, 1), nn.ReLU())
+        self.head = nn.Conv2d(48, classes, 1)
+
+    def forward(self, x):
+        f = self.stem(x)
+        p = torch.nn.functional.interpolate(self.pool(f), size=f.shape[-2:], mode="bilinear", align_corners=False)
+        y = self.head(torch.cat([f, self.atrous(f), p], dim=1))
+        return torch.nn.functional.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
 def build(name, seed, weights=None):
     """The torchvision model (for state dicts) and the module to export."""
     torch.manual_seed(seed)
-    if name in CLASSIFICATION:
+    if name in SMALL:
+        net = TinyDeepLab()
+    elif name in CLASSIFICATION:
         net = getattr(torchvision.models, name)(weights=None)
     elif name in SEGMENTATION:
         ctor = getattr(torchvision.models.segmentation, name)
@@ -57,7 +88,7 @@ def build(name, seed, weights=None):
             kwargs["aux_loss"] = False
         net = ctor(**kwargs)
     else:
-        raise SystemExit(f"unknown model '{name}'; choose from {', '.join(CLASSIFICATION + SEGMENTATION)}")
+        raise SystemExit(f"unknown model '{name}'; choose from {', '.join(CLASSIFICATION + SEGMENTATION + SMALL)}")
     if weights:
         state = torch.load(weights, map_location="cpu")
         net.load_state_dict(state)
@@ -81,21 +112,23 @@ def has_dynamo_exporter():
     return (major, minor) >= (2, 5) and "dynamo" in inspect.signature(torch.onnx.export).parameters
 
 
-def export(module, x, out, exporter):
+def export(module, x, out, exporter, static_batch=False):
     params = inspect.signature(torch.onnx.export).parameters
     if exporter == "torchscript":
         kwargs = {"dynamo": False} if "dynamo" in params else {}
+        if not static_batch:
+            kwargs["dynamic_axes"] = {"input": {0: "batch"}, "output": {0: "batch"}}
         torch.onnx.export(module, (x,), out, opset_version=EXPORTERS["torchscript"], input_names=["input"],
-                          output_names=["output"], dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
-                          do_constant_folding=True, **kwargs)
+                          output_names=["output"], do_constant_folding=True, **kwargs)
         return
     if not has_dynamo_exporter():
         print(f"export_model.py: the dynamo exporter needs torch >= 2.5; this torch is {torch.__version__}. "
               "Use --exporter torchscript.", file=sys.stderr)
         raise SystemExit(2)
-    batch = torch.export.Dim("batch", min=1, max=4096)
     kwargs = {"dynamo": True, "opset_version": EXPORTERS["dynamo"], "input_names": ["input"],
-              "output_names": ["output"], "dynamic_shapes": ({0: batch},)}
+              "output_names": ["output"]}
+    if not static_batch:
+        kwargs["dynamic_shapes"] = ({0: torch.export.Dim("batch", min=1, max=4096)},)
     if "external_data" in params:
         kwargs["external_data"] = True
     program = torch.onnx.export(module, (x,), out if "external_data" in params else None, **kwargs)
@@ -117,11 +150,14 @@ def op_counts(path):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--model", required=True, choices=CLASSIFICATION + SEGMENTATION)
+    p.add_argument("--model", required=True, choices=CLASSIFICATION + SEGMENTATION + SMALL)
     p.add_argument("--out", required=True, help="the .onnx file to write")
     p.add_argument("--height", type=int, default=224)
     p.add_argument("--width", type=int, default=224)
     p.add_argument("--batch", type=int, default=2, help="batch of the dummy (and reference) input")
+    p.add_argument("--static-batch", action="store_true",
+                   help="export with the batch fixed at 1 (x[:1], no dynamic axes), as users usually do; "
+                        "--save-reference still runs torch on the whole --batch")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and the reference input")
     p.add_argument("--weights", help="a state_dict (torch.save) to load instead of random weights")
     p.add_argument("--exporter", choices=sorted(EXPORTERS), default="torchscript")
@@ -142,7 +178,7 @@ def main(argv=None):
     out_dir = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(out_dir, exist_ok=True)
     with torch.no_grad():
-        export(module, x, args.out, args.exporter)
+        export(module, x[:1] if args.static_batch else x, args.out, args.exporter, args.static_batch)
     if args.save_weights:
         torch.save(net.state_dict(), args.save_weights)
     if args.save_reference:
@@ -154,7 +190,8 @@ def main(argv=None):
     size = os.path.getsize(args.out)
     ops = op_counts(args.out)
     print(f"wrote {args.out} ({size / 1e6:.1f} MB): {args.model}, {args.exporter} exporter, opset "
-          f"{EXPORTERS[args.exporter]}, input [B,3,{args.height},{args.width}], torch {torch.__version__}, "
+          f"{EXPORTERS[args.exporter]}, input [{1 if args.static_batch else 'B'},3,{args.height},{args.width}], "
+          f"torch {torch.__version__}, "
           f"torchvision {torchvision.__version__}" + (f"; ops: {ops}" if ops else ""))
     return 0
 

@@ -66,6 +66,7 @@ void forward_command(const ForwardOptions& o) {
   po.sample_shape.assign(x.shape.begin() + 1, x.shape.end());
   po.input_dtype = x.dtype;
   po.fuse = !o.no_fuse;
+  po.static_batch = static_batch_from_name(o.static_batch);
   const Graph graph = prepare_graph(load_onnx(o.model), po);
 
   EngineOptions eo;
@@ -106,6 +107,11 @@ void add_forward_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16"}));
   sub->add_flag("--no-fuse", opts->no_fuse, "skip BatchNorm folding and Conv fusion");
+  sub->add_option("--static-batch", opts->static_batch,
+                  "a model whose batch is fixed: auto (re-specialize when proven, else sub-batches), respecialize "
+                  "(or fail), sub-batch")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "respecialize", "sub-batch"}));
   sub->add_option("--threads", opts->threads, "cpu engine threads (0: all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
   sub->callback([opts] { forward_command(*opts); });
 }

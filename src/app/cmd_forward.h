@@ -16,6 +16,7 @@ struct ForwardOptions {
   std::string outdir;             // one <output>.npy per graph output
   std::string device = "cpu";     // cpu | cuda
   std::string precision = "fp32"; // fp32 | tf32 | fp16 | bf16
+  std::string static_batch = "auto";  // a static-batch model: auto | respecialize | sub-batch
   bool no_fuse = false;           // skip BatchNorm folding and Conv fusion
   int threads = 0;                // cpu engine threads (0: all cores)
 };

@@ -21,9 +21,10 @@ struct JobConfig {
   std::string output = "sluice-out";       // output folder
   bool output_given = false;               // --output (or the job file's output) was given, not defaulted
   std::string sink = "hdf5";               // hdf5 (rank files) | null (copy to the host, store nothing: benchmarks)
-  std::vector<std::string> outputs = {"logits"};   // logits, argmax, softmax, topk
+  std::vector<std::string> outputs = {"logits"};   // logits, argmax, softmax, topk, topk_probs
   std::string output_dtype = "float32";    // logits/softmax: float32 | float16 | bfloat16
-  int top_k = 5;                           // for the topk output
+  int top_k = 5;                           // for the topk and topk_probs outputs
+  std::string static_batch = "auto";       // a model with a fixed batch: auto | respecialize | sub-batch
   std::string device = "auto";             // auto | cpu | cuda
   std::string precision = "fp32";          // fp32 | tf32 | fp16 | bf16
   int prefetch = 4;                        // input slots (batches read ahead)

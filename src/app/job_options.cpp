@@ -61,11 +61,15 @@ void visit_job(JobConfig& j, V& v) {
   v("output", j.output, "Output folder (rank files, outputs.h5, report.json)", none);
   v("sink", j.sink, "hdf5 (rank files) | null (outputs reach host memory and are dropped: a benchmark of the rest)",
     one_of({"hdf5", "null"}));
-  v("outputs", j.outputs, "What to store: logits, argmax, softmax, topk (comma list)",
-    one_of({"logits", "argmax", "softmax", "topk"}));
+  v("outputs", j.outputs,
+    "What to store: logits, argmax, softmax, topk (top-k logits), topk_probs (top-k softmax probabilities) (comma list)",
+    one_of({"logits", "argmax", "softmax", "topk", "topk_probs"}));
   v("output-dtype", j.output_dtype, "Type of stored logits/softmax: float32 | float16 | bfloat16",
     one_of({"float32", "float16", "bfloat16"}));
-  v("top-k", j.top_k, "k of the topk output", at_least(1));
+  v("top-k", j.top_k, "k of the topk and topk_probs outputs", at_least(1));
+  v("static-batch", j.static_batch,
+    "A model whose batch is fixed (exported at batch 1): auto (re-specialize it to --batch-size when that is proven, "
+    "else run sub-batches), respecialize (or fail), sub-batch", one_of({"auto", "respecialize", "sub-batch"}));
   v("device", j.device, "auto (a GPU when there is one) | cpu | cuda", one_of({"auto", "cpu", "cuda"}));
   v("precision", j.precision, "fp32 | tf32 | fp16 | bf16 (GPU; the CPU computes fp32)", one_of({"fp32", "tf32", "fp16", "bf16"}));
   v("prefetch", j.prefetch, "Input slots: batches read ahead", at_least(1));
@@ -272,7 +276,7 @@ void apply_job_file(CLI::App& run, const JobConfig& job) {
 void validate_job(const JobConfig& j) {
   if (j.model.empty()) throw UsageError("--model is required");
   if (j.output.empty()) throw UsageError("--output is required");
-  if (j.outputs.empty()) throw UsageError("--outputs must name at least one of logits, argmax, softmax, topk");
+  if (j.outputs.empty()) throw UsageError("--outputs must name at least one of logits, argmax, softmax, topk, topk_probs");
   std::set<std::string> seen;
   for (const auto& o : j.outputs)
     if (!seen.insert(o).second) throw UsageError(str("--outputs names '", o, "' twice"));

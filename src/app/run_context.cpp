@@ -77,6 +77,7 @@ void RunContext::load_model() {
   po.scale = job_.scale;
   po.mean = job_.mean;
   po.stddev = job_.stddev;
+  po.static_batch = static_batch_from_name(job_.static_batch);
   const DType float_out = dtype_from_name(job_.output_dtype);
   for (const auto& name : job_.outputs) {
     OutputSpec s;
@@ -90,8 +91,8 @@ void RunContext::load_model() {
     } else if (name == "softmax") {
       s.kind = OutputSpec::Kind::Softmax;
       s.dtype = float_out;
-    } else if (name == "topk") {
-      s.kind = OutputSpec::Kind::TopK;
+    } else if (name == "topk" || name == "topk_probs") {
+      s.kind = name == "topk" ? OutputSpec::Kind::TopK : OutputSpec::Kind::TopKProbs;
       s.dtype = float_out;
       s.top_k = job_.top_k;
     }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/batch_adapt.h"
 #include "model/canonicalize.h"
 #include "model/graph_util.h"
 
@@ -38,7 +39,9 @@ Node make_node(Graph& g, const std::string& op, const std::string& domain, std::
   return n;
 }
 
-void bind_input(Graph& g, const PrepareOptions& o) {
+// Binds the model's input to the job's sample shape and returns the batch it was bound at: the job's,
+// or the model's own when the model fixes it (adapt_batch takes it to the job's batch later).
+int64_t bind_input(Graph& g, const PrepareOptions& o) {
   if (g.inputs.size() != 1) {
     std::string names;
     for (const auto& in : g.inputs) names += str(names.empty() ? "" : ", ", "'", in.name, "'");
@@ -48,12 +51,15 @@ void bind_input(Graph& g, const PrepareOptions& o) {
   Shape job = {o.batch_size};
   job.insert(job.end(), o.sample_shape.begin(), o.sample_shape.end());
   const ValueInfo model_in = g.inputs[0];
+  const bool static_batch = model_in.shape.size() == job.size() && model_in.shape[0] > 0 && model_in.shape[0] != o.batch_size;
+  if (static_batch) job[0] = model_in.shape[0];
   bool fits = model_in.shape.empty() || model_in.shape.size() == job.size();
   for (std::size_t i = 0; fits && i < model_in.shape.size(); ++i) fits = model_in.shape[i] < 0 || model_in.shape[i] == job[i];
   if (!fits) {
     Shape shown = model_in.shape;
     std::string s = "[";
     for (std::size_t i = 0; i < shown.size(); ++i) s += str(i ? "," : "", shown[i] < 0 ? std::string("?") : std::to_string(shown[i]));
+    job[0] = o.batch_size;
     throw InputError(str(g.source, ": the model's input '", model_in.name, "' has shape ", s, "] (? = dynamic) but the job feeds ",
                          shape_str(job), " (batch size ", o.batch_size, ", sample shape ", shape_str(o.sample_shape), ")"));
   }
@@ -93,6 +99,7 @@ void bind_input(Graph& g, const PrepareOptions& o) {
     c.attrs["to"] = Attribute::of_int(dtype_to_onnx(model_type));
     g.nodes.insert(g.nodes.begin() + (cur == "input" ? 0 : 1), std::move(c));
   }
+  return job[0];
 }
 
 std::string cast_to(Graph& g, const std::string& x, DType to, const std::string& out) {
@@ -110,7 +117,7 @@ void check_float_spec(const OutputSpec& s) {
 void add_heads(Graph& g, const std::vector<OutputSpec>& specs) {
   std::string y = g.outputs.at(0).name;
   for (const auto& s : specs) {
-    const bool topk = s.kind == OutputSpec::Kind::TopK;
+    const bool topk = s.kind == OutputSpec::Kind::TopK || s.kind == OutputSpec::Kind::TopKProbs;
     if ((!topk && s.name == y) || (topk && (s.name + "_values" == y || s.name + "_indices" == y))) {
       // The heads read y under another name; remove_identities gives the name back when it can.
       const std::string moved = unique_tensor_name(g, y + "_model");
@@ -160,16 +167,26 @@ void add_heads(Graph& g, const std::vector<OutputSpec>& specs) {
         if (p != s.name) cast_to(g, p, s.dtype, s.name);
         break;
       }
-      case OutputSpec::Kind::TopK: {
+      case OutputSpec::Kind::TopK:
+      case OutputSpec::Kind::TopKProbs: {
         check_float_spec(s);
         if (s.top_k < 1) throw UsageError(str("output '", s.name, "': top-k needs k >= 1, got ", s.top_k));
         const std::string vname = s.name + "_values", iname = s.name + "_indices";
         take(vname);
         take(iname);
+        std::string scores = y;
+        if (s.kind == OutputSpec::Kind::TopKProbs) {
+          // Probabilities over the whole class axis first: the top k of them are the top k logits'
+          // classes, but their values need every class's exp in the denominator.
+          scores = unique_tensor_name(g, s.name + "_softmax");
+          Node sm = make_node(g, "Softmax", "", {y}, {scores});
+          sm.attrs["axis"] = Attribute::of_int(1);
+          g.nodes.push_back(std::move(sm));
+        }
         const std::string k = add_int64_constant(g, s.name + "_k", {s.top_k});
         const std::string v = s.dtype == DType::F32 ? vname : unique_tensor_name(g, vname + "_f32");
         const std::string ix = unique_tensor_name(g, iname + "_i64");
-        Node n = make_node(g, "TopK", "", {y, k}, {v, ix});
+        Node n = make_node(g, "TopK", "", {scores, k}, {v, ix});
         n.attrs["axis"] = Attribute::of_int(1);
         n.attrs["largest"] = Attribute::of_int(1);
         n.attrs["sorted"] = Attribute::of_int(1);
@@ -220,7 +237,7 @@ Graph prepare_graph(Graph g, const PrepareOptions& o) {
     throw UsageError(str("the input data type must be float32 or uint8, not ", dtype_name(o.input_dtype)));
   if (g.outputs.empty()) throw InputError(str(g.source, ": the model has no outputs"));
 
-  bind_input(g, o);
+  const int64_t bound_batch = bind_input(g, o);
   g.topo_sort();
   // Folding first: the heads need the model output's shape (the class count picks argmax's type).
   fold_constants(g);
@@ -232,6 +249,7 @@ Graph prepare_graph(Graph g, const PrepareOptions& o) {
   }
   eliminate_dead_nodes(g);
   check_ops(g);
+  if (bound_batch != o.batch_size) adapt_batch(g, bound_batch, o.batch_size, o.static_batch);
   infer_shapes(g);
   log_debug("prepared ", g.source, ": ", g.nodes.size(), " nodes, input ", shape_str(g.inputs[0].shape));
   return g;

@@ -4,18 +4,26 @@
 #include <string>
 #include <vector>
 
+#include "model/batch_adapt.h"
 #include "model/graph.h"
 
 namespace sluice {
 
-// What the job stores from the model's first output ("logits" [B, C, ...]).
+// What the job stores from the model's first output ("logits" [B, C, ...]).  Heads work on axis 1
+// (the classes):
+//   Logits     the model's output as is (cast to dtype)
+//   ArgMax     the class index of the largest logit
+//   Softmax    probabilities: exp(x_c) / sum over c of exp(x_c)
+//   TopK       the k largest logits and their class indices, largest first ("<name>_values" are
+//              logits, not probabilities; "<name>_indices" int32)
+//   TopKProbs  Softmax then TopK: the k largest probabilities and their class indices
 struct OutputSpec {
-  enum class Kind { Logits, ArgMax, Softmax, TopK };
-  std::string name;          // dataset name under /outputs: "logits", "argmax", "softmax", "topk_values", "topk_indices"
+  enum class Kind { Logits, ArgMax, Softmax, TopK, TopKProbs };
+  std::string name;          // dataset name under /outputs: "logits", "argmax", "softmax", "<name>_values", "<name>_indices"
   Kind kind = Kind::Logits;
   DType dtype = DType::F32;  // Logits/Softmax: F32, F16 or BF16; ArgMax: U8 or I32, or Undefined to
                              // let prepare_graph choose U8 when the class axis has <= 256 entries, else I32
-  int top_k = 0;             // TopK only
+  int top_k = 0;             // TopK and TopKProbs
 };
 
 struct PrepareOptions {
@@ -29,13 +37,16 @@ struct PrepareOptions {
   std::vector<float> mean, stddev;
   std::vector<OutputSpec> outputs;    // heads on the model's first output
   bool fuse = true;                   // BatchNorm folding and Conv(+Add)(+act) fusion
+  // A model whose input fixes another batch than batch_size (model/batch_adapt.h).
+  StaticBatch static_batch = StaticBatch::Auto;
 };
 
 // Returns a graph with a single input named "input" [B, sample_shape...] of `input_dtype` and one
 // graph output per OutputSpec, named as the spec.  Runs: input shape fixing, constant folding
 // (including the exporters' Shape/Gather/... subgraphs), Identity removal, BatchNorm folding,
-// Conv fusion, dead-node elimination and shape inference.  Throws InputError when the model does
-// not fit the job (e.g. the input shape does not match, an op is unsupported).
+// Conv fusion, dead-node elimination, batch adaptation of a static-batch model (re-specialization or
+// sub-batches, model/batch_adapt.h) and shape inference.  Throws InputError when the model does not
+// fit the job (e.g. the input shape does not match, an op is unsupported).
 Graph prepare_graph(Graph model, const PrepareOptions& options);
 
 // The individual passes, exposed for tests.

@@ -1,0 +1,370 @@
+// `sluice export RUN_DIR`: a finished run's outputs as ordinary files, named after the samples' keys.
+//   masks    one palette PNG per sample (export/masks.h), optionally at the image's original size
+//   classes  one CSV table: key, top-k class ids (and names), probabilities (export/classes.h)
+//   logits   one .npy per sample
+// Samples whose status is not ok (unreadable images, non-finite inputs) have no result and are
+// skipped, and listed.  The export folder's manifest (export/journal.h) makes a rerun finish an
+// interrupted export and keeps the command from replacing files it did not write.
+#include <sys/stat.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "app/commands.h"
+#include "core/error.h"
+#include "export/classes.h"
+#include "export/journal.h"
+#include "export/masks.h"
+#include "export/run_outputs.h"
+#include "io/npy.h"
+#include "model/onnx_loader.h"  // sha256_file
+
+namespace sluice {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct ExportOptions {
+  std::string run_dir;
+  std::string out;                  // default RUN_DIR/export
+  std::string what = "auto";        // auto | masks | classes | logits
+  std::string output;               // the /outputs dataset (or topk prefix) to read; default by `what`
+  bool original_size = false;       // masks: back to each image's size (nearest neighbour)
+  std::string labels;               // classes: one name per line
+  int top_k = 5;                    // classes from scores: how many
+  std::string csv = "classes.csv";  // classes: the table's file name in the export folder
+  bool keep_extension = false;      // name files <key>.png instead of replacing the key's extension
+  bool overwrite = false;           // replace files the export did not write
+  int threads = 0;                  // PNG encoding threads (0: the machine's cores)
+  int64_t test_kill_after = -1;     // test only: SIGKILL in the middle of the file after this many
+};
+
+constexpr std::size_t kBlockBytes = 64u << 20;  // rows read at once: at most this much, at least one row
+
+bool has(const RunOutputs& r, const std::string& name) { return r.output(name) != nullptr; }
+
+int64_t row_values(const StoredOutput& o) { return shape_numel(o.row_shape); }
+
+// Scores [C] per row (extra axes of size 1 allowed, as [C,1,1]).
+bool is_vector_row(const StoredOutput& o) { return !o.row_shape.empty() && row_values(o) == o.row_shape[0]; }
+
+// The export's plan: what it writes and from which datasets.
+struct Plan {
+  std::string what;
+  std::string source;   // dataset (masks, logits, classes from scores) or top-k prefix
+  bool stored_topk = false;
+  bool softmax = false;  // classes: compute softmax of the source
+  std::string value_name = "prob";
+};
+
+Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
+  Plan p;
+  p.what = o.what;
+  auto topk_prefix = [&](const std::string& prefix) { return has(r, prefix + "_values") && has(r, prefix + "_indices"); };
+  if (p.what == "auto") {
+    if (!o.output.empty()) {
+      const StoredOutput* s = r.output(o.output);
+      p.what = topk_prefix(o.output) ? "classes" : !s ? "" : (s->dtype == DType::U8 || s->dtype == DType::I32) ? "masks"
+               : is_vector_row(*s) ? "classes" : "masks";
+    } else if (has(r, "argmax")) {
+      p.what = "masks";
+    } else if (topk_prefix("topk_probs") || topk_prefix("topk")) {
+      p.what = "classes";
+    } else {
+      for (const char* n : {"softmax", "logits"})
+        if (const StoredOutput* s = r.output(n)) {
+          p.what = is_vector_row(*s) ? "classes" : "masks";
+          break;
+        }
+    }
+    if (p.what.empty())
+      throw InputError(str("export: ", r.path(), ": cannot tell what to export; choose --what masks, classes or logits"));
+  }
+  auto first_of = [&](std::initializer_list<const char*> names) -> std::string {
+    if (!o.output.empty()) return o.output;
+    for (const char* n : names)
+      if (has(r, n) || topk_prefix(n)) return n;
+    return "";
+  };
+  if (p.what == "masks") p.source = first_of({"argmax", "softmax", "logits"});
+  else if (p.what == "classes") p.source = first_of({"topk_probs", "softmax", "logits", "topk"});
+  else p.source = first_of({"logits", "softmax"});
+  if (p.source.empty() && p.what == "logits" && !r.outputs().empty()) p.source = r.outputs().front().name;
+  if (p.source.empty() || (!has(r, p.source) && !topk_prefix(p.source))) {
+    std::string names;
+    for (const auto& s : r.outputs()) names += (names.empty() ? "" : ", ") + s.name;
+    throw InputError(str("export: ", r.path(), " has no output to export as ", p.what,
+                         o.output.empty() ? "" : " named '" + o.output + "'", " (it has: ", names, ")"));
+  }
+  if (p.what == "classes") {
+    p.stored_topk = !has(r, p.source) && topk_prefix(p.source);
+    if (!p.stored_topk && !is_vector_row(*r.output(p.source)))
+      throw InputError(str("export: /outputs/", p.source, " has rows of shape ", shape_str(r.output(p.source)->row_shape),
+                           "; a class table needs one score per class ([C])"));
+    p.softmax = !p.stored_topk && p.source != "softmax";
+    if (p.stored_topk && p.source != "topk_probs") p.value_name = "logit";
+  }
+  if (o.original_size && p.what == "masks" && !r.has_sizes())
+    throw InputError(str("export: --original-size needs /sample_size in ", r.path(),
+                         " (written for image inputs); this run's input had no image sizes"));
+  return p;
+}
+
+class Exporter {
+ public:
+  Exporter(const ExportOptions& o, const RunOutputs& r, const Plan& p, ExportJournal& j) : o_(o), r_(r), p_(p), j_(j) {}
+
+  void run() {
+    if (p_.what == "classes") classes();
+    else per_sample();
+  }
+  const std::vector<int64_t>& bad() const { return bad_; }
+
+ private:
+  // Rows per read so that one block stays under kBlockBytes.
+  int64_t block_rows(const std::string& name) const {
+    const StoredOutput* s = r_.output(name);
+    const std::size_t row = static_cast<std::size_t>(row_values(*s)) * dtype_size(s->dtype);
+    return static_cast<int64_t>(std::max<std::size_t>(1, kBlockBytes / std::max<std::size_t>(row, 1)));
+  }
+
+  void maybe_die(const std::string& tmp) {
+    if (o_.test_kill_after < 0 || j_.written() < o_.test_kill_after) return;
+    // Test hook: leave a claimed, half-written file behind, as a kill -9 in the middle would.
+    if (std::FILE* f = std::fopen(tmp.c_str(), "wb")) {
+      std::fputs("partial", f);
+      std::fclose(f);
+    }
+    std::fflush(nullptr);
+    std::raise(SIGKILL);
+  }
+
+  // Masks and logits: one file per good row.
+  void per_sample() {
+    const std::string ext = p_.what == "masks" ? ".png" : ".npy";
+    std::unordered_map<std::string, std::string> owner;  // path -> key, to refuse two keys on one file
+    const int64_t n = r_.size(), step = block_rows(p_.source);
+    for (int64_t first = 0; first < n; first += step) {
+      const int64_t count = std::min(step, n - first);
+      const std::vector<std::string> keys = r_.keys(first, count);
+      std::vector<std::string> rels(static_cast<std::size_t>(count));
+      std::vector<bool> todo(static_cast<std::size_t>(count), false);
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t row = first + i;
+        if (r_.status()[static_cast<std::size_t>(row)] != 0) {
+          bad_.push_back(row);
+          continue;
+        }
+        const std::string& key = keys[static_cast<std::size_t>(i)];
+        std::string& rel = rels[static_cast<std::size_t>(i)];
+        rel = export_path(key, ext, o_.keep_extension);
+        auto [it, fresh] = owner.emplace(rel, key);
+        if (!fresh)
+          throw InputError(str("export: keys '", it->second, "' and '", key, "' would both be written to ", rel,
+                               o_.keep_extension ? "" : "; pass --keep-extension to name files <key>" + ext));
+        todo[static_cast<std::size_t>(i)] = !j_.done(rel);
+      }
+      if (std::find(todo.begin(), todo.end(), true) == todo.end()) continue;
+      const Tensor rows = r_.read_rows(p_.source, first, count);
+      std::vector<std::string> pngs;
+      if (p_.what == "masks") pngs = encode_block(rows, first, keys, todo);
+      for (int64_t i = 0; i < count; ++i) {
+        if (!todo[static_cast<std::size_t>(i)]) continue;
+        const std::string& rel = rels[static_cast<std::size_t>(i)];
+        const std::string& key = keys[static_cast<std::size_t>(i)];
+        if (p_.what == "masks") {
+          if (o_.test_kill_after >= 0 && j_.written() >= o_.test_kill_after) maybe_die(j_.begin(rel));
+          j_.write(rel, key, pngs[static_cast<std::size_t>(i)]);  // begin, write, commit
+        } else {
+          const StoredOutput& s = *r_.output(p_.source);
+          const std::size_t bytes = static_cast<std::size_t>(row_values(s)) * dtype_size(s.dtype);
+          const std::string tmp = j_.begin(rel);
+          maybe_die(tmp);
+          write_npy(tmp, s.dtype, s.row_shape, rows.bytes.data() + static_cast<std::size_t>(i) * bytes);
+          j_.commit(rel, key);
+        }
+      }
+    }
+  }
+
+  // The PNG files of a block's rows that are to be written, encoded on o_.threads threads (the
+  // encoding is the export's cost; the files are then written in order by the caller).
+  std::vector<std::string> encode_block(const Tensor& rows, int64_t first, const std::vector<std::string>& keys,
+                                        const std::vector<bool>& todo) {
+    std::vector<std::string> pngs(todo.size());
+    std::atomic<std::size_t> next{0};
+    std::exception_ptr error;
+    std::mutex error_mutex;
+    auto work = [&] {
+      try {
+        for (std::size_t i; (i = next++) < todo.size();) {
+          if (!todo[i]) continue;
+          Mask m = mask_of_row(rows, static_cast<int64_t>(i));
+          if (o_.original_size) {
+            const auto [h, w] = r_.original_size(first + static_cast<int64_t>(i));
+            if (h < 1 || w < 1)
+              throw InputError(str("export: sample '", keys[i], "' has no original size in /sample_size (", h, "x", w, ")"));
+            m = resize_nearest(m, h, w);
+          }
+          pngs[i] = encode_mask_png(m);
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+        next = todo.size();
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < o_.threads; ++t) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+    if (error) std::rethrow_exception(error);
+    return pngs;
+  }
+
+  // Classes: one table, written whole (a rerun rewrites it unless it is complete).
+  void classes() {
+    const std::string rel = o_.csv;
+    const int64_t n = r_.size();
+    std::vector<std::string> labels;
+    if (!o_.labels.empty()) labels = read_labels(o_.labels);
+    const std::size_t k = p_.stored_topk ? static_cast<std::size_t>(std::min<int64_t>(
+                                               o_.top_k, r_.output(p_.source + "_values")->row_shape.at(0)))
+                                         : static_cast<std::size_t>(std::min<int64_t>(o_.top_k, row_values(*r_.output(p_.source))));
+    for (int64_t row = 0; row < n; ++row)
+      if (r_.status()[static_cast<std::size_t>(row)] != 0) bad_.push_back(row);
+    if (j_.done(rel)) return;
+    const std::string tmp = j_.begin(rel);
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
+    if (!f) throw Error(str("export: cannot create ", tmp));
+    std::string text = csv_header(k, !labels.empty(), p_.value_name);
+    const std::string data = p_.stored_topk ? p_.source + "_values" : p_.source;
+    const int64_t step = block_rows(data);
+    for (int64_t first = 0; first < n; first += step) {
+      const int64_t count = std::min(step, n - first);
+      const std::vector<std::string> keys = r_.keys(first, count);
+      const Tensor values = r_.read_rows(data, first, count);
+      const Tensor ids = p_.stored_topk ? r_.read_rows(p_.source + "_indices", first, count) : Tensor();
+      const std::size_t width = static_cast<std::size_t>(row_values(*r_.output(data)));
+      for (int64_t i = 0; i < count; ++i) {
+        if (r_.status()[static_cast<std::size_t>(first + i)] != 0) continue;
+        const TopK t = p_.stored_topk ? stored_top_k(values, ids, i, k)
+                                      : top_k_of(values, static_cast<std::size_t>(i) * width, width, k, p_.softmax);
+        text += csv_row(keys[static_cast<std::size_t>(i)], t, labels.empty() ? nullptr : &labels);
+      }
+      if (std::fwrite(text.data(), 1, text.size(), f.get()) != text.size())
+        throw Error(str("export: cannot write ", tmp, " (disk full?)"));
+      text.clear();
+    }
+    if (std::fclose(f.release()) != 0) throw Error(str("export: cannot write ", tmp));
+    j_.commit(rel, "");
+  }
+
+  const ExportOptions& o_;
+  const RunOutputs& r_;
+  const Plan& p_;
+  ExportJournal& j_;
+  std::vector<int64_t> bad_;
+};
+
+// What makes two exports the same: a rerun skips files only when this matches.
+std::string header_of(const ExportOptions& o, const RunOutputs& r, const Plan& p) {
+  // outputs.h5 is written once, when a run completes: its size and time tell one run from the next.
+  struct stat st {};
+  ::stat(r.path().c_str(), &st);
+  json h{{"run", fs::absolute(o.run_dir).lexically_normal().string()},
+         {"outputs_h5", {{"bytes", static_cast<int64_t>(st.st_size)},
+                         {"mtime_ns", static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec}}},
+         {"what", p.what},
+         {"source", p.source},
+         {"keep_extension", o.keep_extension}};
+  if (p.what == "masks") h["original_size"] = o.original_size;
+  if (p.what == "classes") {
+    h["top_k"] = o.top_k;
+    h["csv"] = o.csv;
+    h["labels_sha256"] = o.labels.empty() ? "" : sha256_file(o.labels);
+  }
+  return h.dump();
+}
+
+// The launcher's rank (mpirun, srun) before any MPI call; 0 for a plain process.
+int launcher_rank() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(var)) return std::atoi(v);
+  return 0;
+}
+
+void export_command(const ExportOptions& o) {
+  // Export is one process's work; under mpirun or srun the other ranks leave it to rank 0.
+  if (launcher_rank() != 0) return;
+  if (o.top_k < 1) throw UsageError(str("--top-k must be at least 1, got ", o.top_k));
+  if (o.threads < 0) throw UsageError(str("--threads must be 0 (all cores) or more, got ", o.threads));
+  ExportOptions opts = o;
+  if (opts.threads == 0) opts.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const RunOutputs r(o.run_dir);
+  const Plan p = make_plan(r, opts);
+  if (p.what != "masks" && o.original_size) throw UsageError("--original-size applies to masks only");
+  if (p.what != "classes" && !o.labels.empty()) throw UsageError("--labels applies to classes only");
+  const std::string out = o.out.empty() ? (fs::path(o.run_dir) / "export").string() : o.out;
+  ExportJournal journal(out, header_of(o, r, p), o.overwrite);
+  Exporter e(opts, r, p, journal);
+  e.run();
+
+  const std::string unit = p.what == "classes" ? "table" : p.what == "masks" ? "masks" : "arrays";
+  std::string line = str("export: ", p.what == "classes" ? out + "/" + o.csv : out, ": ", journal.written(), " ", unit,
+                         " written, ", journal.skipped(), " already there");
+  line += str(", ", r.size() - static_cast<int64_t>(e.bad().size()), " of ", r.size(), " samples from /outputs/",
+              p.source, p.stored_topk ? "_{values,indices}" : "");
+  if (!e.bad().empty()) {
+    const std::vector<std::string> all = r.keys(0, r.size());
+    line += str("; ", e.bad().size(), " bad sample(s) skipped:");
+    constexpr std::size_t kListed = 10;
+    for (std::size_t i = 0; i < e.bad().size() && i < kListed; ++i) {
+      const int64_t row = e.bad()[i];
+      const std::string why = r.bad_reason(row);
+      line += str(i ? ", " : " ", all[static_cast<std::size_t>(row)], why.empty() ? "" : " (" + why + ")");
+    }
+    if (e.bad().size() > kListed) line += str(", ... (", e.bad().size() - kListed, " more in /bad_samples)");
+  }
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto o = std::make_shared<ExportOptions>();
+  CLI::App* sub = app.add_subcommand("export", "Write a finished run's outputs as files named after the samples' keys: "
+                                               "PNG masks, a CSV of top-k classes, or .npy arrays");
+  sub->add_option("RUN_DIR", o->run_dir, "the run's output folder (with outputs.h5)")->required();
+  sub->add_option("--out", o->out, "the export folder (default RUN_DIR/export)");
+  sub->add_option("--what", o->what, "masks | classes | logits | auto (by the stored outputs)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "masks", "classes", "logits"}));
+  sub->add_option("--output", o->output, "the stored output to read (e.g. argmax, logits, topk_probs)");
+  sub->add_flag("--original-size", o->original_size,
+                "masks: resize each mask to its image's original size (nearest neighbour, as PIL's NEAREST)");
+  sub->add_option("--labels", o->labels, "classes: a text file with one class name per line (line i: class i)");
+  sub->add_option("--top-k", o->top_k, "classes: how many classes per row (at most what a topk output holds)")
+      ->capture_default_str();
+  sub->add_option("--csv", o->csv, "classes: the table's file name in the export folder")->capture_default_str();
+  sub->add_flag("--keep-extension", o->keep_extension, "name files <key>.png instead of replacing the key's extension");
+  sub->add_flag("--overwrite", o->overwrite, "replace files in the export folder that this command did not write");
+  sub->add_option("--threads", o->threads, "masks: PNG encoding threads (0: all cores)")->capture_default_str();
+  sub->add_option("--test-kill-after", o->test_kill_after, "")->group("");
+  sub->callback([o] { export_command(*o); });
+}
+
+}  // namespace sluice

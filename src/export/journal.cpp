@@ -1,0 +1,172 @@
+#include "export/journal.h"
+
+#include <sys/file.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "model/onnx_loader.h"  // sha256_file
+
+namespace sluice {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kPartial = ".sluice-partial";
+
+bool present(const fs::path& p) {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(p, ec));
+}
+
+}  // namespace
+
+ExportJournal::ExportJournal(const std::string& out_dir, const std::string& header, bool overwrite)
+    : dir_(out_dir), overwrite_(overwrite) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (!fs::is_directory(dir_, ec))
+    throw InputError(str("export: cannot create the folder ", dir_, ec ? ": " + ec.message() : std::string()));
+  const fs::path log_path = fs::path(dir_) / kName;
+  if (present(log_path) && !fs::is_regular_file(log_path, ec))
+    throw InputError(str("export: ", log_path.string(), " is not a file"));
+  log_ = std::fopen(log_path.c_str(), "ab");
+  if (!log_) throw InputError(str("export: cannot write ", log_path.string()));
+  // One export per folder at a time: two would interleave their records and race on the files.
+  if (flock(fileno(log_), LOCK_EX | LOCK_NB) != 0)
+    throw InputError(str("export: another sluice export is writing ", dir_, " (", kName, " is locked)"));
+  bool ends_with_newline = true;
+  {
+    std::ifstream in(log_path, std::ios::binary);
+    std::string line, current;
+    while (std::getline(in, line)) {
+      // A torn line (the export was killed while appending it) does not parse and says nothing.
+      const json j = json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) continue;
+      if (j.contains("export")) {
+        current = j["export"].dump();
+      } else if (j.contains("begin") && j["begin"].is_string()) {
+        Entry& e = entries_[j["begin"].get<std::string>()];
+        e.claimed = true;
+        e.complete = false;
+      } else if (j.contains("file") && j["file"].is_string() && j.value("bytes", int64_t{-1}) >= 0) {
+        Entry& e = entries_[j["file"].get<std::string>()];
+        e.claimed = true;
+        e.complete = current == header;
+        e.bytes = j["bytes"].get<int64_t>();
+        e.sha256 = j.value("sha256", std::string());
+      }
+    }
+    in.clear();
+    in.seekg(0, std::ios::end);
+    if (in && in.tellg() > 0) {
+      in.seekg(-1, std::ios::end);
+      ends_with_newline = in.get() == '\n';
+    }
+  }
+  if (!ends_with_newline) std::fputc('\n', log_);
+  append(json{{"export", json::parse(header)}}.dump());
+}
+
+ExportJournal::~ExportJournal() {
+  if (log_) std::fclose(log_);
+}
+
+void ExportJournal::append(const std::string& line) {
+  // One write and a flush per record: a killed export has handed every finished record to the
+  // kernel, so only a power loss could lose one.
+  if (std::fprintf(log_, "%s\n", line.c_str()) < 0 || std::fflush(log_) != 0)
+    throw Error(str("export: cannot append to ", (fs::path(dir_) / kName).string()));
+}
+
+std::string ExportJournal::path(const std::string& rel) const { return (fs::path(dir_) / rel).string(); }
+
+bool ExportJournal::done(const std::string& rel) {
+  auto it = entries_.find(rel);
+  if (it == entries_.end() || !it->second.complete) return false;
+  std::error_code ec;
+  const fs::path p = path(rel);
+  if (!fs::is_regular_file(p, ec) || static_cast<int64_t>(fs::file_size(p, ec)) != it->second.bytes || ec) return false;
+  if (sha256_file(p.string()) != it->second.sha256) return false;
+  ++skipped_;
+  return true;
+}
+
+std::string ExportJournal::begin(const std::string& rel) {
+  if (rel == kName) throw InputError(str("export: ", rel, " is the export's own manifest; choose another name"));
+  const fs::path full = path(rel), partial = path(rel + kPartial);
+  Entry& e = entries_[rel];
+  for (const fs::path& p : {full, partial}) {
+    std::error_code ec;
+    if (present(p) && fs::is_directory(fs::symlink_status(p, ec)))
+      throw InputError(str("export: ", p.string(), " is a folder where the export would write a file"));
+    if (present(p) && !e.claimed && !overwrite_)
+      throw InputError(str("export: ", p.string(), " exists and was not written by sluice export (", kName,
+                           " does not name it); move it away, export to another --out, or pass --overwrite"));
+  }
+  std::error_code ec;
+  fs::create_directories(full.parent_path(), ec);
+  if (ec) throw InputError(str("export: cannot create ", full.parent_path().string(), ": ", ec.message()));
+  append(json{{"begin", rel}}.dump());
+  e.claimed = true;
+  e.complete = false;
+  fs::remove(partial, ec);
+  return partial.string();
+}
+
+void ExportJournal::commit(const std::string& rel, const std::string& key) {
+  const fs::path full = path(rel), partial = path(rel + kPartial);
+  std::error_code ec;
+  fs::rename(partial, full, ec);
+  if (ec) throw Error(str("export: cannot move ", partial.string(), " to ", full.string(), ": ", ec.message()));
+  Entry& e = entries_[rel];
+  e.bytes = static_cast<int64_t>(fs::file_size(full));
+  e.sha256 = sha256_file(full.string());
+  append(json{{"file", rel}, {"key", key}, {"bytes", e.bytes}, {"sha256", e.sha256}}.dump());
+  e.complete = true;
+  ++written_;
+}
+
+void ExportJournal::write(const std::string& rel, const std::string& key, const std::string& bytes) {
+  const std::string tmp = begin(rel);
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw Error(str("export: cannot create ", tmp));
+  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  if (std::fclose(f) != 0 || !ok) throw Error(str("export: cannot write ", tmp, " (disk full?)"));
+  commit(rel, key);
+}
+
+std::string export_path(const std::string& key, const std::string& ext, bool keep_extension) {
+  std::vector<std::string> parts;
+  std::string cur;
+  auto flush = [&] {
+    if (cur == "..") throw InputError(str("export: key '", key, "' would leave the export folder (it has a '..' part)"));
+    if (!cur.empty() && cur != ".") parts.push_back(cur);
+    cur.clear();
+  };
+  for (char c : key) {
+    if (c == '/') {
+      flush();
+      continue;
+    }
+    const auto u = static_cast<unsigned char>(c);
+    cur += (u < 0x20 || u == 0x7f || c == '\\') ? '_' : c;
+  }
+  flush();
+  if (parts.empty()) throw InputError(str("export: key '", key, "' names no file"));
+  std::string& last = parts.back();
+  if (!keep_extension) {
+    const std::size_t dot = last.rfind('.');
+    if (dot != std::string::npos && dot > 0) last.erase(dot);
+  }
+  std::string rel;
+  for (const auto& p : parts) rel += (rel.empty() ? "" : "/") + p;
+  return rel + ext;
+}
+
+}  // namespace sluice

@@ -1,0 +1,67 @@
+#pragma once
+// The export folder's manifest, OUT/.sluice-export.json: what `sluice export` wrote there, so a rerun
+// skips what is done and nothing it did not write is ever replaced.
+//
+// The file is JSON Lines (one JSON object per line; `jq` reads it as a stream), appended to and
+// never rewritten, so an export killed at any moment leaves at most a torn last line:
+//   {"export": {...}}                              one per run of the command: what it exports and how
+//   {"begin": "a/b/cat.png"}                       before the file is created (under a temporary name)
+//   {"file": "a/b/cat.png", "key": "a/b/cat.jpg", "bytes": 1234, "sha256": "..."}   once it is in place
+// A path is the manifest's once a "begin" names it.  A rerun with the same "export" object skips the
+// files whose last record is a "file" line written under it and whose size and sha256 still match;
+// everything else of the manifest's is written again.  A file at a target path the manifest does not
+// name is someone else's: an error, unless `overwrite`.
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+
+namespace sluice {
+
+class ExportJournal {
+ public:
+  static constexpr const char* kName = ".sluice-export.json";
+
+  // Creates `out_dir` when needed and reads its manifest.  `header` is a JSON object (dumped) that
+  // says what this export writes and how; `overwrite` allows replacing foreign files.
+  ExportJournal(const std::string& out_dir, const std::string& header, bool overwrite);
+  ~ExportJournal();
+  ExportJournal(const ExportJournal&) = delete;
+  ExportJournal& operator=(const ExportJournal&) = delete;
+
+  // True when an earlier run of the same export wrote `rel` and it is still intact.
+  bool done(const std::string& rel);
+
+  // Claims `rel` (relative to the folder; creates its parent folders) and returns the temporary path
+  // to write it to.  Throws InputError when a file the manifest does not name is in the way.
+  std::string begin(const std::string& rel);
+  // Moves the temporary file into place and records it.
+  void commit(const std::string& rel, const std::string& key);
+  // begin + write `bytes` + commit.
+  void write(const std::string& rel, const std::string& key, const std::string& bytes);
+
+  int64_t skipped() const { return skipped_; }
+  int64_t written() const { return written_; }
+  std::string path(const std::string& rel) const;
+
+ private:
+  struct Entry {
+    bool claimed = false;  // a "begin" names it: the manifest's file
+    bool complete = false; // the last record is a "file" line under the current header
+    int64_t bytes = -1;
+    std::string sha256;
+  };
+  void append(const std::string& line);
+
+  std::string dir_;
+  bool overwrite_;
+  std::map<std::string, Entry> entries_;
+  std::FILE* log_ = nullptr;
+  int64_t skipped_ = 0, written_ = 0;
+};
+
+// "a/b/cat.jpg" -> "a/b/cat" + ext ("a/b/cat.jpg" + ext with keep_extension).  Throws InputError for
+// a key that would leave the folder ("..") or names nothing; '\\' and control characters become '_'.
+std::string export_path(const std::string& key, const std::string& ext, bool keep_extension);
+
+}  // namespace sluice
