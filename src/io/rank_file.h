@@ -2,6 +2,7 @@
 // The per-rank HDF5 output file, OUTDIR/rank-NNNNN.h5 (see DESIGN.md, "Files"):
 //   /outputs/<name>  [rows, ...]  one dataset per OutputSpec, chunked by batch, extendible
 //   /sample_index    [rows] int64 the global sample index of each row
+//   /sample_key, /sample_status, /sample_size, /bad_samples: per-row data (RowMeta, below)
 //   /ledger          [chunks] committed chunks {chunk_id, first_index, count, first_row}
 //   attributes: sluice version and commit, job (TOML text), model path and sha256, rank, world
 //   size, host, GPU, start and end times, attempt.
@@ -158,7 +159,17 @@ struct RankFileInfo {
   double start_unix = 0, end_unix = 0;
   int64_t file_rows = 0;             // rows the datasets hold, committed or not
   int64_t chunk_rows = 0;            // rows per batch the file was created with
+  // Per-row data (RowMeta), where the file stores it (files of older versions have none):
+  std::size_t key_bytes = 0;         // width of /sample_key; 0: no keys
+  bool has_status = false;           // /sample_status
+  bool has_sizes = false;            // /sample_size
+  std::vector<std::pair<int64_t, std::string>> bad_samples;  // committed /bad_samples: (sample index, reason)
+  std::string input_fingerprint;     // of the input that the file's first attempt read
 };
+
+// Keys of rows [first_row, first_row + count) of /sample_key in a rank file or outputs.h5 (fewer
+// when the dataset ends first; none when it has no keys).
+std::vector<std::string> read_sample_keys(const std::string& path, int64_t first_row, int64_t count);
 
 // Reads the header and ledger of a rank file (read-only; works on a file whose writer was killed).
 RankFileInfo read_rank_file(const std::string& path);
