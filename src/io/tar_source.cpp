@@ -228,11 +228,15 @@ class TarSource final : public EncodedSource {
     bool has_pax_size = false;
     Group g;
     uint64_t pos = 0;
+    bool ended = false;
     while (pos + kBlock <= file_size) {
       if (limit > 0 && size() >= limit) return;  // enough samples: the group in progress is not needed
       const std::string e = pread_exact(fd, h, kBlock, pos);
       if (!e.empty()) throw InputError(str(where, ": ", e));
-      if (all_zero(h)) break;  // end of archive
+      if (all_zero(h)) {  // end of archive
+        ended = true;
+        break;
+      }
       if (!checksum_ok(h)) throw InputError(str(where, ": not a tar file (bad header checksum at byte ", pos, ")"));
       uint64_t size = 0;
       if (!parse_number(h + 124, 12, &size)) throw InputError(str(where, ": bad member size at byte ", pos));
@@ -267,6 +271,11 @@ class TarSource final : public EncodedSource {
       }
       pos = data + round_up(size);
     }
+    // Without the end-of-archive blocks the last member must end the file exactly (some writers
+    // omit them); anything else is a shard cut short.
+    if (!ended && pos != file_size)
+      throw InputError(str(where, ": truncated: it ends at byte ", file_size, ", inside the member that starts before byte ",
+                           pos));
     flush(g, shard);
   }
 
