@@ -89,8 +89,8 @@ class FileSource final : public EncodedSource {
     }
     if (problem_count > 0) {
       std::string list;
-      for (const std::string& p : problems) list += str("\n  ", p);
-      if (problem_count > problems.size()) list += str("\n  ... and ", problem_count - problems.size(), " more");
+      for (const std::string& p : problems) list += str(list.empty() ? " " : "; ", p);
+      if (problem_count > problems.size()) list += str("; and ", problem_count - problems.size(), " more");
       throw InputError(str("input ", shown_, ": ", problem_count, " of its ", rel.size(), " files cannot be read:", list));
     }
     for (const std::string& r : rel) keys_.add(r);

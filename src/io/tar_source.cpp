@@ -327,8 +327,8 @@ std::vector<std::string> shard_paths(const std::string& shards) {
     }
     if (missing_count > 0) {
       std::string list;
-      for (const std::string& m : missing) list += "\n  " + m;
-      if (missing_count > missing.size()) list += str("\n  ... and ", missing_count - missing.size(), " more");
+      for (const std::string& m : missing) list += (list.empty() ? " " : ", ") + m;
+      if (missing_count > missing.size()) list += str(" and ", missing_count - missing.size(), " more");
       throw InputError(str("input ", shards, ": ", missing_count, " of its ", paths.size(), " shards do not exist:", list));
     }
   } else if (has_glob_chars(shards)) {
