@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
@@ -68,7 +69,8 @@ std::string join(const std::string& dir, const std::string& name) {
   return dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
-// Walks folders once each, following links, with loop protection by (device, inode).
+// Walks folders once each (per glob component), following links, with loop protection by
+// (device, inode).
 class Walker {
  public:
   Walker(std::string root, const GlobPattern* glob, bool images_only)
@@ -86,12 +88,14 @@ class Walker {
   }
 
  private:
-  // Opens sub-folder `name` of `parent` if it was not walked yet; -1 when it was.
-  int open_sub(int parent, const std::string& name, const std::string& rel) {
+  // Opens sub-folder `name` of `parent` unless it was walked already for pattern component
+  // `part` (a glob may walk one folder for several components: 'a/**/b/*.jpg' visits a/b both as
+  // the 'b' and inside the '**'); -1 then.
+  int open_sub(int parent, const std::string& name, const std::string& rel, std::size_t part) {
     const int fd = ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) throw InputError(str("input ", root_, ": cannot open the folder ", rel, ": ", std::strerror(errno)));
     struct stat st;
-    if (::fstat(fd, &st) != 0 || !seen_.insert({st.st_dev, st.st_ino}).second) {
+    if (::fstat(fd, &st) != 0 || !seen_.insert({st.st_dev, st.st_ino, part}).second) {
       ::close(fd);
       return -1;
     }
@@ -106,7 +110,7 @@ class Walker {
   // Lists the open folder `fd` and goes on from there; closes `fd`.
   void visit(int fd, const std::string& rel, std::size_t part) {
     struct stat st;
-    if (::fstat(fd, &st) == 0) seen_.insert({st.st_dev, st.st_ino});
+    if (::fstat(fd, &st) == 0) seen_.insert({st.st_dev, st.st_ino, part});
     try {
       const std::vector<Entry> entries = list_folder(fd, join(root_, rel));
       if (!glob_) walk_all(fd, rel, entries);
@@ -125,7 +129,7 @@ class Walker {
       if (e.name[0] == '.') {
         ++scan_.ignored;
       } else if (e.kind == Kind::Dir) {
-        const int sub = open_sub(dir, e.name, r);
+        const int sub = open_sub(dir, e.name, r, 0);
         if (sub >= 0) visit(sub, r + "/", 0);
       } else if (e.kind == Kind::File) {
         add_file(r);
@@ -151,7 +155,7 @@ class Walker {
       }
       for (const Entry& e : entries) {
         if (e.kind != Kind::Dir || e.name[0] == '.') continue;
-        const int sub = open_sub(dir, e.name, rel + e.name);
+        const int sub = open_sub(dir, e.name, rel + e.name, part);
         if (sub >= 0) visit(sub, rel + e.name + "/", part);
       }
       return;
@@ -161,7 +165,7 @@ class Walker {
       if (last && e.kind == Kind::File) {
         add_file(rel + e.name);
       } else if (!last && e.kind == Kind::Dir) {
-        const int sub = open_sub(dir, e.name, rel + e.name);
+        const int sub = open_sub(dir, e.name, rel + e.name, part + 1);
         if (sub >= 0) visit(sub, rel + e.name + "/", part + 1);
       }
     }
@@ -170,7 +174,7 @@ class Walker {
   std::string root_;
   const GlobPattern* glob_;
   bool images_only_;
-  std::set<std::pair<dev_t, ino_t>> seen_;
+  std::set<std::tuple<dev_t, ino_t, std::size_t>> seen_;  // (folder, pattern component) walked
   FileScan scan_;
 };
 

@@ -47,7 +47,7 @@ std::string detect_input_kind(const std::string& path) {
   struct stat st;
   const bool exists = ::stat(path.c_str(), &st) == 0;  // a path that exists is never read as a pattern
   if (exists && S_ISDIR(st.st_mode)) return "folder";
-  if (!exists && has_brace_pattern(path)) return "tar";
+  if (!exists && has_brace_pattern(path)) return ext == "tar" ? "tar" : "";
   if (!exists && has_glob_chars(path)) return ext == "tar" ? "tar" : "glob";
   if (ext == "tar") return "tar";
   if (ext == "txt" || ext == "lst") return "list";
@@ -61,6 +61,9 @@ std::unique_ptr<Source> open_input(const InputOptions& o) {
   std::string kind = o.kind;
   if (kind.empty() || kind == "auto") {
     kind = detect_input_kind(o.path);
+    if (kind.empty() && has_brace_pattern(o.path))
+      throw InputError(str("input ", o.path, ": brace patterns ({000000..000099}, {a,b}) name tar shards, and this ",
+                           "one does not end in .tar; for image files use a folder, a glob or a list"));
     if (kind.empty()) {
       struct stat st;
       const bool exists = ::stat(o.path.c_str(), &st) == 0;

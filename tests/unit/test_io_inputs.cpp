@@ -221,6 +221,11 @@ TEST(GlobSource, MatchesPerComponentKeysRelativeToTheFixedPrefix) {
   auto deep = open_glob_source(dir.file("data/**/img_*.jpg"));
   EXPECT_EQ(keys_of(*deep), (std::vector<std::string>{"cats/img_1.jpg", "cats/img_2.jpg", "dogs/deep/img_3.jpg",
                                                       "dogs/img_1.jpg", "img_0.jpg"}));
+  // A folder reached both as the literal 'deep' and inside '**' is walked for both.
+  put(dir.file("data/dogs/deep/deep/img_4.jpg"), content_of("dogs/deep/deep/img_4.jpg"));
+  EXPECT_EQ(keys_of(*open_glob_source(dir.file("data/**/deep/img_*.jpg"))),
+            (std::vector<std::string>{"dogs/deep/deep/img_4.jpg", "dogs/deep/img_3.jpg"}));
+  fs::remove(dir.file("data/dogs/deep/deep/img_4.jpg"));
   auto all = open_glob_source(dir.file("data/**"));
   EXPECT_EQ(all->size(), 6);
   auto one = open_glob_source(dir.file("data/[cd]*/img_?.jpg"), 1);
@@ -377,6 +382,7 @@ TEST(OpenInput, TheKindComesFromWhatThePathIsOrFromInputKind) {
   EXPECT_EQ(detect_input_kind(dir.file("s/train-{000..009}.tar")), "tar");
   EXPECT_EQ(detect_input_kind(dir.file("s/*.tar")), "tar");
   EXPECT_EQ(detect_input_kind(dir.file("one.tar")), "tar");
+  EXPECT_EQ(detect_input_kind(dir.file("d/{a,b}.jpg")), "");  // braces name tar shards only
   EXPECT_EQ(detect_input_kind(dir.file("d/*.jpg")), "glob");
   EXPECT_EQ(detect_input_kind(dir.file("arr.bin")), "npy");  // by its magic bytes
   EXPECT_EQ(detect_input_kind(dir.file("names")), "");
@@ -387,6 +393,10 @@ TEST(OpenInput, TheKindComesFromWhatThePathIsOrFromInputKind) {
   EXPECT_NE(e.find("--input-kind (synthetic, hdf5, npy, folder, glob, list, tar)"), std::string::npos) << e;
   o.kind = "list";
   EXPECT_EQ(open_input(o)->key(0), "d/a.jpg");
+  o.path = dir.file("d/{a,b}.jpg");
+  o.kind = "auto";
+  e = input_error_of([&] { open_input(o); });
+  EXPECT_NE(e.find("brace patterns"), std::string::npos) << e;
   o.path = dir.file("nothing/here");
   o.kind = "auto";
   e = input_error_of([&] { open_input(o); });
