@@ -114,7 +114,10 @@ KeysView keys_view(const std::string& dir, const std::vector<RankFileInfo>& info
   KeysView k;
   for (const RankFileInfo& i : infos) {
     k.width = std::max(k.width, i.key_bytes);
-    k.bad += static_cast<int64_t>(i.bad_samples.size());
+    try {
+      k.bad += static_cast<int64_t>(read_bad_samples(i).size());
+    } catch (const Error&) {
+    }
   }
   if (k.width == 0) return k;
   try {

@@ -54,14 +54,14 @@ void RunContext::open_source() {
   std::exception_ptr failed;
   try {
     source_ = open_input(in);
-    fingerprint_ = source_->fingerprint();
+    input_fingerprint_ = source_->fingerprint();
   } catch (...) {
     failed = std::current_exception();
   }
-  const std::string root_fingerprint = mpi_.broadcast_string(mpi_.rank() == 0 ? fingerprint_ : std::string());
+  const std::string root_fingerprint = mpi_.broadcast_string(mpi_.rank() == 0 ? input_fingerprint_ : std::string());
   if (failed) std::rethrow_exception(failed);
-  if (!root_fingerprint.empty() && fingerprint_ != root_fingerprint)
-    throw InputError(str("input ", job_.input, ": this rank sees other samples than rank 0 (", fingerprint_, " vs ",
+  if (!root_fingerprint.empty() && input_fingerprint_ != root_fingerprint)
+    throw InputError(str("input ", job_.input, ": this rank sees other samples than rank 0 (", input_fingerprint_, " vs ",
                          root_fingerprint, "); every rank must see the same files"));
   if (mpi_.rank() == 0) log_info("input: ", source_->describe());
   chunking_.total = source_->size();
@@ -209,11 +209,11 @@ void RunContext::build() {
   meta.device = device_->describe();
   meta.total_samples = chunking_.total;
   meta.chunk_samples = chunking_.chunk_samples;
+  meta.key_bytes = source_->key_bytes();
   meta.attempt = plan_.attempt;
   meta.start_time = unix_time_now();
   meta.fsync_commits = job_.fsync;
-  meta.key_bytes = source_->key_bytes();
-  meta.input_fingerprint = fingerprint_;
+  meta.input_fingerprint = input_fingerprint_;
   if (job_.sink == "hdf5") {
     const std::string path = rank_file_path(job_.output, mpi_.rank());
     const bool exists = access(path.c_str(), F_OK) == 0;

@@ -51,7 +51,7 @@ class RunContext {
   std::string started_;
 
   std::unique_ptr<Source> source_;
-  std::string fingerprint_;  // the input's (Source::fingerprint), stored in the rank files
+  std::string input_fingerprint_;
   Graph graph_;
   std::string model_sha256_;
   std::vector<DatasetSpec> specs_;

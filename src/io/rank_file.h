@@ -151,6 +151,7 @@ struct RankFileInfo {
   int64_t committed_rows = 0;
   int64_t total_samples = 0, chunk_samples = 0;
   std::string model_sha256, job_text;
+  std::string input_fingerprint;     // the input the file was written from ("" in files older than it)
   int attempt = 0;   // the attempt that last wrote the file (0: first run)
   bool closed_cleanly = false;       // false: a writer holds the file, or was killed holding it
   // Also read from the header (additions by the io part):
@@ -163,9 +164,11 @@ struct RankFileInfo {
   std::size_t key_bytes = 0;         // width of /sample_key; 0: no keys
   bool has_status = false;           // /sample_status
   bool has_sizes = false;            // /sample_size
-  std::vector<std::pair<int64_t, std::string>> bad_samples;  // committed /bad_samples: (sample index, reason)
-  std::string input_fingerprint;     // of the input that the file's first attempt read
 };
+
+// The committed records of a rank file's /bad_samples, (sample index, reason) in file order: those
+// whose sample lies in one of info.chunks (read_rank_file reads only the header and ledger).
+std::vector<std::pair<int64_t, std::string>> read_bad_samples(const RankFileInfo& info);
 
 // Keys of rows [first_row, first_row + count) of /sample_key in a rank file or outputs.h5 (fewer
 // when the dataset ends first; none when it has no keys).

@@ -34,6 +34,7 @@ inline constexpr char kGitCommit[] = "sluice_git_commit";
 inline constexpr char kJob[] = "job";
 inline constexpr char kModelPath[] = "model_path";
 inline constexpr char kModelSha256[] = "model_sha256";
+inline constexpr char kInputFingerprint[] = "input_fingerprint";  // Source::fingerprint(), for --resume
 inline constexpr char kRank[] = "rank";
 inline constexpr char kWorldSize[] = "world_size";
 inline constexpr char kHost[] = "host";
@@ -49,7 +50,6 @@ inline constexpr char kStartUnix[] = "start_unix";       // mutable
 inline constexpr char kEndTime[] = "end_time";           // mutable: "" until close()
 inline constexpr char kEndUnix[] = "end_unix";           // mutable: 0 until close()
 inline constexpr char kDtype[] = "sluice_dtype";         // on each output: float32, bfloat16, ...
-inline constexpr char kInputFingerprint[] = "input_fingerprint";  // Source::fingerprint() of the input
 }  // namespace attr
 inline constexpr std::size_t kTimeWidth = 32;            // bytes of the mutable time strings
 
@@ -82,8 +82,7 @@ struct BadScan {
 BadScan scan_bad_samples(hid_t file, const std::vector<ChunkRecord>& chunks);
 
 // The per-row datasets (rank_file_rows.cpp).  Created with the file: /sample_key when
-// meta.key_bytes > 0, /sample_status, /sample_size when meta.orig_sizes, /bad_samples, and the
-// input_fingerprint attribute.
+// meta.key_bytes > 0, /sample_status, /sample_size when meta.orig_sizes, /bad_samples.
 void create_row_datasets(hid_t file, int64_t chunk_rows, const RankFileMeta& meta);
 // Recovery: /bad_samples of `src` holding exactly the `committed` records, into `dst`.
 void copy_bad_samples(hid_t src, hid_t dst, const std::vector<std::pair<int64_t, std::string>>& committed);

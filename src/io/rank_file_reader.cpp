@@ -197,6 +197,7 @@ RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index) {
   info.job_text = str_attr(file, attr::kJob);
   info.model_path = str_attr(file, attr::kModelPath);
   info.model_sha256 = str_attr(file, attr::kModelSha256);
+  info.input_fingerprint = str_attr(file, attr::kInputFingerprint);
   info.host = str_attr(file, attr::kHost);
   info.device = str_attr(file, attr::kDevice);
   info.sluice_version = str_attr(file, attr::kVersion);
@@ -240,7 +241,6 @@ RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index) {
     if (std::strcmp(name, kSampleStatus) == 0) info.has_status = true;
     if (std::strcmp(name, kSampleSize) == 0) info.has_sizes = true;
   }
-  info.input_fingerprint = str_attr(file, attr::kInputFingerprint);
   info.file_rows = file_rows;
 
   // The ledger's valid prefix.  Its extent may already count a record whose bytes never reached
@@ -261,7 +261,6 @@ RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index) {
     end_row = r.first_row + r.count;
   }
   info.committed_rows = end_row;
-  info.bad_samples = scan_bad_samples(file, info.chunks).committed;
 
   if (verify_index && end_row > 0) {
     std::vector<int64_t> idx(static_cast<std::size_t>(end_row));
@@ -301,6 +300,12 @@ std::vector<std::string> read_sample_keys(const std::string& path, int64_t first
     keys.emplace_back(p, strnlen(p, width));
   }
   return keys;
+}
+
+std::vector<std::pair<int64_t, std::string>> read_bad_samples(const RankFileInfo& info) {
+  h5::quiet_errors();
+  rankfile::ReadHandle h = rankfile::open_for_reading(info.path);
+  return rankfile::scan_bad_samples(h.file, info.chunks).committed;
 }
 
 RankFileInfo read_rank_file(const std::string& path) {

@@ -59,7 +59,6 @@ void create_row_datasets(hid_t file, int64_t chunk_rows, const RankFileMeta& met
   h5::Type bad_mem = bad_memory_type();
   const BadRecord blank;
   create_dataset(file, kBadSamples, bad, {}, kBadChunk, &blank, bad_mem);
-  if (!meta.input_fingerprint.empty()) h5::write_attr(file, attr::kInputFingerprint, meta.input_fingerprint);
 }
 
 void RowDatasets::attach(hid_t file, const RankFileInfo& info, std::size_t key_stride) {

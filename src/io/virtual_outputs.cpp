@@ -99,7 +99,7 @@ void add_row_data(hid_t out, const std::vector<RankFileInfo>& files, const std::
 
   std::vector<rankfile::BadRecord> bad;
   for (const RankFileInfo& f : files)
-    for (const auto& [index, reason] : f.bad_samples) {
+    for (const auto& [index, reason] : read_bad_samples(f)) {
       rankfile::BadRecord r;
       r.index = index;
       std::memcpy(r.reason, reason.data(), std::min(reason.size(), rankfile::kReasonWidth));
