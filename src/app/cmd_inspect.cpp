@@ -43,8 +43,17 @@ struct OutputsCheck {
   json datasets = json::array();
 };
 
+// A few keys of the run (/sample_key), to show which samples the rows are.
+struct KeysView {
+  std::size_t width = 0;                 // 0: the rank files store no keys
+  std::vector<std::string> first, last;  // of outputs.h5 (global order), else of one rank file's rows
+  std::string from;
+  int64_t bad = 0;                       // committed bad samples, all rank files
+};
+
 struct Summary {
   std::string dir;
+  KeysView keys;
   std::vector<FileEntry> files;
   int64_t total = 0;
   std::vector<std::string> problems;  // besides coverage: why the folder is not in order
@@ -100,6 +109,37 @@ OutputsCheck check_outputs(const std::string& path, const std::vector<DatasetSpe
   return c;
 }
 
+KeysView keys_view(const std::string& dir, const std::vector<RankFileInfo>& infos, bool outputs_ok, int64_t total) {
+  constexpr int64_t kShown = 3;
+  KeysView k;
+  for (const RankFileInfo& i : infos) {
+    k.width = std::max(k.width, i.key_bytes);
+    try {
+      k.bad += static_cast<int64_t>(read_bad_samples(i).size());
+    } catch (const Error&) {
+    }
+  }
+  if (k.width == 0) return k;
+  try {
+    if (outputs_ok) {
+      const std::string path = (fs::path(dir) / "outputs.h5").string();
+      k.first = read_sample_keys(path, 0, kShown);
+      k.last = read_sample_keys(path, std::max<int64_t>(kShown, total - kShown), kShown);
+      k.from = "outputs.h5";
+    } else {
+      for (const RankFileInfo& i : infos)
+        if (!i.chunks.empty()) {
+          k.first = read_sample_keys(i.path, i.chunks.front().first_row, std::min(kShown, i.chunks.front().count));
+          k.from = fs::path(i.path).filename().string();
+          break;
+        }
+    }
+  } catch (const Error&) {
+    k.from.clear();  // unreadable: the problems above say why
+  }
+  return k;
+}
+
 Summary summarize(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) throw InputError(str("inspect: ", dir, ": no such folder"));
@@ -138,6 +178,7 @@ Summary summarize(const std::string& dir) {
   }
   s.coverage = check_coverage(infos, s.total);
   s.outputs = check_outputs((fs::path(dir) / "outputs.h5").string(), s.datasets, s.total);
+  s.keys = keys_view(dir, infos, s.outputs.ok, s.total);
 
   const fs::path report = fs::path(dir) / "report.json";
   if (fs::exists(report, ec)) {
@@ -192,6 +233,8 @@ json to_json(const Summary& s) {
     j["datasets"].push_back({{"name", "/outputs/" + d.name}, {"dtype", dtype_name(d.dtype)}, {"row_shape", d.row_shape},
                              {"rows", rows}, {"deflate", d.deflate}});
   const Coverage& c = s.coverage;
+  j["keys"] = {{"width", s.keys.width}, {"first", s.keys.first}, {"last", s.keys.last}, {"from", s.keys.from}};
+  j["bad_samples"] = s.keys.bad;
   j["coverage"] = {{"total", c.total},   {"present", c.present},          {"complete", c.complete()},
                    {"gaps", c.gaps},     {"duplicates", c.duplicates},    {"duplicate_count", c.duplicate_count},
                    {"out_of_range", c.out_of_range}};
@@ -260,6 +303,15 @@ void print_table(const Summary& s, std::ostream& out) {
         << (d.deflate > 0 ? fmt("  deflate %d", d.deflate) : "") << "\n";
   }
   out << fmt("  %-24s %-9s [%lld]\n", "/sample_index", "int64", static_cast<long long>(rows));
+  if (s.keys.width > 0) {
+    out << fmt("  %-24s %-9s [%lld]\n", "/sample_key", str("S", s.keys.width).c_str(), static_cast<long long>(rows));
+    std::string shown;
+    for (const std::string& k : s.keys.first) shown += (shown.empty() ? "" : ", ") + k;
+    if (!s.keys.last.empty()) shown += " ... ";
+    for (std::size_t i = 0; i < s.keys.last.size(); ++i) shown += (i ? ", " : "") + s.keys.last[i];
+    if (!s.keys.from.empty()) out << "  keys (" << s.keys.from << "): " << shown << "\n";
+  }
+  out << "  bad samples: " << s.keys.bad << (s.keys.bad > 0 ? " (/bad_samples: index, reason)" : "") << "\n";
 
   const Coverage& c = s.coverage;
   out << "\ncoverage: ";

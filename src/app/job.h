@@ -12,9 +12,11 @@ struct JobConfig {
   std::string config;                      // --config: the job file (TOML), if any
   std::string name = "job";                // --name: shown in the report
   std::string model = "jobs/models/quickstart.onnx";
-  std::string input = "synthetic";         // "synthetic" or an HDF5 file
+  std::string input = "synthetic";         // synthetic, an HDF5 or .npy file, image folder/glob/list, tar shards
+  std::string input_kind = "auto";         // auto (from the path) | synthetic | hdf5 | npy | folder | glob | list | tar
   std::string input_dataset = "/images";   // dataset in the HDF5 input file
-  int64_t samples = 512;                   // synthetic: N
+  std::string input_keys;                  // HDF5: a string dataset [N] of sample keys ("" : the index)
+  int64_t samples = 0;                     // the first N samples only (0: all; synthetic: 512)
   std::vector<int64_t> sample_shape = {3, 64, 64};  // synthetic: one sample's shape
   std::string input_dtype = "float32";     // float32 | uint8
   int64_t batch_size = 32;

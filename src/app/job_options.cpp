@@ -51,9 +51,16 @@ void visit_job(JobConfig& j, V& v) {
   const CLI::Validator none;
   v("name", j.name, "Job name, shown in the report", none);
   v("model", j.model, "ONNX model file", none);
-  v("input", j.input, "'synthetic' or an HDF5 file holding a dataset [N, ...]", none);
+  v("input", j.input,
+    "'synthetic', an HDF5 file (.h5) or .npy file [N, ...], a folder of images (recursive), a glob ('data/*/*.jpg', ** "
+    "for any depth), a list of paths (.txt, .lst), or WebDataset tar shards ('shards/train-{000000..000099}.tar')",
+    none);
+  v("input-kind", j.input_kind, "What --input is, when its path does not show it: auto | synthetic | hdf5 | npy | folder "
+    "| glob | list | tar", one_of({"auto", "synthetic", "hdf5", "npy", "folder", "glob", "list", "tar"}));
   v("input-dataset", j.input_dataset, "Dataset in the HDF5 input file", none);
-  v("samples", j.samples, "Synthetic input: number of samples N", at_least(1));
+  v("input-keys", j.input_keys, "HDF5 input: a string dataset [N] holding each sample's key (default: its index)", none);
+  v("samples", j.samples, "Process the first N samples of the input only (0: all; synthetic input: N, default 512)",
+    at_least(0));
   v("sample-shape", j.sample_shape, "Synthetic input: shape of one sample, e.g. 3,512,512", at_least(1));
   v("input-dtype", j.input_dtype, "Synthetic input type: float32 | uint8", one_of({"float32", "uint8"}));
   v("seed", j.seed, "Synthetic input seed", none);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <sstream>
 
 #include "core/log.h"
@@ -51,11 +52,31 @@ RunContext::~RunContext() = default;
 
 void RunContext::open_source() {
   const auto t0 = Clock::now();
-  if (job_.input == "synthetic") {
-    source_ = make_synthetic_source(job_.samples, job_.sample_shape, dtype_from_name(job_.input_dtype), job_.seed);
-  } else {
-    source_ = open_hdf5_source(job_.input, job_.input_dataset);
+  InputOptions in;
+  in.path = job_.input;
+  in.kind = job_.input_kind;
+  in.dataset = job_.input_dataset;
+  in.keys = job_.input_keys;
+  in.samples = job_.samples;
+  in.sample_shape = job_.sample_shape;
+  in.dtype = dtype_from_name(job_.input_dtype);
+  in.seed = job_.seed;
+  // Every rank enumerates the input itself; the fingerprints must agree (a rank that sees another
+  // file list would mix samples).  One broadcast on every path, so a rank that failed to open
+  // still takes part before its error is agreed on.
+  std::exception_ptr failed;
+  try {
+    source_ = open_input(in);
+    input_fingerprint_ = source_->fingerprint();
+  } catch (...) {
+    failed = std::current_exception();
   }
+  const std::string root_fingerprint = mpi_.broadcast_string(mpi_.rank() == 0 ? input_fingerprint_ : std::string());
+  if (failed) std::rethrow_exception(failed);
+  if (!root_fingerprint.empty() && input_fingerprint_ != root_fingerprint)
+    throw InputError(str("input ", job_.input, ": this rank sees other samples than rank 0 (", input_fingerprint_, " vs ",
+                         root_fingerprint, "); every rank must see the same files"));
+  if (mpi_.rank() == 0) log_info("input: ", source_->describe());
   chunking_.total = source_->size();
   chunking_.chunk_samples = job_.batch_size * job_.chunk_batches;
   t_setup_ += seconds_since(t0);
@@ -69,6 +90,10 @@ void RunContext::load_model() {
   model_sha256_ = sha256_file(job_.model);
   t_model_load_ = seconds_since(t0);
 
+  // Until the image decoders are wired here (image/image.h, make_image_input), files need them.
+  if (source_->encoded())
+    throw InputError(str("input ", job_.input, ": image files need the image decoders, which this sluice does not have "
+                         "yet; use an HDF5 or .npy input"));
   PrepareOptions po;
   po.batch_size = job_.batch_size;
   po.sample_shape = source_->sample_shape();
@@ -221,9 +246,11 @@ void RunContext::build() {
   meta.device = device_->describe();
   meta.total_samples = chunking_.total;
   meta.chunk_samples = chunking_.chunk_samples;
+  meta.key_bytes = source_->key_bytes();
   meta.attempt = plan_.attempt;
   meta.start_time = unix_time_now();
   meta.fsync_commits = job_.fsync;
+  meta.input_fingerprint = input_fingerprint_;
   if (job_.sink == "hdf5") {
     const std::string path = rank_file_path(job_.output, mpi_.rank());
     const bool exists = access(path.c_str(), F_OK) == 0;

@@ -26,7 +26,7 @@ class RunContext {
   RunContext(const JobConfig& job, std::string job_toml, const MpiContext& mpi);
   ~RunContext();
 
-  void open_source();   // synthetic or HDF5 input
+  void open_source();   // the input (io/source.h open_input); every rank sees the same samples
   void choose_device(); // backend and GPU of this rank
   void load_model();    // rank 0: load, prepare for the job's batch and outputs
   void share_model();   // collective: the structure over MPI, the weights over NCCL (or MPI)
@@ -58,6 +58,7 @@ class RunContext {
   std::string started_;
 
   std::unique_ptr<Source> source_;
+  std::string input_fingerprint_;
   Graph graph_;
   std::string model_sha256_;
   std::vector<DatasetSpec> specs_;

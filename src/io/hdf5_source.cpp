@@ -5,10 +5,19 @@
 // turns inside HDF5; the decode of compressed chunks is the part that would parallelize, and does
 // not here).  Float datasets of any precision are read as float32 (HDF5 converts on the way);
 // uint8 stays uint8; every other type is refused up front.
+//
+// Keys (--input-keys): a string dataset [N] beside the data (fixed-length or variable-length), read
+// once at open into one buffer; without it a sample's key is its index.  --samples keeps the first
+// rows only.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 
 #include "io/hdf5_util.h"
 #include "io/source.h"
+#include "io/source_util.h"
 
 namespace sluice {
 
@@ -16,23 +25,56 @@ namespace {
 
 class Hdf5Source final : public Source {
  public:
-  Hdf5Source(std::string path, std::string dataset, h5::File file, h5::Dataset d, DType dtype, int64_t n, Shape shape,
-             std::string stored_type)
+  Hdf5Source(std::string path, std::string dataset, h5::File file, h5::Dataset d, DType dtype, int64_t n,
+             int64_t stored_n, Shape shape, std::string stored_type)
       : path_(std::move(path)), dataset_name_(std::move(dataset)), file_(std::move(file)), dataset_(std::move(d)),
-        dtype_(dtype), size_(n), shape_(std::move(shape)), stored_type_(std::move(stored_type)),
+        dtype_(dtype), size_(n), stored_n_(stored_n), shape_(std::move(shape)), stored_type_(std::move(stored_type)),
         mem_type_(h5::memory_type(dtype)), row_dims_(shape_.begin(), shape_.end()) {}
+
+  void set_keys(std::string name, KeyList keys) {
+    keys_name_ = std::move(name);
+    keys_ = std::move(keys);
+  }
 
   ~Hdf5Source() override { dataset_.reset(); }  // before the file
 
   std::string describe() const override {
     return str("HDF5 ", path_, ":", dataset_name_, " ", size_, " x ", shape_str(shape_), " ", stored_type_,
-               stored_type_ == dtype_name(dtype_) ? "" : str(" (read as ", dtype_name(dtype_), ")"));
+               stored_type_ == dtype_name(dtype_) ? "" : str(" (read as ", dtype_name(dtype_), ")"),
+               size_ < stored_n_ ? str(", the first ", size_, " of ", stored_n_) : "",
+               keys_name_.empty() ? "" : str(", keys ", keys_name_));
+  }
+
+  std::string key(int64_t i) const override {
+    return keys_name_.empty() ? std::to_string(i) : std::string(keys_[static_cast<std::size_t>(i)]);
+  }
+  std::size_t key_bytes() const override { return keys_name_.empty() ? Source::key_bytes() : keys_.max_bytes(); }
+
+  // path, datasets, shape, type, file size and a hash of the first, middle and last rows (and keys).
+  std::string fingerprint() const override {
+    Fnv64 rows;
+    std::vector<uint8_t> buf(sample_bytes());
+    for (int64_t i : {int64_t{0}, size_ / 2, size_ - 1}) {
+      read_rows(i, 1, buf.data());
+      rows.bytes(buf.data(), buf.size());
+    }
+    for (std::size_t i = 0; i < keys_.size(); ++i) rows.text(keys_[i]);
+    struct stat st;
+    const uint64_t bytes = ::stat(path_.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+    std::error_code ec;
+    const std::filesystem::path abs = std::filesystem::absolute(path_, ec);
+    return str("hdf5 ", ec ? path_ : abs.lexically_normal().string(), ":", dataset_name_, " samples=", size_, " of ",
+               stored_n_, " shape=", shape_str(shape_), " type=", stored_type_, " keys=", keys_name_, " bytes=", bytes,
+               " rows=", rows.hex());
   }
   int64_t size() const override { return size_; }
   const Shape& sample_shape() const override { return shape_; }
   DType dtype() const override { return dtype_; }
 
-  void read(int64_t first, int64_t count, void* dst) override {
+  void read(int64_t first, int64_t count, void* dst) override { read_rows(first, count, dst); }
+
+ private:
+  void read_rows(int64_t first, int64_t count, void* dst) const {
     SLUICE_CHECK(first >= 0 && count >= 0 && first + count <= size_, "HDF5 input ", path_, ":", dataset_name_,
                  ": rows [", first, ", ", first + count, ") outside [0, ", size_, ")");
     if (count == 0) return;
@@ -42,21 +84,64 @@ class Hdf5Source final : public Source {
     H5_CHECK(H5Dread(dataset_, mem_type_, mspace, fspace, H5P_DEFAULT, dst));
   }
 
- private:
   std::string path_, dataset_name_;
   h5::File file_;
   h5::Dataset dataset_;
   DType dtype_;
-  int64_t size_;
+  int64_t size_, stored_n_;
   Shape shape_;
   std::string stored_type_;
   h5::Type mem_type_;
   std::vector<hsize_t> row_dims_;
+  std::string keys_name_;
+  KeyList keys_;
 };
+
+// The first `n` entries of string dataset `name` [stored_n] (fixed or variable length), read in
+// blocks so a huge key list never needs a second copy.
+KeyList read_keys(hid_t file, const std::string& where, const std::string& name, int64_t n, int64_t stored_n) {
+  if (!h5::exists(file, name)) throw InputError(str(where, ": no key dataset '", name, "' (--input-keys)"));
+  h5::Dataset d(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+  if (!d.valid()) throw InputError(str(where, ": '", name, "' (--input-keys) is not a dataset"));
+  h5::Type type(H5_CHECK(H5Dget_type(d)));
+  if (H5Tget_class(type) != H5T_STRING)
+    throw InputError(str(where, ": --input-keys ", name, " holds ", h5::type_text(type), "; it must hold strings"));
+  const std::vector<hsize_t> dims = h5::dims_of(d);
+  if (dims.size() != 1 || static_cast<int64_t>(dims[0]) != stored_n)
+    throw InputError(str(where, ": --input-keys ", name, " has shape ", shape_str(Shape(dims.begin(), dims.end())),
+                         "; it must be [", stored_n, "], one key per sample"));
+  const bool variable = H5_CHECK(H5Tis_variable_str(type)) > 0;
+  const std::size_t width = variable ? sizeof(char*) : H5Tget_size(type);
+  const bool space_padded = !variable && H5Tget_strpad(type) == H5T_STR_SPACEPAD;
+  h5::Type mem(H5_CHECK(H5Tcopy(type)));  // the file's own string type: no conversion
+  KeyList keys;
+  constexpr int64_t kBlock = 65536;
+  std::vector<char> buf(static_cast<std::size_t>(std::min(n, kBlock)) * width);
+  for (int64_t first = 0; first < n; first += kBlock) {
+    const int64_t count = std::min(kBlock, n - first);
+    h5::Space fspace = h5::select_rows(d, first, count);
+    h5::Space mspace = h5::row_block_space(count, {});
+    H5_CHECK(H5Dread(d, mem, mspace, fspace, H5P_DEFAULT, buf.data()));
+    for (int64_t i = 0; i < count; ++i) {
+      const char* p = buf.data() + static_cast<std::size_t>(i) * width;
+      if (variable) {
+        const char* s = *reinterpret_cast<char* const*>(p);
+        keys.add(s ? std::string_view(s) : std::string_view());
+      } else {
+        std::size_t len = strnlen(p, width);
+        while (space_padded && len > 0 && p[len - 1] == ' ') --len;
+        keys.add(std::string_view(p, len));
+      }
+    }
+    if (variable) H5_CHECK(H5Dvlen_reclaim(mem, mspace, H5P_DEFAULT, buf.data()));
+  }
+  return keys;
+}
 
 }  // namespace
 
-std::unique_ptr<Source> open_hdf5_source(const std::string& path, const std::string& dataset) {
+std::unique_ptr<Source> open_hdf5_source(const std::string& path, const std::string& dataset, const std::string& keys,
+                                         int64_t limit) {
   h5::quiet_errors();
   const std::string where = str("input ", path);
   std::error_code ec;
@@ -93,8 +178,14 @@ std::unique_ptr<Source> open_hdf5_source(const std::string& path, const std::str
   for (int64_t s : shape)
     if (s == 0) throw InputError(str(where, ": dataset '", dataset, "' has an empty sample shape ", shape_str(shape)));
   if (dims[0] == 0) throw InputError(str(where, ": dataset '", dataset, "' holds no samples"));
-  return std::make_unique<Hdf5Source>(path, dataset, std::move(file), std::move(d), dtype,
-                                      static_cast<int64_t>(dims[0]), std::move(shape), stored);
+  const int64_t stored_n = static_cast<int64_t>(dims[0]);
+  const int64_t n = limit > 0 ? std::min(limit, stored_n) : stored_n;
+  KeyList key_list;
+  if (!keys.empty()) key_list = read_keys(file, where, keys, n, stored_n);
+  auto src = std::make_unique<Hdf5Source>(path, dataset, std::move(file), std::move(d), dtype, n, stored_n,
+                                          std::move(shape), stored);
+  if (!keys.empty()) src->set_keys(keys, std::move(key_list));
+  return src;
 }
 
 }  // namespace sluice

@@ -96,13 +96,12 @@ std::vector<uint8_t> fortran_to_c(const std::vector<uint8_t>& f, const Shape& s,
 
 }  // namespace
 
-NpyArray read_npy(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw InputError(str(path, ": cannot open the file"));
+NpyHeader read_npy_header(std::istream& f, const std::string& path) {
   char magic[8];
   if (!f.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) throw InputError(str(path, ": not a .npy file"));
   const int major = static_cast<unsigned char>(magic[6]);
   uint32_t hlen = 0;
+  std::size_t preamble = 10;
   if (major == 1) {
     unsigned char b[2];
     if (!f.read(reinterpret_cast<char*>(b), 2)) throw InputError(str(path, ": truncated .npy header"));
@@ -111,6 +110,7 @@ NpyArray read_npy(const std::string& path) {
     unsigned char b[4];
     if (!f.read(reinterpret_cast<char*>(b), 4)) throw InputError(str(path, ": truncated .npy header"));
     hlen = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
+    preamble = 12;
   } else {
     throw InputError(str(path, ": unsupported .npy version ", major));
   }
@@ -122,17 +122,29 @@ NpyArray read_npy(const std::string& path) {
   if (descr.size() < 2 || (descr.front() != '\'' && descr.front() != '"')) throw InputError(str(path, ": unsupported dtype ", descr));
   descr = descr.substr(1, descr.size() - 2);
   const Descr d = parse_descr(path, descr);
-  const std::string fortran = dict_value(path, header, "fortran_order");
+  NpyHeader h;
+  h.dtype = d.dtype;
+  h.big_endian = d.swap;
+  h.fortran_order = dict_value(path, header, "fortran_order").rfind("True", 0) == 0;
+  h.shape = parse_shape(path, dict_value(path, header, "shape"));
+  h.data_offset = preamble + hlen;
+  return h;
+}
+
+NpyArray read_npy(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw InputError(str(path, ": cannot open the file"));
+  const NpyHeader h = read_npy_header(f, path);
   NpyArray a;
-  a.dtype = d.dtype;
-  a.shape = parse_shape(path, dict_value(path, header, "shape"));
+  a.dtype = h.dtype;
+  a.shape = h.shape;
   const std::size_t elem = dtype_size(a.dtype);
   const std::size_t bytes = static_cast<std::size_t>(shape_numel(a.shape)) * elem;
   a.data.resize(bytes);
   if (bytes && !f.read(reinterpret_cast<char*>(a.data.data()), static_cast<std::streamsize>(bytes)))
     throw InputError(str(path, ": truncated data (expected ", bytes, " bytes for ", shape_str(a.shape), ")"));
-  if (d.swap) byte_swap(a.data, elem);
-  if (fortran.rfind("True", 0) == 0 && a.shape.size() > 1) a.data = fortran_to_c(a.data, a.shape, elem);
+  if (h.big_endian) byte_swap(a.data, elem);
+  if (h.fortran_order && a.shape.size() > 1) a.data = fortran_to_c(a.data, a.shape, elem);
   return a;
 }
 

@@ -2,6 +2,7 @@
 // The per-rank HDF5 output file, OUTDIR/rank-NNNNN.h5 (see DESIGN.md, "Files"):
 //   /outputs/<name>  [rows, ...]  one dataset per OutputSpec, chunked by batch, extendible
 //   /sample_index    [rows] int64 the global sample index of each row
+//   /sample_key, /sample_status, /sample_size, /bad_samples: per-row data (RowMeta, below)
 //   /ledger          [chunks] committed chunks {chunk_id, first_index, count, first_row}
 //   attributes: sluice version and commit, job (TOML text), model path and sha256, rank, world
 //   size, host, GPU, start and end times, attempt.
@@ -150,6 +151,7 @@ struct RankFileInfo {
   int64_t committed_rows = 0;
   int64_t total_samples = 0, chunk_samples = 0;
   std::string model_sha256, job_text;
+  std::string input_fingerprint;     // the input the file was written from ("" in files older than it)
   int attempt = 0;   // the attempt that last wrote the file (0: first run)
   bool closed_cleanly = false;       // false: a writer holds the file, or was killed holding it
   // Also read from the header (additions by the io part):
@@ -158,7 +160,19 @@ struct RankFileInfo {
   double start_unix = 0, end_unix = 0;
   int64_t file_rows = 0;             // rows the datasets hold, committed or not
   int64_t chunk_rows = 0;            // rows per batch the file was created with
+  // Per-row data (RowMeta), where the file stores it (files of older versions have none):
+  std::size_t key_bytes = 0;         // width of /sample_key; 0: no keys
+  bool has_status = false;           // /sample_status
+  bool has_sizes = false;            // /sample_size
 };
+
+// The committed records of a rank file's /bad_samples, (sample index, reason) in file order: those
+// whose sample lies in one of info.chunks (read_rank_file reads only the header and ledger).
+std::vector<std::pair<int64_t, std::string>> read_bad_samples(const RankFileInfo& info);
+
+// Keys of rows [first_row, first_row + count) of /sample_key in a rank file or outputs.h5 (fewer
+// when the dataset ends first; none when it has no keys).
+std::vector<std::string> read_sample_keys(const std::string& path, int64_t first_row, int64_t count);
 
 // Reads the header and ledger of a rank file (read-only; works on a file whose writer was killed).
 RankFileInfo read_rank_file(const std::string& path);

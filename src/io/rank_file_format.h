@@ -14,6 +14,16 @@ inline constexpr char kOutputsGroup[] = "/outputs";
 inline constexpr char kSampleIndex[] = "/sample_index";
 inline constexpr char kLedger[] = "/ledger";
 inline constexpr int64_t kLedgerChunk = 64;  // ledger records per HDF5 chunk
+// Per-row data beside the outputs (RowMeta; docs/file-formats.md).  Rows of the first three follow
+// /sample_index exactly (same extent, written in the same append, committed by the same ledger
+// record); /bad_samples is a list of {index, reason} whose committed records are those whose index
+// lies in a committed chunk of the file.
+inline constexpr char kSampleKey[] = "/sample_key";        // [rows] fixed-length string, NUL-padded
+inline constexpr char kSampleStatus[] = "/sample_status";  // [rows] uint8 RowStatus
+inline constexpr char kSampleSize[] = "/sample_size";      // [rows, 2] int32 original height, width
+inline constexpr char kBadSamples[] = "/bad_samples";      // [n] {index int64, reason string}
+inline constexpr std::size_t kReasonWidth = 200;           // bytes of a bad sample's reason
+inline constexpr int64_t kBadChunk = 64;                   // /bad_samples records per HDF5 chunk
 
 // Attributes of the root group.  The ones marked mutable are rewritten while the file is in SWMR
 // mode, where attributes cannot be created, so they exist from the start with fixed-size types.
@@ -24,6 +34,7 @@ inline constexpr char kGitCommit[] = "sluice_git_commit";
 inline constexpr char kJob[] = "job";
 inline constexpr char kModelPath[] = "model_path";
 inline constexpr char kModelSha256[] = "model_sha256";
+inline constexpr char kInputFingerprint[] = "input_fingerprint";  // Source::fingerprint(), for --resume
 inline constexpr char kRank[] = "rank";
 inline constexpr char kWorldSize[] = "world_size";
 inline constexpr char kHost[] = "host";
@@ -49,6 +60,57 @@ h5::Type ledger_memory_type();
 // The ledger's fill value: a record whose slot exists but was never written reads as this, and
 // readers stop there.
 ChunkRecord ledger_fill();
+
+// /sample_key's type: fixed-length strings of `width` bytes, NUL-padded (h5py reads bytes).
+h5::Type key_type(std::size_t width);
+// A /bad_samples record in memory, and its file and memory types (the file's is packed:
+// index at 0, reason at 8).  Unwritten slots read as the fill value {-1, ""}.
+struct BadRecord {
+  int64_t index = -1;
+  char reason[kReasonWidth] = {};
+};
+h5::Type bad_file_type();
+h5::Type bad_memory_type();
+
+// What /bad_samples holds: its records, those that are committed (their index is in one of
+// `chunks`, in file order) and how many leading records are (the writer appends after those).
+struct BadScan {
+  std::vector<std::pair<int64_t, std::string>> committed;
+  int64_t leading = 0;  // records [0, leading) are all committed
+  int64_t extent = 0;   // slots the dataset has
+};
+BadScan scan_bad_samples(hid_t file, const std::vector<ChunkRecord>& chunks);
+
+// The per-row datasets (rank_file_rows.cpp).  Created with the file: /sample_key when
+// meta.key_bytes > 0, /sample_status, /sample_size when meta.orig_sizes, /bad_samples.
+void create_row_datasets(hid_t file, int64_t chunk_rows, const RankFileMeta& meta);
+// Recovery: /bad_samples of `src` holding exactly the `committed` records, into `dst`.
+void copy_bad_samples(hid_t src, hid_t dst, const std::vector<std::pair<int64_t, std::string>>& committed);
+
+// A writer's handles on the per-row datasets a file has, grown and written with every append.
+class RowDatasets {
+ public:
+  // `key_stride`: bytes per key in RowMeta::keys (0: the file's width).  Blanks /bad_samples
+  // records after the committed ones.
+  void attach(hid_t file, const RankFileInfo& info, std::size_t key_stride);
+  void grow_to(int64_t rows);
+  // Rows [row, row + rows) from `meta` (empty keys, status 0, size 0 where it gives none), and its
+  // bad samples appended to /bad_samples.
+  void write(int64_t row, int64_t rows, const RowMeta& meta);
+  void close();
+
+ private:
+  static void write_rows(hid_t d, hid_t mem, int64_t row, int64_t rows, const std::vector<hsize_t>& row_dims,
+                         const void* data);
+  void write_bad(int64_t at, const BadRecord* records, int64_t count);
+
+  h5::Dataset keys_, status_, sizes_, bad_;
+  h5::Type key_mem_, bad_mem_;
+  std::size_t key_stride_ = 0;
+  int64_t bad_len_ = 0;      // records written (committed or pending)
+  int64_t bad_extent_ = 0;   // slots the dataset has
+  std::vector<char> zeros_;  // stands in for data a RowMeta does not give
+};
 
 // "2025-03-01T12:34:56.789Z" (UTC); "" for 0.
 std::string iso8601(double unix_seconds);

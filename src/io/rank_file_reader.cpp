@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "io/rank_file_format.h"
 
@@ -32,6 +34,57 @@ h5::Type ledger_memory_type() {
 }
 
 ChunkRecord ledger_fill() { return ChunkRecord{-1, -1, 0, -1}; }
+
+h5::Type key_type(std::size_t width) {
+  h5::Type t(H5_CHECK(H5Tcopy(H5T_C_S1)));
+  H5_CHECK(H5Tset_size(t, std::max<std::size_t>(width, 1)));
+  H5_CHECK(H5Tset_strpad(t, H5T_STR_NULLPAD));
+  return t;
+}
+
+namespace {
+
+h5::Type bad_type(std::size_t size, std::size_t index_at, std::size_t reason_at, hid_t int_type) {
+  h5::Type t(H5_CHECK(H5Tcreate(H5T_COMPOUND, size)));
+  H5_CHECK(H5Tinsert(t, "index", index_at, int_type));
+  h5::Type reason = key_type(kReasonWidth);
+  H5_CHECK(H5Tinsert(t, "reason", reason_at, reason));
+  return t;
+}
+
+}  // namespace
+
+h5::Type bad_file_type() { return bad_type(8 + kReasonWidth, 0, 8, H5T_STD_I64LE); }
+h5::Type bad_memory_type() {
+  return bad_type(sizeof(BadRecord), offsetof(BadRecord, index), offsetof(BadRecord, reason), H5T_NATIVE_INT64);
+}
+
+BadScan scan_bad_samples(hid_t file, const std::vector<ChunkRecord>& chunks) {
+  BadScan scan;
+  if (!h5::exists(file, kBadSamples)) return scan;
+  h5::Dataset d(H5_CHECK(H5Dopen2(file, kBadSamples, H5P_DEFAULT)));
+  scan.extent = static_cast<int64_t>(h5::dims_of(d).at(0));
+  if (scan.extent == 0) return scan;
+  std::vector<BadRecord> records(static_cast<std::size_t>(scan.extent));
+  h5::Type mem = bad_memory_type();
+  H5_CHECK(H5Dread(d, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, records.data()));
+  // Committed sample ranges, sorted, for a binary search per record.
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const ChunkRecord& c : chunks) ranges.emplace_back(c.first_index, c.first_index + c.count);
+  std::sort(ranges.begin(), ranges.end());
+  auto committed = [&](int64_t index) {
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(index, std::numeric_limits<int64_t>::max()));
+    return index >= 0 && it != ranges.begin() && index < std::prev(it)->second;
+  };
+  bool leading = true;
+  for (const BadRecord& r : records) {
+    const bool ok = committed(r.index);
+    if (ok) scan.committed.emplace_back(r.index, std::string(r.reason, strnlen(r.reason, kReasonWidth)));
+    leading = leading && ok;
+    if (leading) ++scan.leading;
+  }
+  return scan;
+}
 
 std::string iso8601(double unix_seconds) {
   if (unix_seconds <= 0) return "";
@@ -144,6 +197,7 @@ RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index) {
   info.job_text = str_attr(file, attr::kJob);
   info.model_path = str_attr(file, attr::kModelPath);
   info.model_sha256 = str_attr(file, attr::kModelSha256);
+  info.input_fingerprint = str_attr(file, attr::kInputFingerprint);
   info.host = str_attr(file, attr::kHost);
   info.device = str_attr(file, attr::kDevice);
   info.sluice_version = str_attr(file, attr::kVersion);
@@ -174,6 +228,18 @@ RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index) {
     spec.deflate = deflate_level(d);
     file_rows = std::min(file_rows, static_cast<int64_t>(dims[0]));
     info.datasets.push_back(std::move(spec));
+  }
+  // Per-row data: rows present in it count like the outputs' (written in the same append).
+  for (const char* name : {kSampleKey, kSampleStatus, kSampleSize}) {
+    if (!h5::exists(file, name)) continue;
+    h5::Dataset d(H5_CHECK(H5Dopen2(file, name, H5P_DEFAULT)));
+    file_rows = std::min(file_rows, static_cast<int64_t>(h5::dims_of(d).at(0)));
+    if (std::strcmp(name, kSampleKey) == 0) {
+      h5::Type type(H5_CHECK(H5Dget_type(d)));
+      info.key_bytes = H5Tget_size(type);
+    }
+    if (std::strcmp(name, kSampleStatus) == 0) info.has_status = true;
+    if (std::strcmp(name, kSampleSize) == 0) info.has_sizes = true;
   }
   info.file_rows = file_rows;
 
@@ -211,6 +277,36 @@ RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index) {
 }
 
 }  // namespace rankfile
+
+std::vector<std::string> read_sample_keys(const std::string& path, int64_t first_row, int64_t count) {
+  h5::quiet_errors();
+  rankfile::ReadHandle h = rankfile::open_for_reading(path);
+  std::vector<std::string> keys;
+  if (!h5::exists(h.file, rankfile::kSampleKey)) return keys;
+  h5::Dataset d(H5_CHECK(H5Dopen2(h.file, rankfile::kSampleKey, H5P_DEFAULT)));
+  const int64_t rows = static_cast<int64_t>(h5::dims_of(d).at(0));
+  first_row = std::clamp<int64_t>(first_row, 0, rows);
+  count = std::clamp<int64_t>(count, 0, rows - first_row);
+  if (count == 0) return keys;
+  h5::Type type(H5_CHECK(H5Dget_type(d)));
+  const std::size_t width = H5Tget_size(type);
+  h5::Type mem = rankfile::key_type(width);
+  std::vector<char> buf(static_cast<std::size_t>(count) * width);
+  h5::Space fspace = h5::select_rows(d, first_row, count);
+  h5::Space mspace = h5::row_block_space(count, {});
+  H5_CHECK(H5Dread(d, mem, mspace, fspace, H5P_DEFAULT, buf.data()));
+  for (int64_t i = 0; i < count; ++i) {
+    const char* p = buf.data() + static_cast<std::size_t>(i) * width;
+    keys.emplace_back(p, strnlen(p, width));
+  }
+  return keys;
+}
+
+std::vector<std::pair<int64_t, std::string>> read_bad_samples(const RankFileInfo& info) {
+  h5::quiet_errors();
+  rankfile::ReadHandle h = rankfile::open_for_reading(info.path);
+  return rankfile::scan_bad_samples(h.file, info.chunks).committed;
+}
 
 RankFileInfo read_rank_file(const std::string& path) {
   rankfile::ReadHandle h = rankfile::open_for_reading(path);

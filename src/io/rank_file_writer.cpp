@@ -29,6 +29,8 @@
 //     joins the index like a chunk HDF5 compressed itself, so steps 3 and 4 hold unchanged.
 //  5. Attributes that change later (attempt, start and end time, host, device, world size) are
 //     created up front with fixed-size types, so changing them in SWMR mode rewrites existing bytes.
+//  6. Per-row data (keys, status, original sizes, the bad-sample list; rank_file_rows.cpp) is
+//     written in the same append as the outputs and follows steps 1 to 4 the same way.
 //  Rows past the last ledger record are not output: readers ignore them, recovery drops them.
 //  fsync (RankFileMeta::fsync_commits) adds power-loss safety; a killed process does not need it.
 //
@@ -129,8 +131,9 @@ void create_rows_dataset(hid_t loc, const char* name, hid_t type, const Shape& r
 
 class Hdf5RankFile final : public RankFile {
  public:
-  Hdf5RankFile(std::string path, h5::File file, std::vector<DatasetSpec> specs, bool fsync)
-      : path_(std::move(path)), specs_(std::move(specs)), file_(std::move(file)), fsync_(fsync) {}
+  Hdf5RankFile(std::string path, h5::File file, std::vector<DatasetSpec> specs, bool fsync, std::size_t key_stride)
+      : path_(std::move(path)), specs_(std::move(specs)), file_(std::move(file)), fsync_(fsync),
+        key_stride_(key_stride) {}
 
   ~Hdf5RankFile() override {
     // Without close() (an error path) the handles still close, leaving a consistent file whose
@@ -138,6 +141,7 @@ class Hdf5RankFile final : public RankFile {
     datasets_.clear();
     index_.reset();
     ledger_.reset();
+    row_data_ = RowDatasets();
   }
 
   // Opens the datasets and reads where the file stands (a new file: all zero).
@@ -160,6 +164,7 @@ class Hdf5RankFile final : public RankFile {
     index_ = h5::Dataset(H5_CHECK(H5Dopen2(file_, kSampleIndex, dapl)));
     ledger_ = h5::Dataset(H5_CHECK(H5Dopen2(file_, kLedger, H5P_DEFAULT)));
     ledger_mem_ = ledger_memory_type();
+    row_data_.attach(file_, info, key_stride_);
 
     committed_ = info.committed_rows;
     ledger_len_ = static_cast<int64_t>(info.chunks.size());
@@ -213,6 +218,8 @@ class Hdf5RankFile final : public RankFile {
 
   int64_t committed_rows() const override { return committed_; }
 
+  void set_row_meta(const RowMeta& meta) override { row_meta_ = meta; }
+
   void close() override {
     if (closed_) return;
     h5::quiet_errors();
@@ -224,6 +231,7 @@ class Hdf5RankFile final : public RankFile {
     datasets_.clear();
     index_.close();
     ledger_.close();
+    row_data_.close();
     file_.close();
     closed_ = true;
   }
@@ -238,6 +246,7 @@ class Hdf5RankFile final : public RankFile {
       H5_CHECK(H5Dset_extent(datasets_[i], dims.data()));
     }
     H5_CHECK(H5Dset_extent(index_, &n));
+    row_data_.grow_to(rows);
     extent_ = rows;
   }
 
@@ -276,6 +285,9 @@ class Hdf5RankFile final : public RankFile {
     h5::Space fspace = h5::select_rows(index_, row, rows);
     h5::Space mspace = h5::row_block_space(rows, {});
     H5_CHECK(H5Dwrite(index_, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, sample_index));
+    // The per-row data of these rows (set_row_meta), then it is used up.
+    row_data_.write(row, rows, row_meta_);
+    row_meta_ = RowMeta{};
     pending_rows_ += rows;
     return stored;
   }
@@ -318,7 +330,10 @@ class Hdf5RankFile final : public RankFile {
   std::vector<hsize_t> chunk_offset_;  // H5Dwrite_chunk's offset, sized once
   h5::Dataset index_, ledger_;
   h5::Type ledger_mem_;
+  RowDatasets row_data_;       // keys, status, sizes, bad samples
+  RowMeta row_meta_;           // for the next append
   bool fsync_ = false;
+  std::size_t key_stride_ = 0; // bytes per key in RowMeta::keys
   int64_t align_ = 1;          // a commit's first row is a multiple of this (chunk rows when compressed)
   int64_t extent_ = 0;         // rows the datasets hold now
   int64_t committed_ = 0;      // rows through the last committed chunk
@@ -336,6 +351,7 @@ void write_header(hid_t file, const std::vector<DatasetSpec>& specs, int64_t chu
   h5::write_attr(file, attr::kJob, meta.job_text);
   h5::write_attr(file, attr::kModelPath, meta.model_path);
   h5::write_attr(file, attr::kModelSha256, meta.model_sha256);
+  h5::write_attr(file, attr::kInputFingerprint, meta.input_fingerprint);
   h5::write_attr(file, attr::kRank, static_cast<int64_t>(meta.rank));
   h5::write_attr(file, attr::kWorldSize, static_cast<int64_t>(meta.world_size));
   h5::write_attr(file, attr::kHost, clip(host_name(meta.host), kNameWidth), kNameWidth);
@@ -368,6 +384,7 @@ void write_header(hid_t file, const std::vector<DatasetSpec>& specs, int64_t chu
   h5::Type ledger_mem = ledger_memory_type();
   const ChunkRecord fill = ledger_fill();
   create_rows_dataset(file, kLedger, ledger_type, {}, kLedgerChunk, 0, &fill, ledger_mem);
+  create_row_datasets(file, chunk_rows, meta);
 }
 
 std::unique_ptr<RankFile> create_new(const std::string& path, const std::vector<DatasetSpec>& specs,
@@ -395,7 +412,7 @@ std::unique_ptr<RankFile> create_new(const std::string& path, const std::vector<
     std::filesystem::remove(tmp, ec);
     throw;
   }
-  auto rf = std::make_unique<Hdf5RankFile>(path, std::move(file), specs, meta.fsync_commits);
+  auto rf = std::make_unique<Hdf5RankFile>(path, std::move(file), specs, meta.fsync_commits, meta.key_bytes);
   rf->attach(RankFileInfo{}, chunk_rows);
   return rf;
 }
@@ -420,6 +437,9 @@ std::unique_ptr<RankFile> append_to(const std::string& path, const std::vector<D
     throw InputError(str("rank file ", path, " holds outputs {", have, "} but this job writes {", want,
                          "}: it cannot be resumed"));
   }
+  if (info.key_bytes > 0 && meta.key_bytes > info.key_bytes)
+    throw InputError(str("rank file ", path, " stores keys of up to ", info.key_bytes, " bytes but this input's keys take ",
+                         meta.key_bytes, ": the input changed since the file was written; --overwrite starts afresh"));
   // The deflate levels are the file's: keep them, whatever this attempt asked for.
   std::vector<DatasetSpec> kept = specs;
   for (std::size_t i = 0; i < kept.size(); ++i) kept[i].deflate = info.datasets[i].deflate;
@@ -437,7 +457,7 @@ std::unique_ptr<RankFile> append_to(const std::string& path, const std::vector<D
   H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
 
   const int64_t chunk_rows = info.chunk_rows > 0 ? info.chunk_rows : 1;
-  auto rf = std::make_unique<Hdf5RankFile>(path, std::move(file), kept, meta.fsync_commits);
+  auto rf = std::make_unique<Hdf5RankFile>(path, std::move(file), kept, meta.fsync_commits, meta.key_bytes);
   rf->attach(info, chunk_rows);
   return rf;
 }

@@ -76,6 +76,9 @@ void write_recovered(hid_t src, const RankFileInfo& info, const std::string& tmp
   outputs.close();
   for (const DatasetSpec& s : info.datasets) copy_rows(src, dst, str(kOutputsGroup, "/", s.name), info.committed_rows);
   copy_rows(src, dst, kSampleIndex, info.committed_rows);
+  for (const char* name : {kSampleKey, kSampleStatus, kSampleSize})
+    if (h5::exists(src, name)) copy_rows(src, dst, name, info.committed_rows);
+  copy_bad_samples(src, dst, scan_bad_samples(src, info.chunks).committed);
 
   // The ledger: exactly the valid records (the source may hold a blank or torn slot after them).
   h5::Dataset ledger(H5_CHECK(H5Dopen2(src, kLedger, H5P_DEFAULT)));

@@ -61,8 +61,47 @@ class Source {
 // on which rank or batch computes it.  float32 values in [-1, 1), uint8 values in [0, 255].
 std::unique_ptr<Source> make_synthetic_source(int64_t samples, const Shape& sample_shape, DType dtype, uint64_t seed);
 
-// An HDF5 dataset [N, ...] of float32 or uint8, read by hyperslab straight into the slot.  Throws
+// `limit` below: the first `limit` samples only (--samples; 0: all of them).
+
+// An HDF5 dataset [N, ...] of float32 or uint8, read by hyperslab straight into the slot.  `keys`
+// (--input-keys) names a string dataset [N] in the same file holding each sample's key.  Throws
 // InputError for a missing file or dataset, or an unsupported type.
-std::unique_ptr<Source> open_hdf5_source(const std::string& path, const std::string& dataset);
+std::unique_ptr<Source> open_hdf5_source(const std::string& path, const std::string& dataset,
+                                         const std::string& keys = "", int64_t limit = 0);
+
+// A .npy array [N, ...] of float32 or uint8 (io/npy_source.cpp).
+std::unique_ptr<Source> open_npy_source(const std::string& path, int64_t limit = 0);
+
+// Encoded sources over image files (.jpg, .jpeg, .png; io/file_source.cpp, io/file_scan.cpp):
+//  - a folder, walked recursively, keys = paths relative to it, sorted bytewise;
+//  - a glob ('data/*/img_*.jpg', ** for any depth), keys relative to its fixed leading folders;
+//  - a text file listing paths (one per line, relative to the list's folder, # comments), in its order.
+std::unique_ptr<Source> open_folder_source(const std::string& folder, int64_t limit = 0);
+std::unique_ptr<Source> open_glob_source(const std::string& pattern, int64_t limit = 0);
+std::unique_ptr<Source> open_list_source(const std::string& list, int64_t limit = 0);
+// Tar shards in the WebDataset layout (io/tar_source.cpp): one .tar, a brace range
+// ('train-{000000..000099}.tar') or a glob of .tar files; a sample is a run of members sharing a
+// key (the member path up to the first dot of its file name) and its bytes are the image member's.
+std::unique_ptr<Source> open_tar_source(const std::string& shards, int64_t limit = 0);
+
+// What --input and its companions ask for (app/job.h).
+struct InputOptions {
+  std::string path = "synthetic";   // --input
+  std::string kind = "auto";        // --input-kind: auto or one of kInputKinds
+  std::string dataset = "/images";  // --input-dataset (HDF5)
+  std::string keys;                 // --input-keys (HDF5)
+  int64_t samples = 0;              // --samples: the first N (0: all; synthetic: 512)
+  Shape sample_shape;               // synthetic
+  DType dtype = DType::F32;         // synthetic
+  uint64_t seed = 0;                // synthetic
+};
+inline constexpr const char* kInputKinds = "synthetic, hdf5, npy, folder, glob, list, tar";
+// The kind `path` names by what it is: "synthetic", a folder, a .tar file or brace pattern, glob
+// characters (a glob of .tar files is "tar"), .txt/.lst, .npy, .h5/.hdf5 (or such a file's magic
+// bytes); "" when it is none of them.
+std::string detect_input_kind(const std::string& path);
+// Opens the input (io/open_input.cpp).  UsageError or InputError naming the kinds when the path is
+// none of them.
+std::unique_ptr<Source> open_input(const InputOptions& options);
 
 }  // namespace sluice

@@ -1,6 +1,7 @@
 // The job's outputs as one array: OUTDIR/outputs.h5 holds one HDF5 virtual dataset per output
 // [N, ...] (and /sample_index [N]) in global sample order, each committed chunk of each rank file
-// mapped as one contiguous block of rows.  Source files are named relative to OUTDIR, which HDF5
+// mapped as one contiguous block of rows; the per-row data (keys, status, sizes) likewise, and the
+// bad-sample list copied.  Source files are named relative to OUTDIR, which HDF5
 // resolves against the folder of outputs.h5, so the folder can be moved or copied as a whole.
 // Coverage (every index in [0, N) exactly once) comes from the ledgers alone.
 #include <fcntl.h>
@@ -73,6 +74,46 @@ void add_virtual(hid_t out, const std::string& name, const std::string& source, 
   }
   H5_CHECK(H5Sselect_all(vspace));
   h5::Dataset d(H5_CHECK(H5Dcreate2(out, name.c_str(), type, vspace, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+  d.close();
+}
+
+// The per-row data (RowMeta): /sample_key, /sample_status, /sample_size mapped like /sample_index
+// where every rank file has them, and the committed bad samples of all files copied into
+// /bad_samples, by sample index (a short list: it is read whole).
+void add_row_data(hid_t out, const std::vector<RankFileInfo>& files, const std::vector<Block>& blocks,
+                  const std::vector<std::string>& rel_names, int64_t total) {
+  auto every = [&](auto has) { return std::all_of(files.begin(), files.end(), has); };
+  if (every([](const RankFileInfo& f) { return f.key_bytes > 0; })) {
+    std::size_t width = 0;
+    for (const RankFileInfo& f : files) width = std::max(width, f.key_bytes);
+    h5::Type t = rankfile::key_type(width);
+    add_virtual(out, rankfile::kSampleKey, rankfile::kSampleKey, t, {}, nullptr, H5I_INVALID_HID, blocks, files,
+                rel_names, total);
+  }
+  if (every([](const RankFileInfo& f) { return f.has_status; }))
+    add_virtual(out, rankfile::kSampleStatus, rankfile::kSampleStatus, H5T_STD_U8LE, {}, nullptr, H5I_INVALID_HID, blocks,
+                files, rel_names, total);
+  if (every([](const RankFileInfo& f) { return f.has_sizes; }))
+    add_virtual(out, rankfile::kSampleSize, rankfile::kSampleSize, H5T_STD_I32LE, {2}, nullptr, H5I_INVALID_HID, blocks,
+                files, rel_names, total);
+
+  std::vector<rankfile::BadRecord> bad;
+  for (const RankFileInfo& f : files)
+    for (const auto& [index, reason] : read_bad_samples(f)) {
+      rankfile::BadRecord r;
+      r.index = index;
+      std::memcpy(r.reason, reason.data(), std::min(reason.size(), rankfile::kReasonWidth));
+      bad.push_back(r);
+    }
+  std::sort(bad.begin(), bad.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+  hsize_t n = bad.size();
+  h5::Space space(H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+  h5::Type type = rankfile::bad_file_type();
+  h5::Dataset d(H5_CHECK(H5Dcreate2(out, rankfile::kBadSamples, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  if (n > 0) {
+    h5::Type mem = rankfile::bad_memory_type();
+    H5_CHECK(H5Dwrite(d, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, bad.data()));
+  }
   d.close();
 }
 
@@ -162,6 +203,7 @@ void write_virtual_outputs(const std::string& outdir, const std::vector<RankFile
     const int64_t no_sample = -1;
     add_virtual(out, rankfile::kSampleIndex, rankfile::kSampleIndex, H5T_STD_I64LE, {}, &no_sample, H5T_NATIVE_INT64,
                 blocks, files, rel_names, total_samples);
+    add_row_data(out, files, blocks, rel_names, total_samples);
     out.close();
     fsync_path(tmp, false);
     if (std::rename(tmp.c_str(), final_path.c_str()) != 0)

@@ -1,0 +1,93 @@
+// --input: which kind of input a path is, and opening it.  The kind comes from what the path is
+// (a folder, a .tar file or brace pattern, glob characters, the extension), or from --input-kind;
+// a file without a known extension is recognized by its first bytes (HDF5, .npy, tar).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "io/file_scan.h"
+#include "io/source.h"
+
+namespace sluice {
+
+namespace {
+
+constexpr int64_t kDefaultSyntheticSamples = 512;
+
+std::string lower_extension(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  const std::size_t dot = path.rfind('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  std::string ext = path.substr(dot + 1);
+  for (char& c : ext) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return ext;
+}
+
+// The kind a regular file's first bytes say it is ("" when none).
+std::string sniff(const std::string& path) {
+  unsigned char head[512] = {0};
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  const ssize_t n = ::pread(fd, head, sizeof head, 0);
+  ::close(fd);
+  if (n >= 8 && std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) == 0) return "hdf5";
+  if (n >= 6 && std::memcmp(head, "\x93NUMPY", 6) == 0) return "npy";
+  if (n == 512 && std::memcmp(head + 257, "ustar", 5) == 0) return "tar";
+  return "";
+}
+
+}  // namespace
+
+std::string detect_input_kind(const std::string& path) {
+  if (path == "synthetic") return "synthetic";
+  const std::string ext = lower_extension(path);
+  struct stat st;
+  const bool exists = ::stat(path.c_str(), &st) == 0;  // a path that exists is never read as a pattern
+  if (exists && S_ISDIR(st.st_mode)) return "folder";
+  if (!exists && has_brace_pattern(path)) return ext == "tar" ? "tar" : "";
+  if (!exists && has_glob_chars(path)) return ext == "tar" ? "tar" : "glob";
+  if (ext == "tar") return "tar";
+  if (ext == "txt" || ext == "lst") return "list";
+  if (ext == "npy") return "npy";
+  if (ext == "h5" || ext == "hdf5" || ext == "he5") return "hdf5";
+  if (exists && S_ISREG(st.st_mode)) return sniff(path);
+  return "";
+}
+
+std::unique_ptr<Source> open_input(const InputOptions& o) {
+  std::string kind = o.kind;
+  if (kind.empty() || kind == "auto") {
+    kind = detect_input_kind(o.path);
+    if (kind.empty() && has_brace_pattern(o.path))
+      throw InputError(str("input ", o.path, ": brace patterns ({000000..000099}, {a,b}) name tar shards, and this ",
+                           "one does not end in .tar; for image files use a folder, a glob or a list"));
+    if (kind.empty()) {
+      struct stat st;
+      const bool exists = ::stat(o.path.c_str(), &st) == 0;
+      throw InputError(str("input ", o.path, ": ", exists ? "not an input sluice knows" : "no such file or folder",
+                           "; --input takes 'synthetic', an HDF5 file (.h5, .hdf5), a .npy file, a folder of images, ",
+                           "a glob of images ('data/*/img_*.jpg'), a list of paths (.txt, .lst), or tar shards ",
+                           "('shards/train-{000000..000099}.tar'); --input-kind (", kInputKinds,
+                           ") names the kind when the path does not show it"));
+    }
+  }
+  if (!o.keys.empty() && kind != "hdf5")
+    throw UsageError(str("--input-keys names a key dataset of an HDF5 input; the input ", o.path, " is ", kind,
+                         " (its keys are ", kind == "tar" ? "the members' names" : kind == "npy" ? "the row numbers"
+                                                                                                  : "the file paths",
+                         ")"));
+  if (kind == "synthetic")
+    return make_synthetic_source(o.samples > 0 ? o.samples : kDefaultSyntheticSamples, o.sample_shape, o.dtype, o.seed);
+  if (kind == "hdf5") return open_hdf5_source(o.path, o.dataset, o.keys, o.samples);
+  if (kind == "npy") return open_npy_source(o.path, o.samples);
+  if (kind == "folder") return open_folder_source(o.path, o.samples);
+  if (kind == "glob") return open_glob_source(o.path, o.samples);
+  if (kind == "list") return open_list_source(o.path, o.samples);
+  if (kind == "tar") return open_tar_source(o.path, o.samples);
+  throw UsageError(str("--input-kind ", kind, ": not one of auto, ", kInputKinds));
+}
+
+}  // namespace sluice
