@@ -28,10 +28,20 @@ struct TjHandle {
   }
 };
 
-tjhandle thread_decompressor() {
+TjHandle& thread_handle() {
   thread_local TjHandle handle;
   if (!handle.h) handle.h = tjInitDecompress();
-  return handle.h;
+  return handle;
+}
+
+// After a fatal error libjpeg's state can carry over into the next image (tables from the bad
+// file made a later good one fail as "Bogus Huffman table definition"): start afresh.
+bool fail_and_reset(std::string* error, const std::string& what) {
+  TjHandle& handle = thread_handle();
+  const std::string message = what + tjGetErrorStr2(handle.h);
+  tjDestroy(handle.h);
+  handle.h = nullptr;
+  return fail(error, message);
 }
 
 // PIL's CMYK to RGB (Convert.c cmyk2rgb) on inverted CMYK as Adobe stores it: with c = 255 - C
@@ -52,11 +62,11 @@ void cmyk_to_rgb(const uint8_t* cmyk, std::size_t pixels, uint8_t* rgb) {
 
 bool decode_jpeg(const uint8_t* data, std::size_t size, const ImageHeader& h, std::vector<uint8_t>& rgb,
                  std::string* error) {
-  tjhandle tj = thread_decompressor();
+  tjhandle tj = thread_handle().h;
   if (!tj) return fail(error, "cannot create a TurboJPEG decompressor");
   int w = 0, hh = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(tj, data, static_cast<unsigned long>(size), &w, &hh, &subsamp, &colorspace) != 0)
-    return fail(error, std::string("corrupt JPEG: ") + tjGetErrorStr2(tj));
+    return fail_and_reset(error, "corrupt JPEG: ");
   if (w != h.width || hh != h.height) return fail(error, "corrupt JPEG: inconsistent frame size");
   const std::size_t pixels = static_cast<std::size_t>(w) * static_cast<std::size_t>(hh);
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
@@ -73,8 +83,7 @@ bool decode_jpeg(const uint8_t* data, std::size_t size, const ImageHeader& h, st
                                flags);
   // Warnings (corrupt entropy data, extraneous bytes) still give an image, as in PIL and
   // torchvision; a missing end is caught by the header check before this.
-  if (rc != 0 && tjGetErrorCode(tj) != TJERR_WARNING)
-    return fail(error, std::string("corrupt JPEG: ") + tjGetErrorStr2(tj));
+  if (rc != 0 && tjGetErrorCode(tj) != TJERR_WARNING) return fail_and_reset(error, "corrupt JPEG: ");
   if (cmyk) cmyk_to_rgb(cmyk_buf.data(), pixels, rgb.data());
   return true;
 }
