@@ -182,12 +182,10 @@ bool parse_image_header(const uint8_t* data, std::size_t size, ImageHeader* head
   bool ok = false;
   if (size == 0 || data == nullptr) {
     ok = fail(error, "empty file");
-  } else if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) {
+  } else if (size >= 2 && data[0] == 0xFF && data[1] == 0xD8) {
     ok = parse_jpeg(data, size, &h, error);
   } else if (size >= 8 && std::memcmp(data, "\x89PNG\r\n\x1a\n", 8) == 0) {
     ok = parse_png(data, size, &h, error);
-  } else if (size >= 2 && data[0] == 0xFF && data[1] == 0xD8) {
-    ok = fail(error, "truncated JPEG: no end-of-image marker");
   } else if (const char* other = other_format(data, size)) {
     ok = fail(error, std::string("unsupported image format: ") + other + " (JPEG and PNG are decoded)");
   } else {

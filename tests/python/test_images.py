@@ -185,7 +185,7 @@ def test_jpeg_preprocessing_on_sluices_own_decode(jpeg_folder, torch_python, tmp
 def make_bad_folder(root):
     """Good JPEGs from make_image_dataset.py plus one file of each bad kind."""
     subprocess.run([sys.executable, os.path.join(ROOT, "data_tools", "make_image_dataset.py"), "--out", root,
-                    "--count", 9, "--width", 80, "--height", 60, "--workers", 1, "--png", 0.2],
+                    "--count", "9", "--width", "80", "--height", "60", "--workers", "1", "--png", "0.2"],
                    check=True, capture_output=True)
     good = open(os.path.join(root, "000", "000000.jpg"), "rb").read()
     bad = {
@@ -221,10 +221,12 @@ def test_bad_files_are_recorded_and_the_run_completes(tmp_path):
         else:
             assert status == 0 and pixels.any() and size == Image.open(os.path.join(folder, key)).size[::-1], key
     with h5py.File(os.path.join(out, "outputs.h5"), "r") as f:
-        bad = {got_key: r["reason"].decode().rstrip("\0") for r in f["bad_samples"][:]
-               for got_key in [sorted(got)[r["index"]]]}
+        keys = [k.decode() for k in f["sample_key"][:]]
+        bad = {keys[r["index"]]: r["reason"].decode().rstrip("\0") for r in f["bad_samples"][:]}
     assert bad == reasons
-    assert report(out)["complete"], p.stderr
+    r = report(out)
+    assert r["job"]["complete"], p.stderr
+    print("report stages:", {k: v for k, v in r.items() if k not in ("ranks",)})
 
 
 @pytest.mark.parametrize("ranks", [2, 3])

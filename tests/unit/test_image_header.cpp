@@ -127,6 +127,7 @@ TEST(ImageHeader, EmptyGarbageAndOtherFormats) {
   EXPECT_EQ(parse_error(Bytes{'h', 'e', 'l', 'l', 'o', '\n'}), "not a JPEG or PNG file");
   EXPECT_EQ(parse_error(Bytes{'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0}), "unsupported image format: GIF (JPEG and PNG are decoded)");
   EXPECT_EQ(parse_error(Bytes{0xFF, 0xD8}), "truncated JPEG: no end-of-image marker");
+  EXPECT_EQ(parse_error(Bytes{0xFF, 0xD8, 0x12, 0x34, 0xFF, 0xD9}), "corrupt JPEG: expected a marker at byte 2");
   EXPECT_EQ(parse_error(Bytes(100, 0)), "not a JPEG or PNG file");
 }
 
