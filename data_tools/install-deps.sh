@@ -10,7 +10,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 apt_pkgs=(build-essential cmake pkg-config git
           libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libcli11-dev
-          libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libgtest-dev libopenblas-dev libspng-dev
+          libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libgtest-dev libopenblas-dev
+          libturbojpeg0-dev libspng-dev
           python3-torch python3-torchvision python3-numpy python3-h5py python3-pip)
 if [ "${SLUICE_WITH_SLURM:-0}" = 1 ]; then apt_pkgs+=(slurm-wlm munge); fi
 

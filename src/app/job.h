@@ -44,6 +44,13 @@ struct JobConfig {
   float scale = 1.0f;
   std::vector<float> mean;                 // empty: 0
   std::vector<float> stddev;               // --std; empty: 1
+  // Image inputs (JPEG/PNG files): preprocessing into the model's uint8 [B, 3, H, W] input
+  // (image/image.h has the exact semantics), and what an unreadable or undecodable file does.
+  std::string resize;                      // "" | S (shorter side to S) | HxW (exact)
+  std::string center_crop;                 // "" | S | HxW
+  bool letterbox = false;                  // keep the aspect, pad to the input size
+  int pad_value = 0;                       // letterbox padding, 0..255
+  std::string on_bad_sample = "skip";      // skip (recorded, zeros fed) | fail (exit 3)
   bool cuda_graphs = true;
   std::string algo_cache;                  // cuDNN algorithm cache folder ("" = OUTPUT/.. default)
   int cpu_threads = 0;                     // CPU engine threads (0: all cores)

@@ -95,6 +95,13 @@ void visit_job(JobConfig& j, V& v) {
   v("scale", j.scale, "Preprocessing on the device: y = (x * scale - mean[c]) / std[c]", none);
   v("mean", j.mean, "Per-channel mean (comma list; empty: 0)", none);
   v("std", j.stddev, "Per-channel standard deviation (comma list; empty: 1)", none);
+  v("resize", j.resize, "Image inputs: S (the shorter side to S, aspect kept; with --center-crop) or HxW (exact)", none);
+  v("center-crop", j.center_crop, "Image inputs: center crop S or HxW after --resize (the model's input size)", none);
+  v("letterbox", j.letterbox, "Image inputs: fit the whole image into the model's input, keeping its aspect, padded", none);
+  v("pad-value", j.pad_value, "Image inputs: the padding of --letterbox and of crops larger than the image", CLI::Range(0, 255));
+  v("on-bad-sample", j.on_bad_sample,
+    "Image inputs: skip (record the file and its reason, feed zeros, go on) | fail (exit 3 naming it)",
+    one_of({"skip", "fail"}));
   v("cuda-graphs", j.cuda_graphs, "Capture the forward pass once as a CUDA graph and replay it", none);
   v("algo-cache", j.algo_cache, "Folder of the cuDNN algorithm cache (default: ~/.cache/sluice)", none);
   v("cpu-threads", j.cpu_threads, "CPU engine threads (0: all cores, shared among the node's ranks)", at_least(0));
@@ -293,6 +300,17 @@ void validate_job(const JobConfig& j) {
   for (float s : j.stddev)
     if (s == 0.f) throw UsageError("--std values must be non-zero");
   if (j.resume && j.overwrite) throw UsageError("--resume and --overwrite exclude each other");
+  check_image_options(image_options(j));
+}
+
+ImageJobOptions image_options(const JobConfig& j) {
+  ImageJobOptions o;
+  o.resize = j.resize;
+  o.center_crop = j.center_crop;
+  o.letterbox = j.letterbox;
+  o.pad_value = j.pad_value;
+  o.on_bad_sample = j.on_bad_sample;
+  return o;
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "app/job.h"
+#include "image/image_input.h"
 
 namespace CLI {
 class App;
@@ -37,6 +38,9 @@ std::vector<JobField> job_fields(JobConfig job);
 
 // Checks values that CLI11 cannot (combinations); throws UsageError.
 void validate_job(const JobConfig& job);
+
+// The job's image options (--resize, --center-crop, --letterbox, --pad-value, --on-bad-sample).
+ImageJobOptions image_options(const JobConfig& job);
 
 // The resolved job as TOML (every key), for the echo at start and the rank files' `job` attribute;
 // reading it back as a job file gives the same job.

@@ -11,6 +11,7 @@
 #include <exception>
 #include <sstream>
 
+#include "app/job_options.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "model/onnx_loader.h"
@@ -90,14 +91,20 @@ void RunContext::load_model() {
   model_sha256_ = sha256_file(job_.model);
   t_model_load_ = seconds_since(t0);
 
-  // Until the image decoders are wired here (image/image.h, make_image_input), files need them.
-  if (source_->encoded())
-    throw InputError(str("input ", job_.input, ": image files need the image decoders, which this sluice does not have "
-                         "yet; use an HDF5 or .npy input"));
   PrepareOptions po;
   po.batch_size = job_.batch_size;
   po.sample_shape = source_->sample_shape();
   po.input_dtype = source_->dtype();
+  if (source_->encoded()) {
+    // Image files: the model takes uint8 [B, 3, H, W]; scale/mean/std run in the graph.
+    const PreprocessSpec spec = resolve_preprocess(image_options(job_), model.inputs.empty() ? Shape{} : model.inputs[0].shape,
+                                                   job_.model);
+    po.sample_shape = {3, spec.out_h, spec.out_w};
+    po.input_dtype = DType::U8;
+  } else if (!job_.resize.empty() || !job_.center_crop.empty() || job_.letterbox) {
+    throw UsageError(str("--resize, --center-crop and --letterbox apply to image inputs; ", source_->describe(),
+                         " is a tensor input"));
+  }
   po.normalize = job_.scale != 1.0f || !job_.mean.empty() || !job_.stddev.empty();
   po.scale = job_.scale;
   po.mean = job_.mean;
@@ -235,6 +242,14 @@ void RunContext::build() {
     }
   }
   engine_ = create_engine(backend_, graph_, eo);
+  if (source_->encoded()) {
+    // Every rank resolves the same spec from the prepared graph's input [B, 3, H, W].
+    const PreprocessSpec spec = resolve_preprocess(image_options(job_), graph_.inputs.at(0).shape, job_.model);
+    ImageInputOptions io;
+    io.fail_on_bad = job_.on_bad_sample == "fail";
+    input_ = make_image_input(*source_, spec, job_.batch_size, *device_, io);
+    if (mpi_.rank() == 0) log_info("images: ", input_->describe());
+  }
 
   RankFileMeta meta;
   meta.job_text = job_toml_;
@@ -251,6 +266,7 @@ void RunContext::build() {
   meta.start_time = unix_time_now();
   meta.fsync_commits = job_.fsync;
   meta.input_fingerprint = input_fingerprint_;
+  meta.orig_sizes = input_ && input_->has_sizes();
   if (job_.sink == "hdf5") {
     const std::string path = rank_file_path(job_.output, mpi_.rank());
     const bool exists = access(path.c_str(), F_OK) == 0;
@@ -266,7 +282,7 @@ void RunContext::build() {
     if (r == mpi_.rank()) po.fail_at_batch = job_.fail_at_batch;
   for (std::size_t i = 0; i < job_.throttle_ranks.size() && !job_.throttle_ms.empty(); ++i)
     if (job_.throttle_ranks[i] == mpi_.rank()) po.throttle_ms = job_.throttle_ms[std::min(i, job_.throttle_ms.size() - 1)];
-  pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, file_.get(), po);
+  pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, input_.get(), file_.get(), po);
   work_ = make_work_distributor(job_.sharding == "static" ? Sharding::Static : Sharding::Dynamic, mpi_, chunking_,
                                 plan_.pending);
   t_setup_ += seconds_since(t0);

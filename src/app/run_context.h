@@ -70,6 +70,7 @@ class RunContext {
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<RankFile> file_;
   std::unique_ptr<WorkDistributor> work_;
+  std::unique_ptr<BatchInput> input_;  // image inputs (null: the pipeline reads tensors itself)
   std::unique_ptr<Pipeline> pipeline_;
   PipelineStats stats_;
   WeightBroadcast weights_;

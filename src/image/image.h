@@ -8,8 +8,11 @@
 //    (antialiasing); upscaling is plain bilinear with half-pixel centres.  Computed in float32,
 //    the horizontal pass then the vertical pass, rounded to uint8 once at the end.
 //  - shorter-side resize S: the shorter side becomes S, the longer floor(S * long / short).
-//  - center crop HxW: top = round((h - H) / 2), left = round((w - W) / 2), zeros outside.
-//  - letterbox HxW: scale by min(H / h, W / w) (sizes rounded), centre, pad with pad_value.
+//  - center crop HxW: top = round((h - H) / 2), left = round((w - W) / 2) with Python's round
+//    (halves to even), as torchvision computes them; a crop larger than the image is padded with
+//    pad_value (0 by default, as torchvision pads), (H - h) / 2 rows above (rounded down).
+//  - letterbox HxW: scale by min(H / h, W / w), the other side floor(side * scale + 0.5), centre
+//    ((H - h') / 2 above, (W - w') / 2 left, rounded down), pad with pad_value.
 //  The output is uint8 RGB, planar [3, H, W] (what the model's uint8 input takes; scale, mean and
 //  std run in the graph).
 #include <cstddef>
@@ -43,10 +46,11 @@ bool decode_image_rgb(const uint8_t* data, std::size_t size, std::vector<uint8_t
 
 // What the job asks for (--resize, --center-crop, --letterbox); out_h x out_w is the model's input.
 struct PreprocessSpec {
-  enum class Resize { Exact, ShorterSide, Letterbox };
-  Resize mode = Resize::Exact;   // Exact: straight to out_h x out_w (aspect not kept)
+  enum class Resize { Exact, ShorterSide, Letterbox, None };
+  Resize mode = Resize::Exact;   // Exact: to resize_h x resize_w (aspect not kept); None: as is
   int resize_short = 0;          // ShorterSide: S
-  int crop_h = 0, crop_w = 0;    // ShorterSide: center crop (0: none; then the resized size must equal out)
+  int resize_h = 0, resize_w = 0;  // Exact: the resized size (0: out_h x out_w)
+  int crop_h = 0, crop_w = 0;    // Exact, ShorterSide, None: center crop (0: none; then the resized size must equal out)
   int out_h = 0, out_w = 0;
   uint8_t pad_value = 0;         // Letterbox padding (and crops larger than the image)
 };
@@ -74,5 +78,13 @@ AxisTaps axis_taps(int in, int out);
 
 // RGB interleaved (h x w x 3) to planar uint8 [3, out_h, out_w] following `plan`.
 void preprocess_rgb(const uint8_t* rgb, const ResizePlan& plan, uint8_t* out_chw);
+
+// The same, reusing `scratch` (filter taps, the horizontal pass) so that a reader thread's steady
+// state allocates nothing once its buffers have grown to the largest image.
+struct ResizeScratch {
+  AxisTaps rows, cols;
+  std::vector<float> horizontal;
+};
+void preprocess_rgb(const uint8_t* rgb, const ResizePlan& plan, uint8_t* out_chw, ResizeScratch& scratch);
 
 }  // namespace sluice

@@ -1,0 +1,139 @@
+// The job's image options (--resize, --center-crop, --letterbox, --pad-value, --on-bad-sample)
+// checked on their own, then resolved against the model's input [B, 3, H, W] into the
+// PreprocessSpec every rank's image input follows.
+#include <string>
+
+#include "core/error.h"
+#include "image/image_input.h"
+
+namespace sluice {
+
+namespace {
+
+struct Size2 {
+  int h = 0, w = 0;
+  bool square_form = false;  // written as one number
+};
+
+// "S" or "HxW" (positive, at most 65535: a JPEG's limit).
+bool parse_size(const std::string& text, Size2* out) {
+  auto number = [](const std::string& s, int* v) {
+    if (s.empty() || s.size() > 5) return false;
+    for (char c : s)
+      if (c < '0' || c > '9') return false;
+    *v = std::stoi(s);
+    return *v > 0 && *v <= 65535;
+  };
+  const std::size_t x = text.find_first_of("xX");
+  if (x == std::string::npos) {
+    out->square_form = true;
+    if (!number(text, &out->h)) return false;
+    out->w = out->h;
+    return true;
+  }
+  out->square_form = false;
+  return number(text.substr(0, x), &out->h) && number(text.substr(x + 1), &out->w);
+}
+
+Size2 size_option(const char* flag, const std::string& text) {
+  Size2 s;
+  if (!parse_size(text, &s))
+    throw UsageError(str(flag, " '", text, "': expected a size, S or HxW (e.g. 256 or 224x224)"));
+  return s;
+}
+
+std::string hw(int h, int w) { return str(h, "x", w); }
+
+}  // namespace
+
+void check_image_options(const ImageJobOptions& o) {
+  if (o.on_bad_sample != "skip" && o.on_bad_sample != "fail")
+    throw UsageError(str("--on-bad-sample '", o.on_bad_sample, "' is not one of skip, fail"));
+  if (o.pad_value < 0 || o.pad_value > 255) throw UsageError(str("--pad-value ", o.pad_value, ": expected 0..255"));
+  Size2 resize, crop;
+  if (!o.resize.empty()) resize = size_option("--resize", o.resize);
+  if (!o.center_crop.empty()) crop = size_option("--center-crop", o.center_crop);
+  if (o.letterbox && !o.center_crop.empty())
+    throw UsageError("--letterbox and --center-crop exclude each other: the letterbox keeps the whole image and pads it");
+  if (o.letterbox && !o.resize.empty() && resize.square_form)
+    throw UsageError(str("--letterbox fits each image into HxW: give --resize HxW (e.g. ", o.resize, "x", o.resize,
+                         "), or no --resize for the model's input size"));
+  if (!o.letterbox && !o.resize.empty() && resize.square_form && o.center_crop.empty())
+    throw UsageError(str("--resize ", o.resize, " sets the shorter side and keeps the aspect ratio, so images of "
+                         "other shapes come out in other sizes; add --center-crop (torchvision's Resize(", o.resize,
+                         ") + CenterCrop), or give an exact --resize HxW, or --letterbox"));
+}
+
+PreprocessSpec resolve_preprocess(const ImageJobOptions& o, const Shape& in, const std::string& model_path) {
+  check_image_options(o);
+  if (in.size() != 4 || (in[1] != 3 && in[1] >= 0))
+    throw InputError(str(model_path, ": image inputs feed the model uint8 [B, 3, H, W] (RGB, channels first), but its "
+                         "input has shape ", shape_str(in), " (-1: dynamic)"));
+  Size2 resize, crop;
+  if (!o.resize.empty()) resize = size_option("--resize", o.resize);
+  if (!o.center_crop.empty()) crop = size_option("--center-crop", o.center_crop);
+
+  // The size the options make, if they fix one: the crop's, else an exact resize's.
+  const char* from = nullptr;
+  Size2 want;
+  if (!o.center_crop.empty()) {
+    from = "--center-crop";
+    want = crop;
+  } else if (!o.resize.empty() && !resize.square_form) {
+    from = "--resize";
+    want = resize;
+  }
+  const int64_t mh = in[2], mw = in[3];
+  if (from && ((mh > 0 && mh != want.h) || (mw > 0 && mw != want.w))) {
+    const std::string model_size = hw(mh > 0 ? static_cast<int>(mh) : want.h, mw > 0 ? static_cast<int>(mw) : want.w);
+    throw InputError(str(from, " ", from == std::string("--resize") ? o.resize : o.center_crop, " makes ",
+                         hw(want.h, want.w), " images but the model ", model_path, " takes ", model_size,
+                         " (input ", shape_str(in), "); use ", from, " ", model_size,
+                         from == std::string("--center-crop") ? "" : " (or --resize S --center-crop H[xW])"));
+  }
+  if ((mh <= 0 || mw <= 0) && !from)
+    throw InputError(str("the model ", model_path, " has a dynamic image size (input ", shape_str(in),
+                         ", -1: dynamic); fix it with --center-crop H[xW] or an exact --resize HxW"));
+
+  PreprocessSpec s;
+  s.out_h = mh > 0 ? static_cast<int>(mh) : want.h;
+  s.out_w = mw > 0 ? static_cast<int>(mw) : want.w;
+  s.pad_value = static_cast<uint8_t>(o.pad_value);
+  if (o.letterbox) {
+    s.mode = PreprocessSpec::Resize::Letterbox;
+  } else if (!o.resize.empty() && resize.square_form) {
+    s.mode = PreprocessSpec::Resize::ShorterSide;
+    s.resize_short = resize.h;
+  } else if (!o.resize.empty()) {
+    s.mode = PreprocessSpec::Resize::Exact;
+    s.resize_h = resize.h;
+    s.resize_w = resize.w;
+  } else if (!o.center_crop.empty()) {
+    s.mode = PreprocessSpec::Resize::None;
+  } else {
+    s.mode = PreprocessSpec::Resize::Exact;  // no option: straight to the model's input size
+  }
+  if (!o.center_crop.empty()) {
+    s.crop_h = s.out_h;
+    s.crop_w = s.out_w;
+  }
+  return s;
+}
+
+std::string describe_preprocess(const PreprocessSpec& s) {
+  std::string r;
+  switch (s.mode) {
+    case PreprocessSpec::Resize::Letterbox:
+      return str("letterbox into ", hw(s.out_h, s.out_w), " (aspect kept, padded with ", int{s.pad_value}, ")");
+    case PreprocessSpec::Resize::ShorterSide: r = str("resize the shorter side to ", s.resize_short); break;
+    case PreprocessSpec::Resize::Exact:
+      r = str("resize to ", hw(s.resize_h > 0 ? s.resize_h : s.out_h, s.resize_w > 0 ? s.resize_w : s.out_w),
+              " (aspect not kept)");
+      break;
+    case PreprocessSpec::Resize::None: r = "no resize"; break;
+  }
+  if (s.crop_h > 0) r += str(", center crop ", hw(s.crop_h, s.crop_w));
+  return r + str(" -> uint8 [3, ", s.out_h, ", ", s.out_w, "]");
+}
+
+}  // namespace sluice

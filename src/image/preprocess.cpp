@@ -1,0 +1,201 @@
+// The geometry of preprocessing (where an image lands in the model input) and the CPU resize: a
+// separable triangle filter, widened by the downscale factor so that shrinking averages every
+// input pixel (antialiasing), as torch's interpolate(mode="bilinear", antialias=True) computes it
+// for torchvision's Resize.  Float32 throughout, the horizontal pass first, one rounding at the
+// end; only the part of the resized image that survives the crop is computed.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "image/image.h"
+
+namespace sluice {
+
+namespace {
+
+// Python's round(n / 2) for an integer n >= 0: halves go to the even neighbour (torchvision's
+// center crop uses it for the crop's top-left corner).
+int half_to_even(int n) {
+  const int q = n / 2;
+  return (n % 2 == 0 || q % 2 == 0) ? q : q + 1;
+}
+
+// Where a crop of `crop` pixels starts in an axis of `size` pixels (negative: padded before).
+int crop_offset(int size, int crop) { return crop <= size ? half_to_even(size - crop) : -((crop - size) / 2); }
+
+// Taps of output coordinates [begin, end) only (the ones a crop keeps), in `t` (reused).
+void taps_range(int in, int out, int begin, int end, AxisTaps& t) {
+  const double scale = static_cast<double>(in) / out;
+  // Downscaling widens the triangle to cover `scale` input pixels each side; upscaling keeps it
+  // one pixel wide (plain bilinear with half-pixel centres).
+  const double support = scale >= 1.0 ? scale : 1.0;
+  const double inv = 1.0 / support;
+  const int n = std::max(0, end - begin);
+  t.max_taps = static_cast<int>(std::ceil(support)) * 2 + 1;
+  t.first.resize(static_cast<std::size_t>(n));
+  t.count.resize(static_cast<std::size_t>(n));
+  t.weight.assign(static_cast<std::size_t>(n) * static_cast<std::size_t>(t.max_taps), 0.f);
+  double w[64];  // max_taps is at most 2 * ceil(in / out) + 1; larger ratios are handled below
+  std::vector<double> big;
+  for (int i = 0; i < n; ++i) {
+    const double center = scale * (i + begin + 0.5);
+    // Truncation, not floor, as torch and PIL compute the window; the clamp makes them agree.
+    const int lo = std::max(static_cast<int>(center - support + 0.5), 0);
+    const int hi = std::min(static_cast<int>(center + support + 0.5), in);
+    const int count = std::max(hi - lo, 0);
+    double* ws = w;
+    if (count > 64) {
+      big.resize(static_cast<std::size_t>(count));
+      ws = big.data();
+    }
+    double total = 0;
+    for (int k = 0; k < count; ++k) {
+      const double x = std::fabs((lo + k - center + 0.5) * inv);
+      ws[k] = x < 1.0 ? 1.0 - x : 0.0;
+      total += ws[k];
+    }
+    float* dst = &t.weight[static_cast<std::size_t>(i) * static_cast<std::size_t>(t.max_taps)];
+    for (int k = 0; k < count && k < t.max_taps; ++k) dst[k] = static_cast<float>(total != 0 ? ws[k] / total : ws[k]);
+    t.first[static_cast<std::size_t>(i)] = lo;
+    t.count[static_cast<std::size_t>(i)] = std::min(count, t.max_taps);
+  }
+}
+
+inline uint8_t round_u8(float v) {
+  // Round half up; the filter's weights are non-negative, so v >= 0 and truncation is floor.
+  const float r = v + 0.5f;
+  return r >= 255.f ? 255 : static_cast<uint8_t>(r > 0.f ? static_cast<int>(r) : 0);
+}
+
+}  // namespace
+
+ResizePlan plan_resize(int in_h, int in_w, const PreprocessSpec& s) {
+  ResizePlan p;
+  p.in_h = in_h;
+  p.in_w = in_w;
+  p.out_h = s.out_h;
+  p.out_w = s.out_w;
+  p.pad_value = s.pad_value;
+  const int64_t h = in_h, w = in_w;
+  switch (s.mode) {
+    case PreprocessSpec::Resize::Exact:
+      p.resized_h = s.resize_h > 0 ? s.resize_h : s.out_h;
+      p.resized_w = s.resize_w > 0 ? s.resize_w : s.out_w;
+      break;
+    case PreprocessSpec::Resize::None:
+      p.resized_h = in_h;
+      p.resized_w = in_w;
+      break;
+    case PreprocessSpec::Resize::ShorterSide: {
+      // Integer arithmetic gives torchvision's int(S * long / short): the float quotient of small
+      // integers is never within rounding error of an integer unless it is one.
+      const int64_t S = s.resize_short;
+      if (h <= w) {
+        p.resized_h = static_cast<int>(S);
+        p.resized_w = static_cast<int>(S * w / h);
+      } else {
+        p.resized_w = static_cast<int>(S);
+        p.resized_h = static_cast<int>(S * h / w);
+      }
+      break;
+    }
+    case PreprocessSpec::Resize::Letterbox: {
+      const int64_t H = s.out_h, W = s.out_w;
+      // The side that limits the scale fills the output exactly; the other is rounded (half up).
+      if (H * w <= W * h) {
+        p.resized_h = static_cast<int>(H);
+        p.resized_w = static_cast<int>((2 * w * H + h) / (2 * h));
+      } else {
+        p.resized_w = static_cast<int>(W);
+        p.resized_h = static_cast<int>((2 * h * W + w) / (2 * w));
+      }
+      p.resized_h = std::max(p.resized_h, 1);
+      p.resized_w = std::max(p.resized_w, 1);
+      p.offset_y = -((s.out_h - p.resized_h) / 2);
+      p.offset_x = -((s.out_w - p.resized_w) / 2);
+      return p;
+    }
+  }
+  p.resized_h = std::max(p.resized_h, 1);
+  p.resized_w = std::max(p.resized_w, 1);
+  // Center crop to the output (a crop of the output's size when none was asked for: then the
+  // resized image already has that size and the offsets are 0).
+  p.offset_y = crop_offset(p.resized_h, s.crop_h > 0 ? s.crop_h : s.out_h);
+  p.offset_x = crop_offset(p.resized_w, s.crop_w > 0 ? s.crop_w : s.out_w);
+  return p;
+}
+
+AxisTaps axis_taps(int in, int out) {
+  AxisTaps t;
+  taps_range(in, out, 0, out, t);
+  return t;
+}
+
+void preprocess_rgb(const uint8_t* rgb, const ResizePlan& plan, uint8_t* out_chw) {
+  ResizeScratch scratch;
+  preprocess_rgb(rgb, plan, out_chw, scratch);
+}
+
+void preprocess_rgb(const uint8_t* rgb, const ResizePlan& p, uint8_t* out, ResizeScratch& sc) {
+  const std::size_t plane = static_cast<std::size_t>(p.out_h) * static_cast<std::size_t>(p.out_w);
+  // The output rows and columns that show the resized image; the rest is padding.
+  const int y0 = std::max(0, -p.offset_y), y1 = std::min(p.out_h, p.resized_h - p.offset_y);
+  const int x0 = std::max(0, -p.offset_x), x1 = std::min(p.out_w, p.resized_w - p.offset_x);
+  if (y0 > 0 || x0 > 0 || y1 < p.out_h || x1 < p.out_w) std::memset(out, p.pad_value, plane * 3);
+  if (y0 >= y1 || x0 >= x1) return;
+  const int ncols = x1 - x0, nrows = y1 - y0;
+  taps_range(p.in_w, p.resized_w, x0 + p.offset_x, x1 + p.offset_x, sc.cols);
+  taps_range(p.in_h, p.resized_h, y0 + p.offset_y, y1 + p.offset_y, sc.rows);
+  int iy_lo = p.in_h, iy_hi = 0;
+  for (int r = 0; r < nrows; ++r) {
+    iy_lo = std::min(iy_lo, sc.rows.first[static_cast<std::size_t>(r)]);
+    iy_hi = std::max(iy_hi, sc.rows.first[static_cast<std::size_t>(r)] + sc.rows.count[static_cast<std::size_t>(r)]);
+  }
+  const std::size_t stride = static_cast<std::size_t>(ncols) * 3;  // floats per row of the horizontal pass
+  sc.horizontal.resize(static_cast<std::size_t>(std::max(iy_hi - iy_lo, 1)) * stride + stride);
+
+  // Horizontal pass: the input rows the vertical taps read, at the kept output columns.
+  const std::size_t ct = static_cast<std::size_t>(sc.cols.max_taps);
+  for (int iy = iy_lo; iy < iy_hi; ++iy) {
+    const uint8_t* src = rgb + static_cast<std::size_t>(iy) * static_cast<std::size_t>(p.in_w) * 3;
+    float* dst = sc.horizontal.data() + static_cast<std::size_t>(iy - iy_lo) * stride;
+    for (int x = 0; x < ncols; ++x) {
+      const float* w = &sc.cols.weight[static_cast<std::size_t>(x) * ct];
+      const uint8_t* s = src + static_cast<std::size_t>(sc.cols.first[static_cast<std::size_t>(x)]) * 3;
+      const int n = sc.cols.count[static_cast<std::size_t>(x)];
+      float r = w[0] * s[0], g = w[0] * s[1], b = w[0] * s[2];
+      for (int k = 1; k < n; ++k) {
+        r += w[k] * s[3 * k];
+        g += w[k] * s[3 * k + 1];
+        b += w[k] * s[3 * k + 2];
+      }
+      dst[3 * x] = r;
+      dst[3 * x + 1] = g;
+      dst[3 * x + 2] = b;
+    }
+  }
+
+  // Vertical pass into the planar output, one accumulated row at a time (the last row of
+  // `horizontal` is the accumulator).
+  float* acc = sc.horizontal.data() + static_cast<std::size_t>(std::max(iy_hi - iy_lo, 1)) * stride;
+  const std::size_t rt = static_cast<std::size_t>(sc.rows.max_taps);
+  for (int r = 0; r < nrows; ++r) {
+    const float* w = &sc.rows.weight[static_cast<std::size_t>(r) * rt];
+    const int first = sc.rows.first[static_cast<std::size_t>(r)] - iy_lo;
+    const int n = sc.rows.count[static_cast<std::size_t>(r)];
+    const float* row0 = sc.horizontal.data() + static_cast<std::size_t>(first) * stride;
+    for (std::size_t i = 0; i < stride; ++i) acc[i] = w[0] * row0[i];
+    for (int k = 1; k < n; ++k) {
+      const float wk = w[k];
+      const float* row = row0 + static_cast<std::size_t>(k) * stride;
+      for (std::size_t i = 0; i < stride; ++i) acc[i] += wk * row[i];
+    }
+    const std::size_t y = static_cast<std::size_t>(y0 + r);
+    for (int c = 0; c < 3; ++c) {
+      uint8_t* o = out + static_cast<std::size_t>(c) * plane + y * static_cast<std::size_t>(p.out_w) + static_cast<std::size_t>(x0);
+      for (int x = 0; x < ncols; ++x) o[x] = round_u8(acc[3 * x + c]);
+    }
+  }
+}
+
+}  // namespace sluice
