@@ -1,0 +1,43 @@
+# nvJPEG (GPU JPEG decoding, image/cuda/).  Creates the imported target Sluice::nvjpeg, linked
+# dynamically: at run time the host's own libnvjpeg.so.13 is used (the device bundle leaves
+# CUDA-family libraries to the host).
+#
+# Where it is looked for, in order:
+#   1. the CUDA toolkit (FindCUDAToolkit's CUDA::nvjpeg; GPU hosts with libnvjpeg-dev-13-x);
+#   2. NVJPEG_ROOT (CMake or environment variable): a folder with include/nvjpeg.h and lib/;
+#   3. PyPI's nvidia-nvjpeg wheel (site-packages/nvidia/cu13), which data_tools/install-deps.sh
+#      installs when the toolkit has no nvJPEG.  The wheel ships only libnvjpeg.so.13 (no
+#      unversioned libnvjpeg.so), so the versioned name is searched too.
+if(TARGET CUDA::nvjpeg)
+  add_library(Sluice::nvjpeg INTERFACE IMPORTED)
+  set_target_properties(Sluice::nvjpeg PROPERTIES INTERFACE_LINK_LIBRARIES CUDA::nvjpeg)
+  message(STATUS "Found nvjpeg: CUDA toolkit (CUDA::nvjpeg)")
+  return()
+endif()
+
+set(_nvjpeg_hints ${NVJPEG_ROOT} $ENV{NVJPEG_ROOT})
+find_package(Python3 QUIET COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  execute_process(
+    COMMAND ${Python3_EXECUTABLE} -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    OUTPUT_VARIABLE _nvjpeg_site OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  string(REGEX MATCH "^[0-9]+" _cuda_major "${CUDAToolkit_VERSION_MAJOR}")
+  if(_nvjpeg_site AND _cuda_major)
+    list(APPEND _nvjpeg_hints "${_nvjpeg_site}/nvidia/cu${_cuda_major}" "${_nvjpeg_site}/nvidia/nvjpeg")
+  endif()
+endif()
+
+find_path(NVJPEG_INCLUDE_DIR nvjpeg.h HINTS ${_nvjpeg_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+find_library(NVJPEG_LIBRARY NAMES nvjpeg libnvjpeg.so.${CUDAToolkit_VERSION_MAJOR}
+             HINTS ${_nvjpeg_hints} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+if(NOT NVJPEG_INCLUDE_DIR OR NOT NVJPEG_LIBRARY)
+  message(FATAL_ERROR "SLUICE_CUDA is ON but nvJPEG was not found (header: ${NVJPEG_INCLUDE_DIR}, library: "
+                      "${NVJPEG_LIBRARY}). Install it with data_tools/install-deps.sh (PyPI's nvidia-nvjpeg for "
+                      "CUDA ${CUDAToolkit_VERSION_MAJOR}), set NVJPEG_ROOT to a folder holding include/nvjpeg.h "
+                      "and lib/libnvjpeg.so*, or configure with -DSLUICE_CUDA=OFF.")
+endif()
+add_library(Sluice::nvjpeg UNKNOWN IMPORTED)
+set_target_properties(Sluice::nvjpeg PROPERTIES
+  IMPORTED_LOCATION ${NVJPEG_LIBRARY}
+  INTERFACE_INCLUDE_DIRECTORIES ${NVJPEG_INCLUDE_DIR})
+message(STATUS "Found nvjpeg: ${NVJPEG_LIBRARY}")
