@@ -4,21 +4,24 @@
 // A slot holds, each part 256-byte aligned:
 //   SlotHeader | GpuRowPlan[B] | GpuJob[B] | TapSpan[...] | float weights[...] |
 //   uint8 host rows [B, 3, H, W] (the CPU path's output, at each row's place) | the files' bytes
-// The tap tables are deduplicated per batch (a folder of equal-sized photos needs two), and a
-// sample whose tables no longer fit goes the CPU path, so the slot size is fixed.
+// The tap tables (tap_tables.h) have a fixed room; a sample whose tables no longer fit goes the CPU
+// path, so the slot size is fixed.
 #include "image/cuda/gpu_image_input.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "core/log.h"
 #include "engine/cuda/cuda_raii.h"
 #include "image/cuda/gpu_preprocess.h"
 #include "image/cuda/nvjpeg_decoder.h"
+#include "image/cuda/tap_tables.h"
+#if __has_include("image/image_input.h")
+#include "image/image_input.h"
+#endif
 
 namespace sluice {
 namespace {
@@ -44,17 +47,6 @@ struct GpuJob {
   int32_t row = 0;
   int32_t reserved = 0;
   int64_t offset = 0, size = 0;  // the file's bytes in the slot
-};
-
-struct AxisKey {
-  int in, resized, offset, out;
-  bool operator==(const AxisKey& o) const {
-    return in == o.in && resized == o.resized && offset == o.offset && out == o.out;
-  }
-};
-struct AxisTable {
-  AxisKey key;
-  int32_t span, weight, taps;
 };
 
 int64_t nanos_since(std::chrono::steady_clock::time_point t0) {
@@ -83,10 +75,7 @@ class GpuImageInput final : public BatchInput {
   uint8_t* host_row(void* slot, int64_t row) const {
     return at<uint8_t>(slot, host_rows_) + static_cast<std::size_t>(row) * sample_bytes_;
   }
-  bool plan_gpu_row(void* slot, int64_t row, const ImageHeader& ih, const EncodedSample& e,
-                    std::vector<AxisTable>& tables);
-  bool add_axis(void* slot, const AxisKey& key, std::vector<AxisTable>& tables, AxisTable* found);
-  std::shared_ptr<const AxisTaps> taps(int in, int out);
+  bool plan_gpu_row(void* slot, int64_t row, const ImageHeader& ih, const EncodedSample& e, TapTables& tables);
   bool preprocess_on_host(const uint8_t* data, std::size_t size, std::vector<uint8_t>& rgb, uint8_t* dst,
                           std::string* error);
   void mark_bad(BatchRows& rows, int64_t row, int64_t index, std::string reason) const;
@@ -103,8 +92,7 @@ class GpuImageInput final : public BatchInput {
 
   std::unique_ptr<NvjpegBatchDecoder> decoder_;
   std::atomic<int64_t> cpu_ns_{0};
-  std::mutex taps_mutex_;
-  std::map<std::pair<int, int>, std::shared_ptr<const AxisTaps>> taps_cache_;
+  TapCache taps_;
 
   // Driver thread only.
   cuda::DeviceBuffer d_plans_, d_spans_, d_weights_, arena_;
@@ -151,77 +139,15 @@ GpuImageInput::GpuImageInput(Source& source, const PreprocessSpec& spec, int64_t
   job_out_.resize(B);
 }
 
-std::shared_ptr<const AxisTaps> GpuImageInput::taps(int in, int out) {
-  std::lock_guard<std::mutex> lock(taps_mutex_);
-  auto it = taps_cache_.find({in, out});
-  if (it != taps_cache_.end()) return it->second;
-  // Folders of photos have few distinct sizes; a folder of all different sizes must not grow
-  // this without bound.
-  if (taps_cache_.size() >= 4096) taps_cache_.clear();
-  auto t = std::make_shared<const AxisTaps>(axis_taps(in, out));
-  taps_cache_.emplace(std::make_pair(in, out), t);
-  return t;
-}
-
-// Finds or writes the tap table of one axis into the slot.  False when it does not fit.
-bool GpuImageInput::add_axis(void* slot, const AxisKey& key, std::vector<AxisTable>& tables, AxisTable* found) {
-  for (const AxisTable& t : tables)
-    if (t.key == key) {
-      *found = t;
-      return true;
-    }
-  auto* h = at<SlotHeader>(slot, header_);
-  const std::shared_ptr<const AxisTaps> tp = taps(key.in, key.resized);
-  const int T = tp->max_taps;
-  if (static_cast<std::size_t>(h->spans_used) + key.out > span_capacity_ ||
-      static_cast<std::size_t>(h->weights_used) + static_cast<std::size_t>(key.out) * T > weight_capacity_)
-    return false;
-  TapSpan* spans = at<TapSpan>(slot, spans_) + h->spans_used;
-  float* weights = at<float>(slot, weights_) + h->weights_used;
-  for (int o = 0; o < key.out; ++o) {
-    const int r = o + key.offset;
-    float* w = weights + static_cast<std::size_t>(o) * T;
-    if (r < 0 || r >= key.resized) {
-      spans[o] = TapSpan{};
-      std::fill(w, w + T, 0.f);
-      continue;
-    }
-    const int first = tp->first[static_cast<std::size_t>(r)], count = tp->count[static_cast<std::size_t>(r)];
-    // The kernel trusts these bounds: check them once per table rather than fault on the device.
-    SLUICE_CHECK(first >= 0 && count >= 1 && count <= T && first + count <= key.in, "axis_taps(", key.in, ", ",
-                 key.resized, ") output ", r, " reads [", first, ", ", first + count, ")");
-    spans[o] = TapSpan{first, count};
-    std::copy_n(tp->weight.data() + static_cast<std::size_t>(r) * T, T, w);
-  }
-  const AxisTable t{key, h->spans_used, h->weights_used, T};
-  h->spans_used += key.out;
-  h->weights_used += key.out * T;
-  tables.push_back(t);
-  *found = t;
-  return true;
-}
-
 bool GpuImageInput::plan_gpu_row(void* slot, int64_t row, const ImageHeader& ih, const EncodedSample& e,
-                                 std::vector<AxisTable>& tables) {
+                                 TapTables& tables) {
   if (!ih.gpu_decodable || static_cast<int64_t>(ih.width) * ih.height > opt_.max_gpu_pixels) return false;
   const uint8_t* data = at<uint8_t>(slot, encoded_) + e.offset;
   if (!decoder_->supports(data, e.size)) return false;
-  const ResizePlan rp = plan_resize(ih.height, ih.width, spec_);
-  AxisTable ty{}, tx{};
-  if (!add_axis(slot, AxisKey{ih.height, rp.resized_h, rp.offset_y, spec_.out_h}, tables, &ty) ||
-      !add_axis(slot, AxisKey{ih.width, rp.resized_w, rp.offset_x, spec_.out_w}, tables, &tx))
-    return false;
-  auto* h = at<SlotHeader>(slot, header_);
   GpuRowPlan& p = at<GpuRowPlan>(slot, plans_)[row];
+  if (!tables.plan_row(ih.height, ih.width, spec_, &p)) return false;
+  auto* h = at<SlotHeader>(slot, header_);
   p.kind = kGpuRowDecoded;
-  p.in_h = ih.height;
-  p.in_w = ih.width;
-  p.y_span = ty.span;
-  p.y_weight = ty.weight;
-  p.y_taps = ty.taps;
-  p.x_span = tx.span;
-  p.x_weight = tx.weight;
-  p.x_taps = tx.taps;
   p.arena_offset = h->arena_bytes;
   h->arena_bytes += static_cast<int64_t>(align_up(static_cast<std::size_t>(ih.width) * ih.height * 3));
   h->max_w = std::max(h->max_w, ih.width);
@@ -260,14 +186,14 @@ void GpuImageInput::fill(int64_t first, int64_t count, void* slot, BatchRows& ro
 
   // Reused per reader thread: no allocation once they have grown.
   thread_local std::vector<EncodedSample> samples;
-  thread_local std::vector<AxisTable> tables;
+  thread_local TapTables tables;
   thread_local std::vector<uint8_t> rgb;
   samples.resize(static_cast<std::size_t>(count));
   for (EncodedSample& e : samples) {
     e.offset = e.size = 0;
     e.error.clear();
   }
-  tables.clear();
+  tables.reset(at<TapSpan>(slot, spans_), span_capacity_, at<float>(slot, weights_), weight_capacity_, &taps_);
   source_.read_encoded(first, count, at<uint8_t>(slot, encoded_), encoded_capacity_, samples.data());
 
   for (int64_t k = 0; k < count; ++k) {
@@ -294,6 +220,8 @@ void GpuImageInput::fill(int64_t first, int64_t count, void* slot, BatchRows& ro
       mark_bad(rows, k, first + k, error);
     }
   }
+  h->spans_used = tables.spans_used();
+  h->weights_used = tables.weights_used();
 }
 
 void GpuImageInput::enqueue_copy(void* slot, const BatchRows& rows, void* engine_input, Device& device) {
@@ -401,5 +329,23 @@ std::unique_ptr<BatchInput> make_gpu_image_input(Source& source, const Preproces
                                                  Device& device, const GpuImageOptions& options) {
   return std::make_unique<GpuImageInput>(source, spec, batch, device, options);
 }
+
+#if __has_include("image/image_input.h")
+// The entry point image/image_input.h (helper imgcpu's factory) declares: the job's options, plus
+// SLUICE_IMAGE_DECODER=auto|hardware|hybrid to pick the nvJPEG backend (benchmarks, tests).
+std::unique_ptr<BatchInput> make_gpu_image_input(Source& source, const PreprocessSpec& spec, int64_t batch,
+                                                 Device& device, const ImageInputOptions& options) {
+  GpuImageOptions g;
+  g.fail_on_bad = options.fail_on_bad;
+  if (const char* b = std::getenv("SLUICE_IMAGE_DECODER")) {
+    const std::string v = b;
+    if (v == "hardware") g.backend = GpuImageOptions::Backend::Hardware;
+    else if (v == "hybrid") g.backend = GpuImageOptions::Backend::Hybrid;
+    else if (v != "auto" && !v.empty())
+      throw UsageError(str("SLUICE_IMAGE_DECODER=", v, ": expected auto, hardware or hybrid"));
+  }
+  return make_gpu_image_input(source, spec, batch, device, g);
+}
+#endif
 
 }  // namespace sluice
