@@ -29,8 +29,8 @@ namespace {
 constexpr std::size_t kAlign = 256;
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 // Room per output coordinate in the weight tables: every sample of a batch can have its own
-// tables as long as it shrinks by less than about 3.5x per axis (more taps than that: it still
-// fits when the batch's other samples share tables).
+// tables as long as it shrinks by less than about 3.5x per axis (the taps of a shrink by s number
+// about 2s + 1); more than that still fits while the batch's other samples share tables.
 constexpr int kNominalTaps = 8;
 
 struct SlotHeader {

@@ -5,8 +5,8 @@
 // The reader threads lay each batch out in its pinned slot (gpu_image_input.cpp): one GpuRowPlan
 // per row, and tap tables computed by image.h's axis_taps(), so the kernel uses exactly the
 // weights the CPU path uses.  A tap table covers the output coordinates of one axis after the crop
-// or letterbox offset: entry o says which input pixels output coordinate o reads (count 0: outside
-// the resized image, the pad value).  The kernel sums in float32 in the CPU's order (horizontal
+// or letterbox offset: entry o says which input pixels output coordinate o reads and where their
+// weights are (count 0: outside the resized image, the pad value; such entries own no weights).  The kernel sums in float32 in the CPU's order (horizontal
 // pass, then vertical) without fused multiply-adds, so it matches preprocess_rgb() to the bit
 // unless the CPU side orders its sums differently.
 #include <cuda_runtime.h>
@@ -27,17 +27,16 @@ enum GpuRowKind : int32_t {
 };
 
 struct TapSpan {
-  int32_t first = 0, count = 0;
+  int32_t first = 0, count = 0;  // input pixels [first, first + count)
+  int32_t weight = 0;            // their weights: weights[weight, weight + count)
 };
 
 struct GpuRowPlan {
   int32_t kind = kGpuRowZero;
-  int32_t in_h = 0, in_w = 0;         // decoded size
-  int32_t y_span = 0, x_span = 0;     // first entry of the row's tap tables in the span array
-  int32_t y_weight = 0, x_weight = 0; // first weight of the tables in the weight array
-  int32_t y_taps = 0, x_taps = 0;     // weights per output coordinate (the tables' max_taps)
+  int32_t in_h = 0, in_w = 0;      // decoded size
+  int32_t y_span = 0, x_span = 0;  // first entry of the row's tap tables in the span array
   int32_t reserved = 0;
-  int64_t arena_offset = 0;           // the decoded RGB (interleaved, pitch in_w * 3) in the arena
+  int64_t arena_offset = 0;        // the decoded RGB (interleaved, pitch in_w * 3) in the arena
 };
 
 struct PreprocessLaunch {
@@ -110,8 +109,7 @@ SLUICE_HD void preprocess_pixel(const GpuRowPlan& r, const TapSpan* spans, const
     rgb[0] = rgb[1] = rgb[2] = pad;
     return;
   }
-  resample_pixel(image, static_cast<int64_t>(r.in_w) * 3, ys, weights + r.y_weight + static_cast<int64_t>(y) * r.y_taps,
-                 xs, weights + r.x_weight + static_cast<int64_t>(x) * r.x_taps, rgb);
+  resample_pixel(image, static_cast<int64_t>(r.in_w) * 3, ys, weights + ys.weight, xs, weights + xs.weight, rgb);
 }
 
 }  // namespace sluice

@@ -37,29 +37,32 @@ bool TapTables::axis(const Key& key, Table* found) {
     }
   const std::shared_ptr<const AxisTaps> tp = cache_->get(key.in, key.resized);
   const int T = tp->max_taps;
+  // Only the output coordinates inside the resized image read pixels and own weights.
+  const int lo = std::clamp(-key.offset, 0, key.out), hi = std::clamp(key.resized - key.offset, lo, key.out);
+  std::size_t weights_needed = 0;
+  for (int o = lo; o < hi; ++o) weights_needed += static_cast<std::size_t>(tp->count[static_cast<std::size_t>(o + key.offset)]);
   if (static_cast<std::size_t>(spans_used_) + static_cast<std::size_t>(key.out) > span_capacity_ ||
-      static_cast<std::size_t>(weights_used_) + static_cast<std::size_t>(key.out) * T > weight_capacity_)
+      static_cast<std::size_t>(weights_used_) + weights_needed > weight_capacity_)
     return false;
   TapSpan* spans = spans_ + spans_used_;
-  float* weights = weights_ + weights_used_;
+  int32_t w = weights_used_;
   for (int o = 0; o < key.out; ++o) {
-    const int r = o + key.offset;
-    float* w = weights + static_cast<std::size_t>(o) * T;
-    if (r < 0 || r >= key.resized) {
+    if (o < lo || o >= hi) {
       spans[o] = TapSpan{};
-      std::fill(w, w + T, 0.f);
       continue;
     }
-    const int first = tp->first[static_cast<std::size_t>(r)], count = tp->count[static_cast<std::size_t>(r)];
+    const std::size_t r = static_cast<std::size_t>(o + key.offset);
+    const int first = tp->first[r], count = tp->count[r];
     // The kernel trusts these bounds: checked once per table here rather than a fault on the device.
     SLUICE_CHECK(first >= 0 && count >= 1 && count <= T && first + count <= key.in, "axis_taps(", key.in, ", ",
                  key.resized, ") output ", r, " reads [", first, ", ", first + count, ")");
-    spans[o] = TapSpan{first, count};
-    std::copy_n(tp->weight.data() + static_cast<std::size_t>(r) * T, T, w);
+    spans[o] = TapSpan{first, count, w};
+    std::copy_n(tp->weight.data() + r * static_cast<std::size_t>(T), count, weights_ + w);
+    w += count;
   }
-  const Table t{key, spans_used_, weights_used_, T};
+  const Table t{key, spans_used_};
   spans_used_ += key.out;
-  weights_used_ += key.out * T;
+  weights_used_ = w;
   tables_.push_back(t);
   *found = t;
   return true;
@@ -74,11 +77,7 @@ bool TapTables::plan_row(int in_h, int in_w, const PreprocessSpec& spec, GpuRowP
   plan->in_h = in_h;
   plan->in_w = in_w;
   plan->y_span = ty.span;
-  plan->y_weight = ty.weight;
-  plan->y_taps = ty.taps;
   plan->x_span = tx.span;
-  plan->x_weight = tx.weight;
-  plan->x_taps = tx.taps;
   return true;
 }
 

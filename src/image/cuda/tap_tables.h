@@ -46,7 +46,7 @@ class TapTables {
   };
   struct Table {
     Key key;
-    int32_t span, weight, taps;
+    int32_t span;
   };
   bool axis(const Key& key, Table* found);
 
