@@ -16,16 +16,18 @@ if(TARGET CUDA::nvjpeg)
 endif()
 
 set(_nvjpeg_hints ${NVJPEG_ROOT} $ENV{NVJPEG_ROOT})
+# The site-packages of the `python3` on PATH (where install-deps.sh pip-installs) and of the one
+# CMake finds, when they differ.
+find_program(_nvjpeg_python python3)
 find_package(Python3 QUIET COMPONENTS Interpreter)
-if(Python3_Interpreter_FOUND)
+foreach(_py IN ITEMS ${_nvjpeg_python} ${Python3_EXECUTABLE})
   execute_process(
-    COMMAND ${Python3_EXECUTABLE} -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    COMMAND ${_py} -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"
     OUTPUT_VARIABLE _nvjpeg_site OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-  string(REGEX MATCH "^[0-9]+" _cuda_major "${CUDAToolkit_VERSION_MAJOR}")
-  if(_nvjpeg_site AND _cuda_major)
-    list(APPEND _nvjpeg_hints "${_nvjpeg_site}/nvidia/cu${_cuda_major}" "${_nvjpeg_site}/nvidia/nvjpeg")
+  if(_nvjpeg_site)
+    list(APPEND _nvjpeg_hints "${_nvjpeg_site}/nvidia/cu${CUDAToolkit_VERSION_MAJOR}")
   endif()
-endif()
+endforeach()
 
 find_path(NVJPEG_INCLUDE_DIR nvjpeg.h HINTS ${_nvjpeg_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
 find_library(NVJPEG_LIBRARY NAMES nvjpeg libnvjpeg.so.${CUDAToolkit_VERSION_MAJOR}

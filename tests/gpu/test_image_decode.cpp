@@ -246,7 +246,9 @@ TEST_P(GpuImageInputTest, BatchWithBadFilesPngProgressiveCmykAndPadding) {
   }
 }
 
-TEST_P(GpuImageInputTest, BatchNvjpegRejectsIsDecodedOnTheCpu) {
+// Whether nvJPEG rejects the batch (then its JPEGs are decoded on the CPU) or its header check
+// turns the file away first, the undecodable file is the batch's only bad row.
+TEST_P(GpuImageInputTest, UndecodableJpegAmongGoodOnesIsTheOnlyBadRow) {
   GpuImageOptions opt;
   opt.backend = GetParam();
   std::vector<MemorySource::File> files;
