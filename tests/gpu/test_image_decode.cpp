@@ -2,13 +2,19 @@
 // JPEGs, and whole batches through the GPU image input with bad files, a PNG, a progressive, a
 // CMYK and a 4:1:1 JPEG mixed in.
 //
-// Decoders differ: JPEG fixes the DCT only up to an accuracy bound, and chroma upsampling is the
-// decoder's choice (libjpeg-turbo interpolates, "fancy upsampling"; nvJPEG replicates unless asked
-// to interpolate).  So nvJPEG is held to a bound that a wrong decode (a channel swap, a wrong pitch,
-// a shifted row, the wrong colour conversion) cannot meet: a mean |difference| of at most 2 levels
-// and at most 1 % of the values more than 8 levels apart.  The figures are printed.
+// Decoders differ: JPEG fixes the IDCT only up to an accuracy bound, and chroma upsampling is the
+// decoder's choice: libjpeg-turbo interpolates ("fancy upsampling", PIL's and image.h's default),
+// nvJPEG replicates unless asked to interpolate.  On these pictures the two upsamplings alone
+// differ (TurboJPEG with and without TJFLAG_FASTUPSAMPLE, measured on the build machine) by a
+// mean 0.1-0.4 levels and 0.0-0.6 % of values more than 8 apart at 257-640 pixels a side (max up to
+// 50 at sharp colour edges), far more on thumbnails (17x23 4:2:0: mean 9, a third of the values).
+// So nvJPEG is compared with both TurboJPEG upsamplings and held, against the closer one, to a
+// bound that a wrong decode (a channel swap, a wrong pitch, a shifted row, the wrong colour
+// conversion) cannot meet: mean |difference| <= 2 levels, at most 1 % of values more than 8 apart;
+// pictures under 100 pixels a side only to a mean of 12 (a swap or a wrong pitch is far above).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <turbojpeg.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -32,6 +38,18 @@ namespace {
 constexpr double kMeanBound = 2.0;
 constexpr double kOverBound = 0.01;
 constexpr int kOverLevels = 8;
+constexpr double kThumbnailMeanBound = 12.0;
+
+// TurboJPEG straight, with replicated chroma (TJFLAG_FASTUPSAMPLE) or interpolated (its default).
+std::vector<uint8_t> turbo_decode(const std::vector<uint8_t>& file, int h, int w, bool replicate) {
+  tjhandle d = tjInitDecompress();
+  std::vector<uint8_t> rgb(static_cast<std::size_t>(h) * w * 3);
+  const int rc = tjDecompress2(d, file.data(), static_cast<unsigned long>(file.size()), rgb.data(), w, 0, h, TJPF_RGB,
+                               TJFLAG_ACCURATEDCT | (replicate ? TJFLAG_FASTUPSAMPLE : 0));
+  EXPECT_EQ(rc, 0) << tjGetErrorStr2(d);
+  tjDestroy(d);
+  return rgb;
+}
 
 std::vector<uint8_t> cpu_decode(const std::vector<uint8_t>& file, int* h, int* w) {
   std::vector<uint8_t> rgb;
@@ -48,7 +66,7 @@ struct Sample {
 
 std::vector<Sample> decode_samples() {
   std::vector<Sample> v;
-  const std::pair<int, int> sizes[] = {{375, 500}, {333, 257}, {17, 23}, {640, 480}};
+  const std::pair<int, int> sizes[] = {{375, 500}, {333, 257}, {17, 23}, {49, 67}, {640, 480}};
   const Jpeg kinds[] = {Jpeg::S444, Jpeg::S422, Jpeg::S420, Jpeg::S440, Jpeg::S411, Jpeg::Grey};
   uint32_t seed = 1;
   for (Jpeg k : kinds)
@@ -104,11 +122,21 @@ void decode_against_turbojpeg(bool interpolate) {
     const std::vector<uint8_t> ref = cpu_decode(taken[i]->file, &h, &w);
     ASSERT_EQ(h, taken[i]->h);
     ASSERT_EQ(w, taken[i]->w);
+    const std::vector<uint8_t> direct = turbo_decode(taken[i]->file, h, w, false);
+    EXPECT_EQ(diff_stats(ref.data(), direct.data(), ref.size(), 0).max, 0) << "image.h's decoder is TurboJPEG's";
     std::vector<uint8_t> got(ref.size());
     CUDA_CHECK(cudaMemcpy(got.data(), out[i].get(), got.size(), cudaMemcpyDeviceToHost));
-    const DiffStats d = diff_stats(got.data(), ref.data(), got.size(), kOverLevels);
-    std::printf("[ nvjpeg vs turbojpeg ] %s  %-24s max %3d  mean %.3f  >%d: %.3f %%\n", dec->describe().c_str(),
-                taken[i]->name.c_str(), d.max, d.mean, kOverLevels, 100 * d.over);
+    const DiffStats fancy = diff_stats(got.data(), ref.data(), got.size(), kOverLevels);
+    const std::vector<uint8_t> rep = turbo_decode(taken[i]->file, h, w, true);
+    const DiffStats plain = diff_stats(got.data(), rep.data(), got.size(), kOverLevels);
+    std::printf("[ nvjpeg vs turbojpeg ] %s  %-24s interpolated chroma: max %3d mean %.3f >%d %.3f %%;  replicated: "
+                "max %3d mean %.3f >%d %.3f %%\n", dec->describe().c_str(), taken[i]->name.c_str(), fancy.max,
+                fancy.mean, kOverLevels, 100 * fancy.over, plain.max, plain.mean, kOverLevels, 100 * plain.over);
+    const DiffStats& d = fancy.mean <= plain.mean ? fancy : plain;
+    if (std::min(h, w) < 100) {
+      EXPECT_LE(d.mean, kThumbnailMeanBound) << taken[i]->name;
+      continue;
+    }
     EXPECT_LE(d.mean, kMeanBound) << taken[i]->name;
     EXPECT_LE(d.over, kOverBound) << taken[i]->name;
   }

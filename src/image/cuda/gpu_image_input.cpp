@@ -141,15 +141,18 @@ GpuImageInput::GpuImageInput(Source& source, const PreprocessSpec& spec, int64_t
 
 bool GpuImageInput::plan_gpu_row(void* slot, int64_t row, const ImageHeader& ih, const EncodedSample& e,
                                  TapTables& tables) {
-  if (!ih.gpu_decodable || static_cast<int64_t>(ih.width) * ih.height > opt_.max_gpu_pixels) return false;
+  const int64_t bytes = static_cast<int64_t>(align_up(static_cast<std::size_t>(ih.width) * ih.height * 3));
+  auto* h = at<SlotHeader>(slot, header_);
+  if (!ih.gpu_decodable || static_cast<int64_t>(ih.width) * ih.height > opt_.max_gpu_pixels ||
+      h->arena_bytes + bytes > opt_.max_arena_bytes)
+    return false;
   const uint8_t* data = at<uint8_t>(slot, encoded_) + e.offset;
   if (!decoder_->supports(data, e.size)) return false;
   GpuRowPlan& p = at<GpuRowPlan>(slot, plans_)[row];
   if (!tables.plan_row(ih.height, ih.width, spec_, &p)) return false;
-  auto* h = at<SlotHeader>(slot, header_);
   p.kind = kGpuRowDecoded;
   p.arena_offset = h->arena_bytes;
-  h->arena_bytes += static_cast<int64_t>(align_up(static_cast<std::size_t>(ih.width) * ih.height * 3));
+  h->arena_bytes += bytes;
   h->max_w = std::max(h->max_w, ih.width);
   h->max_h = std::max(h->max_h, ih.height);
   GpuJob& j = at<GpuJob>(slot, jobs_)[h->gpu_jobs++];

@@ -33,8 +33,10 @@ struct GpuImageOptions {
   // libjpeg-turbo's "fancy upsampling" does; off: nvJPEG's default.
   bool upsample_interpolate = false;
   // Images with more pixels than this are decoded on the CPU (they would grow the device arena
-  // for one sample).
+  // for one sample), and so are the images of a batch beyond this many decoded bytes (a batch of
+  // 256 photos of 12 megapixels would take 9 GiB).
   int64_t max_gpu_pixels = int64_t{64} << 20;
+  int64_t max_arena_bytes = int64_t{4} << 30;
 };
 
 // The device must be a CUDA device (device.is_gpu()); throws otherwise, or when no nvJPEG backend
