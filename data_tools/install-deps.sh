@@ -7,6 +7,7 @@
 #   SLUICE_WITH_SLURM=1 also install Slurm and munge (the slurm-labelled tests need them)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+nvjpeg_wheel=13.2.3.58   # PyPI nvidia-nvjpeg (CUDA 13), only where the toolkit lacks nvJPEG
 
 apt_pkgs=(build-essential cmake pkg-config git
           libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libcli11-dev
@@ -36,5 +37,17 @@ if [ "${SLUICE_SKIP_PIP:-0}" != 1 ]; then
     [ -e "$("$py" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ] && extra+=(--break-system-packages)
   fi
   "$py" -m pip install -q --disable-pip-version-check "${extra[@]}" -r "$here/requirements.txt"
+  # nvJPEG (GPU JPEG decoding): part of the CUDA toolkit on GPU hosts, missing from some toolkit
+  # installs; PyPI's nvidia-nvjpeg for the toolkit's major version ships the header and library that
+  # cmake/FindNvjpeg.cmake then finds in site-packages/nvidia/cuNN.
+  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  if [ -x "$nvcc" ]; then
+    cuda_inc=$(cd "$(dirname "$nvcc")/.." && pwd)/include
+    cuda_major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+    if [ ! -f "$cuda_inc/nvjpeg.h" ] && [ "$cuda_major" = 13 ]; then
+      echo "install-deps: the CUDA toolkit has no nvJPEG: pip nvidia-nvjpeg==$nvjpeg_wheel" >&2
+      "$py" -m pip install -q --disable-pip-version-check "${extra[@]}" "nvidia-nvjpeg==$nvjpeg_wheel"
+    fi
+  fi
 fi
 echo "install-deps: done" >&2

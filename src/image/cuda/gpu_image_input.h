@@ -1,0 +1,48 @@
+#pragma once
+// Image files as the engine's input on a CUDA device: JPEGs decoded by nvJPEG's batched API (the
+// hardware decoder where the GPU has one), everything else decoded on the reader threads, and one
+// kernel that resizes, crops or letterboxes every GPU-decoded image into the uint8 [B, 3, H, W]
+// input.  Plain C++ (no CUDA headers): image/image_input.cpp calls it when the device is a GPU.
+//
+// How a batch flows (pipeline/batch_input.h):
+//   fill()            reader thread: the files' bytes into the pinned slot, headers parsed, filter
+//                     taps computed; PNG, progressive/CMYK JPEG and anything odd decoded and
+//                     preprocessed on the CPU into the slot; bad files marked.
+//   enqueue_copy()    driver: the CPU-preprocessed rows H2D into the engine input.
+//   enqueue_decode()  driver: nvJPEG batched decode into a device arena, then the preprocessing
+//                     kernel (zeros for bad and padding rows).  A batch nvJPEG rejects is decoded
+//                     on the CPU instead (rare), and undecodable samples are marked bad.
+#include <cstdint>
+#include <memory>
+
+#include "image/image.h"
+#include "io/source.h"
+#include "pipeline/batch_input.h"
+#include "pipeline/device.h"
+
+namespace sluice {
+
+struct GpuImageOptions {
+  // Which nvJPEG backend decodes: Auto takes the hardware decoder when the GPU has one (A100,
+  // H100, H200) and the GPU-hybrid decoder otherwise.
+  enum class Backend { Auto, Hardware, Hybrid };
+  Backend backend = Backend::Auto;
+  // --on-bad-sample fail: the first bad sample stops the job (InputError naming its key and why).
+  bool fail_on_bad = false;
+  // nvJPEG's chroma upsampling by interpolation (NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION), as
+  // libjpeg-turbo's "fancy upsampling" does; off: nvJPEG's default.
+  bool upsample_interpolate = false;
+  // Images with more pixels than this are decoded on the CPU (they would grow the device arena
+  // for one sample), and so are the images of a batch beyond this many decoded bytes (a batch of
+  // 256 photos of 12 megapixels would take 9 GiB).
+  int64_t max_gpu_pixels = int64_t{64} << 20;
+  int64_t max_arena_bytes = int64_t{4} << 30;
+};
+
+// The device must be a CUDA device (device.is_gpu()); throws otherwise, or when no nvJPEG backend
+// can be created.  `batch` is the engine's batch; the engine input is uint8 [batch, 3, spec.out_h,
+// spec.out_w].
+std::unique_ptr<BatchInput> make_gpu_image_input(Source& source, const PreprocessSpec& spec, int64_t batch,
+                                                 Device& device, const GpuImageOptions& options = {});
+
+}  // namespace sluice
