@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "model/batch_axis.h"
 #include "model/onnx_loader.h"
 #include "model/prepare.h"
 #include "model/serialize.h"
@@ -27,6 +28,21 @@ std::string default_cache_dir() {
 
 bool file_readable(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
 
+std::string mb(double bytes) { return str(static_cast<int64_t>(bytes / 1e6 + 0.5), " MB"); }
+
+// Runs an allocating step; an allocation failure becomes an error that says what asked for how
+// much (`what`), instead of a bare std::bad_alloc.
+template <typename F>
+void allocating(const std::string& what, F&& step) {
+  try {
+    step();
+  } catch (const std::bad_alloc&) {
+    throw InputError(str("out of memory: ", what));
+  } catch (const std::length_error&) {
+    throw InputError(str("too large to allocate: ", what));
+  }
+}
+
 }  // namespace
 
 RunContext::RunContext(const JobConfig& job, std::string job_toml, const MpiContext& mpi)
@@ -34,7 +50,16 @@ RunContext::RunContext(const JobConfig& job, std::string job_toml, const MpiCont
   started_ = iso8601(unix_time_now());
 }
 
-RunContext::~RunContext() = default;
+RunContext::~RunContext() {
+  if (aside_thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(aside_mutex_);
+      aside_done_ = true;
+    }
+    aside_cv_.notify_all();
+    aside_thread_.join_noexcept();
+  }
+}
 
 void RunContext::open_source() {
   const auto t0 = Clock::now();
@@ -43,7 +68,13 @@ void RunContext::open_source() {
   } else {
     source_ = open_hdf5_source(job_.input, job_.input_dataset);
   }
+  input_fingerprint_ = source_->fingerprint();
   chunking_.total = source_->size();
+  // Sizes multiplied below must not overflow: one batch of input is batch x sample bytes.
+  const double sample = static_cast<double>(source_->sample_bytes()), batch = static_cast<double>(job_.batch_size);
+  if (job_.batch_size > (int64_t{1} << 40) / std::max<int64_t>(1, job_.chunk_batches) || sample * batch > 1e15)
+    throw UsageError(str("--batch-size ", job_.batch_size, " x --chunk-batches ", job_.chunk_batches, " with samples of ",
+                         mb(sample), " asks for ", mb(sample * batch), " per batch; choose smaller values"));
   chunking_.chunk_samples = job_.batch_size * job_.chunk_batches;
   t_setup_ += seconds_since(t0);
 }
@@ -84,7 +115,8 @@ void RunContext::load_model() {
     }
     po.outputs.push_back(s);
   }
-  graph_ = prepare_graph(std::move(model), po);
+  allocating(str("preparing the model for --batch-size ", job_.batch_size), [&] { graph_ = prepare_graph(std::move(model), po); });
+  check_batch_axis(graph_, job_.batch_size);
   t_setup_ += seconds_since(t0);
 }
 
@@ -93,6 +125,9 @@ void RunContext::make_specs() {
   for (const ValueInfo& o : graph_.outputs) {
     const ValueInfo* v = graph_.value(o.name);
     const ValueInfo& info = v ? *v : o;
+    if (info.shape.empty() || info.shape[0] != job_.batch_size)
+      throw InputError(str("the model's output '", info.name, "' has shape ", shape_str(info.shape),
+                           "; Sluice needs the batch (", job_.batch_size, ") on axis 0"));
     DatasetSpec d;
     d.name = info.name;
     d.dtype = info.dtype;
@@ -117,10 +152,50 @@ void RunContext::share_model() {
   t_setup_ += seconds_since(t0);
 }
 
-void RunContext::plan() {
-  std::string serialized;
-  if (mpi_.rank() == 0) serialized = plan_output_dir(job_, chunking_, model_sha256_, specs_).serialize();
-  plan_ = RunPlan::deserialize(mpi_.broadcast_string(serialized));
+std::string RunContext::plan_on_root() {
+  prepare_output_dir(job_.output);
+  lock_ = FolderLock::acquire(job_.output);
+  JobIdentity id;
+  id.job_toml = job_toml_;
+  id.model_sha256 = model_sha256_;
+  id.input_fingerprint = input_fingerprint_;
+  id.specs = specs_;
+  return plan_output_dir(job_, chunking_, id).serialize();
+}
+
+void RunContext::set_plan(const std::string& serialized) { plan_ = RunPlan::deserialize(serialized); }
+
+void RunContext::abandon() {
+  // Each rank removes the rank file it created; then rank 0 puts the earlier run back.
+  try {
+    pipeline_.reset();
+    if (file_ && file_created_) {
+      file_.reset();
+      std::remove(rank_file_path(job_.output, mpi_.rank()).c_str());
+    }
+    file_.reset();
+  } catch (const std::exception& e) {
+    log_warn("cleaning up after the failed set-up: ", e.what());
+  }
+  mpi_.barrier();
+  if (mpi_.rank() == 0 && !plan_.set_aside.empty()) {
+    restore_set_aside(job_.output, plan_.set_aside);
+    log_info("--overwrite: the earlier run is back in ", job_.output, " (this job did not start)");
+  }
+}
+
+void RunContext::start_work() {
+  work_ = make_work_distributor(job_.sharding == "static" ? Sharding::Static : Sharding::Dynamic, mpi_, chunking_,
+                                plan_.pending);
+  if (mpi_.rank() == 0 && job_.sink == "hdf5" && !list_set_asides(job_.output).empty())
+    aside_thread_ = WorkerThread("old-run", [this] { watch_set_aside(); });
+}
+
+void RunContext::watch_set_aside() {
+  std::unique_lock<std::mutex> lock(aside_mutex_);
+  while (!aside_done_ && work_->job_committed() == 0) aside_cv_.wait_for(lock, std::chrono::milliseconds(100));
+  if (work_->job_committed() == 0 && plan_.pending.size() > 0) return;  // nothing new committed: keep it
+  for (const std::string& aside : list_set_asides(job_.output)) remove_set_aside(aside);
 }
 
 void RunContext::choose_device() {
@@ -172,7 +247,9 @@ void RunContext::build() {
       eo.threads = static_cast<int>(std::max<long>(1, cores / mpi_.local_size()));
     }
   }
-  engine_ = create_engine(backend_, graph_, eo);
+  allocating(str("the ", backend_ == "cuda" ? "GPU" : "CPU", " engine for --batch-size ", job_.batch_size,
+                 " (the model's tensors for one batch of ", shape_str(graph_.inputs[0].shape), ")"),
+             [&] { engine_ = create_engine(backend_, graph_, eo); });
 
   RankFileMeta meta;
   meta.job_text = job_toml_;
@@ -187,10 +264,12 @@ void RunContext::build() {
   meta.attempt = plan_.attempt;
   meta.start_time = unix_time_now();
   meta.fsync_commits = job_.fsync;
+  meta.input_fingerprint = input_fingerprint_;
   if (job_.sink == "hdf5") {
     const std::string path = rank_file_path(job_.output, mpi_.rank());
     const bool exists = access(path.c_str(), F_OK) == 0;
     file_ = open_rank_file(path, specs_, job_.batch_size, meta, exists);
+    file_created_ = !exists;
   }
 
   PipelineOptions po;
@@ -200,9 +279,12 @@ void RunContext::build() {
   po.writer_threads = job_.writer_threads;
   for (std::size_t i = 0; i < job_.throttle_ranks.size() && !job_.throttle_ms.empty(); ++i)
     if (job_.throttle_ranks[i] == mpi_.rank()) po.throttle_ms = job_.throttle_ms[std::min(i, job_.throttle_ms.size() - 1)];
-  pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, file_.get(), po);
-  work_ = make_work_distributor(job_.sharding == "static" ? Sharding::Static : Sharding::Dynamic, mpi_, chunking_,
-                                plan_.pending);
+  std::size_t out_bytes = 0;
+  for (const auto& s : specs_) out_bytes += s.row_bytes() * static_cast<std::size_t>(job_.batch_size);
+  allocating(str("--prefetch ", job_.prefetch, " input slots of ", mb(static_cast<double>(graph_.inputs[0].bytes())),
+                 " and --egress-buffers ", job_.egress_buffers, " output slots of ", mb(static_cast<double>(out_bytes)),
+                 " (--batch-size ", job_.batch_size, ")"),
+             [&] { pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, file_.get(), po); });
   t_setup_ += seconds_since(t0);
   log_debug("engine: ", engine_->describe());
 }
@@ -218,6 +300,14 @@ void RunContext::stop() {
 bool RunContext::drain() {
   if (file_) file_->close();
   complete_ = work_->finish();
+  if (aside_thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(aside_mutex_);
+      aside_done_ = true;
+    }
+    aside_cv_.notify_all();
+    aside_thread_.join();
+  }
   int local_stopped = stopped_ ? 1 : 0, any_stopped = 0;
   MPI_CHECK(MPI_Allreduce(&local_stopped, &any_stopped, 1, MPI_INT, MPI_MAX, mpi_.comm()));
   any_stopped_ = any_stopped != 0;

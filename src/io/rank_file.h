@@ -150,6 +150,7 @@ struct RankFileInfo {
   int64_t committed_rows = 0;
   int64_t total_samples = 0, chunk_samples = 0;
   std::string model_sha256, job_text;
+  std::string input_fingerprint;     // the input the file was written from ("" in files older than it)
   int attempt = 0;   // the attempt that last wrote the file (0: first run)
   bool closed_cleanly = false;       // false: a writer holds the file, or was killed holding it
   // Also read from the header (additions by the io part):

@@ -24,6 +24,7 @@ inline constexpr char kGitCommit[] = "sluice_git_commit";
 inline constexpr char kJob[] = "job";
 inline constexpr char kModelPath[] = "model_path";
 inline constexpr char kModelSha256[] = "model_sha256";
+inline constexpr char kInputFingerprint[] = "input_fingerprint";  // Source::fingerprint(), for --resume
 inline constexpr char kRank[] = "rank";
 inline constexpr char kWorldSize[] = "world_size";
 inline constexpr char kHost[] = "host";

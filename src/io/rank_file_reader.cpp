@@ -144,6 +144,7 @@ RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index) {
   info.job_text = str_attr(file, attr::kJob);
   info.model_path = str_attr(file, attr::kModelPath);
   info.model_sha256 = str_attr(file, attr::kModelSha256);
+  info.input_fingerprint = str_attr(file, attr::kInputFingerprint);
   info.host = str_attr(file, attr::kHost);
   info.device = str_attr(file, attr::kDevice);
   info.sluice_version = str_attr(file, attr::kVersion);

@@ -336,6 +336,7 @@ void write_header(hid_t file, const std::vector<DatasetSpec>& specs, int64_t chu
   h5::write_attr(file, attr::kJob, meta.job_text);
   h5::write_attr(file, attr::kModelPath, meta.model_path);
   h5::write_attr(file, attr::kModelSha256, meta.model_sha256);
+  h5::write_attr(file, attr::kInputFingerprint, meta.input_fingerprint);
   h5::write_attr(file, attr::kRank, static_cast<int64_t>(meta.rank));
   h5::write_attr(file, attr::kWorldSize, static_cast<int64_t>(meta.world_size));
   h5::write_attr(file, attr::kHost, clip(host_name(meta.host), kNameWidth), kNameWidth);
