@@ -45,6 +45,7 @@ struct JobConfig {
   int cpu_threads = 0;                     // CPU engine threads (0: all cores)
   std::string gpu_map;                     // "" (node-local rank) or a comma list of GPU ordinals
   double progress_interval = 5.0;          // seconds between progress lines when not on a terminal
+  std::string on_nan = "warn";             // float inputs holding NaN/Inf: warn (count, mark, compute) | fail
   bool quiet = false;
   // Test only: extra delay per batch (a slow GPU) on the listed ranks; one delay for all of them,
   // or one per listed rank.

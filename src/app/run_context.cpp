@@ -30,16 +30,16 @@ bool file_readable(const std::string& path) { return access(path.c_str(), R_OK) 
 
 std::string mb(double bytes) { return str(static_cast<int64_t>(bytes / 1e6 + 0.5), " MB"); }
 
-// Runs an allocating step; an allocation failure becomes an error that says what asked for how
-// much (`what`), instead of a bare std::bad_alloc.
+// Runs an allocating step; a failure says what asked for how much (`what`: the options and sizes
+// behind it) instead of a bare std::bad_alloc.  Exit status 1: a resource, not a bad input.
 template <typename F>
 void allocating(const std::string& what, F&& step) {
   try {
     step();
   } catch (const std::bad_alloc&) {
-    throw InputError(str("out of memory: ", what));
+    throw Error(str("out of memory allocating ", what));
   } catch (const std::length_error&) {
-    throw InputError(str("too large to allocate: ", what));
+    throw Error(str("too large to allocate: ", what));
   }
 }
 
@@ -249,7 +249,14 @@ void RunContext::build() {
   }
   allocating(str("the ", backend_ == "cuda" ? "GPU" : "CPU", " engine for --batch-size ", job_.batch_size,
                  " (the model's tensors for one batch of ", shape_str(graph_.inputs[0].shape), ")"),
-             [&] { engine_ = create_engine(backend_, graph_, eo); });
+             [&] {
+               try {
+                 engine_ = create_engine(backend_, graph_, eo);
+               } catch (const Error& e) {  // the engines' own "cannot allocate N bytes"
+                 throw Error(str(e.what(), " (for --batch-size ", job_.batch_size, ": the model's tensors for one batch of ",
+                                 shape_str(graph_.inputs[0].shape), ")"), e.exit_code());
+               }
+             });
 
   RankFileMeta meta;
   meta.job_text = job_toml_;
@@ -284,7 +291,11 @@ void RunContext::build() {
   allocating(str("--prefetch ", job_.prefetch, " input slots of ", mb(static_cast<double>(graph_.inputs[0].bytes())),
                  " and --egress-buffers ", job_.egress_buffers, " output slots of ", mb(static_cast<double>(out_bytes)),
                  " (--batch-size ", job_.batch_size, ")"),
-             [&] { pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, file_.get(), po); });
+             [&] {
+               input_ = make_tensor_input(*source_, job_.batch_size, engine_->input().bytes(),
+                                          job_.on_nan == "fail" ? NonFinite::Fail : NonFinite::Warn);
+               pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, input_.get(), file_.get(), po);
+             });
   t_setup_ += seconds_since(t0);
   log_debug("engine: ", engine_->describe());
 }

@@ -76,6 +76,7 @@ class RunContext {
   std::unique_ptr<RankFile> file_;
   bool file_created_ = false;  // this attempt created the rank file (not a resume appending to it)
   std::unique_ptr<WorkDistributor> work_;
+  std::unique_ptr<BatchInput> input_;
   std::unique_ptr<Pipeline> pipeline_;
   PipelineStats stats_;
   WeightBroadcast weights_;

@@ -7,6 +7,7 @@
 // uint8 stays uint8; every other type is refused up front.
 #include <filesystem>
 
+#include "io/file_identity.h"
 #include "io/hdf5_util.h"
 #include "io/source.h"
 
@@ -20,7 +21,11 @@ class Hdf5Source final : public Source {
              std::string stored_type)
       : path_(std::move(path)), dataset_name_(std::move(dataset)), file_(std::move(file)), dataset_(std::move(d)),
         dtype_(dtype), size_(n), shape_(std::move(shape)), stored_type_(std::move(stored_type)),
-        mem_type_(h5::memory_type(dtype)), row_dims_(shape_.begin(), shape_.end()) {}
+        mem_type_(h5::memory_type(dtype)), row_dims_(shape_.begin(), shape_.end()) {
+    const std::optional<FileIdentity> id = FileIdentity::of(path_);
+    if (!id) throw InputError(str("input ", path_, ": it vanished while being opened"));
+    identity_ = *id;
+  }
 
   ~Hdf5Source() override { dataset_.reset(); }  // before the file
 
@@ -39,7 +44,12 @@ class Hdf5Source final : public Source {
     h5::quiet_errors();  // reader threads call this first thing; the setting is per thread
     h5::Space fspace = h5::select_rows(dataset_, first, count);
     h5::Space mspace = h5::row_block_space(count, row_dims_);
-    H5_CHECK(H5Dread(dataset_, mem_type_, mspace, fspace, H5P_DEFAULT, dst));
+    const herr_t status = H5Dread(dataset_, mem_type_, mspace, fspace, H5P_DEFAULT, dst);
+    // A file truncated or rewritten under the job reads back zeros or fails: either way the rows
+    // must not be committed, and the message should say why.  Checked after the read, so rows
+    // read before a change are good and rows read after it are refused.
+    check_unchanged(path_, identity_);
+    H5_CHECK(status);
   }
 
  private:
@@ -52,6 +62,7 @@ class Hdf5Source final : public Source {
   std::string stored_type_;
   h5::Type mem_type_;
   std::vector<hsize_t> row_dims_;
+  FileIdentity identity_;
 };
 
 }  // namespace

@@ -111,6 +111,7 @@ struct Pipeline::Impl {
   TimeCounter read_time, write_time, stall_input, stall_output;
   double h2d_s = 0, decode_s = 0, compute_s = 0, d2h_s = 0;   // monitor thread only
   int64_t samples = 0, batches = 0, chunks = 0; // writer thread only
+  int64_t nonfinite_rows = 0;                   // writer thread only
   double end_s = 0;
 
   // Compression (DESIGN.md: writer threads encode chunks, one owner thread writes them).  When the
@@ -492,6 +493,9 @@ void Pipeline::Impl::writer(WorkDistributor& work, std::atomic<int64_t>& committ
           file->append(m.count, index.data(), rows);
       }
     }
+    const BatchRows& status_rows = out_rows[static_cast<std::size_t>(*out)];
+    for (int64_t r = 0; r < m.count && r < static_cast<int64_t>(status_rows.status.size()); ++r)
+      nonfinite_rows += status_rows.status[static_cast<std::size_t>(r)] == kRowNonFinite;
     const WorkItem chunk = m.chunk;
     const bool last = m.last_in_chunk;
     const int64_t count = m.count;
@@ -565,6 +569,7 @@ PipelineStats Pipeline::run(WorkDistributor& work) {
   s.samples = p.samples;
   s.batches = p.batches;
   s.chunks = p.chunks;
+  s.nonfinite_rows = p.nonfinite_rows;
   s.wall_s = p.end_s;
   s.first_batch_s = p.first_batch_s;
   s.read_s = p.read_time.seconds();

@@ -41,6 +41,7 @@ struct PipelineOptions {
 // the driver waited for a filled in-slot (input) or a free out-slot (output).
 struct PipelineStats {
   int64_t samples = 0, batches = 0, chunks = 0;
+  int64_t nonfinite_rows = 0; // rows whose input held NaN or Inf (RowStatus kRowNonFinite)
   double wall_s = 0;          // from the pipeline's start to the last commit
   double first_batch_s = 0;   // start until the first batch was written (warm-up, reported apart)
   double read_s = 0;          // reader busy time, summed over reader threads
