@@ -74,8 +74,7 @@ int run_job(JobConfig job, int argc, char** argv) {
   std::unique_ptr<StopRelay> relay;
   or_abort(mpi, [&] {
     relay = std::make_unique<StopRelay>(mpi, [&](int from) {
-      log_info("rank ", from, " is stopping: finishing the chunks in flight, then stopping (resumable)");
-      ctx.stop();
+      if (ctx.stop()) log_info("rank ", from, " is stopping: finishing the chunks in flight, then stopping (resumable)");
     });
   });
   SignalWatcher watcher([&](int sig) {

@@ -302,10 +302,11 @@ void RunContext::build() {
 
 void RunContext::run() { stats_ = pipeline_->run(*work_); }
 
-void RunContext::stop() {
-  stopped_ = true;
+bool RunContext::stop() {
+  if (stopped_.exchange(true)) return false;
   if (pipeline_) pipeline_->stop();
   if (work_) work_->request_stop();
+  return true;
 }
 
 bool RunContext::drain() {

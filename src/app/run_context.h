@@ -41,7 +41,7 @@ class RunContext {
   void start_work();    // collective: the work distributor
   // The job.
   void run();           // the pipeline until this rank has no more work
-  void stop();          // from the signal thread
+  bool stop();          // from the signal thread; false when already stopping
   bool drain();         // close the rank file; agree whether the job is complete
   void report();        // gather the report; rank 0 writes outputs.h5 and report.json
 
