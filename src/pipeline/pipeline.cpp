@@ -114,7 +114,7 @@ struct Pipeline::Impl {
   int64_t nonfinite_rows = 0;                   // writer thread only
   double end_s = 0;
 
-  // Compression (DESIGN.md: writer threads encode chunks, one owner thread writes them).  When the
+  // Compression (docs/architecture.md, "Writing": writer threads encode chunks, one owner thread writes them).  When the
   // file deflates an output, `writer_threads` encoder threads take the batches from write_q in
   // order, split them into HDF5 chunks and deflate those in parallel into per-out-slot buffers;
   // the writer thread, the file's only user, stores each batch's chunks in batch order and only

@@ -1,5 +1,5 @@
 #pragma once
-// One rank's pipeline (DESIGN.md, "One rank: the data flow"):
+// One rank's pipeline (docs/architecture.md, "One rank"):
 //
 //   dispatcher -> readers -> [in-slots] -> driver: H2D, decode, forward, D2H -> [out-slots] -> monitor -> writer
 //
