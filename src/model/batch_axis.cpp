@@ -27,7 +27,7 @@ class Tracker {
   explicit Tracker(const Graph& g) : g_(g) {}
 
   void run() {
-    state_["input"] = State{0, ""};
+    if (!g_.inputs.empty()) state_[g_.inputs[0].name] = State{0, ""};
     for (const Node& n : g_.nodes) visit(n);
   }
 
