@@ -1,4 +1,4 @@
-// The command line: `sluice run`, `sluice inspect`, `sluice forward`, `sluice mpirun`, `sluice --version`.
+// The command line: `sluice run`, `sluice inspect`, `sluice forward`, `sluice mpirun`, `sluice srun`, `sluice --version`.
 // Usage errors exit 2 with one line; every other failure is a sluice::Error whose exit code says
 // what kind it was (README, "Exit status").  Only rank 0 of a job prints usage errors, so an
 // mpirun of 8 ranks with a typo prints one line, not eight.
@@ -43,13 +43,15 @@ int cli_main(int argc, char** argv) {
   add_run_command(app, commands);
   add_inspect_command(app);
   add_forward_command(app);
-  add_mpirun_command(app);
+  add_launch_commands(app);
 
   // Subcommands without MPI (inspect, forward) run inside parse() through their CLI11 callbacks and
   // report a non-zero status with CLI::RuntimeError; `run` runs after parsing (it needs argv for MPI).
   try {
-    // `sluice mpirun` passes its arguments to mpirun untouched, so CLI11 never parses them.
-    if (argc > 1 && std::string(argv[1]) == "mpirun") return mpirun_command(argc - 2, argv + 2);
+    // `sluice mpirun` and `sluice srun` pass their arguments to the launcher untouched, so CLI11
+    // never parses them.
+    if (argc > 1 && (std::string(argv[1]) == "mpirun" || std::string(argv[1]) == "srun"))
+      return launch_command(argv[1], argc - 2, argv + 2);
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) {
       std::fputs(app.help().c_str(), stdout);

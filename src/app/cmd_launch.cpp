@@ -1,11 +1,12 @@
-// `sluice mpirun [mpirun options] -- [sluice run options]`: mpirun with stops that keep their
-// promise.  OpenMPI 4.1's mpirun treats SIGTERM, SIGINT and SIGHUP as "abort the job": it sends
-// the ranks SIGCONT, then SIGTERM and SIGKILL odls_base_sigkill_timeout seconds apart (1 s by
-// default), and exits 1 whatever the ranks do; these signals cannot be forwarded
-// (ess_base_forward_signals refuses them).  It does forward SIGUSR1 to every rank.  So this
-// command runs mpirun in a process group of its own (a terminal's Ctrl-C reaches only this
-// process) and turns each TERM, INT, HUP or USR1 it receives into a USR1 for mpirun: the ranks
-// stop, commit and exit 75, and so does mpirun, and so does this command.
+// `sluice mpirun [mpirun options] -- [sluice run options]` and `sluice srun [srun options] -- ...`:
+// the launcher with stops that keep their promise.  OpenMPI 4.1's mpirun treats SIGTERM, SIGINT
+// and SIGHUP as "abort the job": it sends the ranks SIGCONT, then SIGTERM and SIGKILL
+// odls_base_sigkill_timeout seconds apart (1 s by default), and exits 1 whatever the ranks do;
+// these signals cannot be forwarded (ess_base_forward_signals refuses them).  srun answers SIGTERM
+// by killing the step, and a single SIGINT by printing the tasks' state.  Both forward SIGUSR1 to
+// every rank.  So this command runs the launcher in a process group of its own (a terminal's Ctrl-C
+// reaches only this process) and turns each TERM, INT, HUP or USR1 it receives into a USR1 for the
+// launcher: the ranks stop, commit and exit 75, and so do the launcher and this command.
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <poll.h>
@@ -38,8 +39,10 @@ extern "C" void relay_signal(int sig) {
   errno = saved;
 }
 
+std::string g_name = "mpirun";
+
 void say(const std::string& s) {
-  std::fprintf(stderr, "sluice mpirun: %s\n", s.c_str());
+  std::fprintf(stderr, "sluice %s: %s\n", g_name.c_str(), s.c_str());
   std::fflush(stderr);
 }
 
@@ -52,9 +55,8 @@ std::string self_exe() {
 
 }  // namespace
 
-const char* const kMpirunUsage = "usage: sluice mpirun [mpirun options] -- [sluice run options]";
-
-int mpirun_command(int argc, char** argv) {
+int launch_command(const std::string& launcher_name, int argc, char** argv) {
+  g_name = launcher_name;
   std::vector<std::string> launcher_args, run_args;
   bool split = false;
   for (int i = 0; i < argc; ++i) {
@@ -62,10 +64,11 @@ int mpirun_command(int argc, char** argv) {
     if (!split && a == "--") split = true;
     else (split ? run_args : launcher_args).push_back(a);
   }
-  if (!split) throw UsageError(str(kMpirunUsage, " (the -- between them is required)"));
+  if (!split)
+    throw UsageError(str("usage: sluice ", launcher_name, " [", launcher_name, " options] -- [sluice run options] ",
+                         "(the -- between them is required)"));
 
-  const char* launcher = std::getenv("SLUICE_MPIRUN");
-  std::vector<std::string> cmd = {launcher && *launcher ? launcher : "mpirun"};
+  std::vector<std::string> cmd = {launcher_name};
   cmd.insert(cmd.end(), launcher_args.begin(), launcher_args.end());
   cmd.push_back(self_exe());
   cmd.push_back("run");
@@ -122,13 +125,15 @@ int mpirun_command(int argc, char** argv) {
   return kExitFailure;
 }
 
-void add_mpirun_command(CLI::App& app) {
-  // Parsed by cli_main before CLI11 sees it (its options are mpirun's); listed here for --help.
-  CLI::App* sub = app.add_subcommand(
-      "mpirun", "Run a job under mpirun so that SIGTERM, SIGINT and Ctrl-C stop it cleanly (exit 75): "
-                "sluice mpirun [mpirun options] -- [sluice run options]");
-  sub->allow_extras();
-  sub->prefix_command();
+void add_launch_commands(CLI::App& app) {
+  // Parsed by cli_main before CLI11 sees them (their options are the launcher's); listed for --help.
+  for (const char* name : {"mpirun", "srun"}) {
+    CLI::App* sub = app.add_subcommand(
+        name, str("Run a job under ", name, " so that SIGTERM, SIGINT and Ctrl-C stop it cleanly (exit 75): sluice ",
+                  name, " [", name, " options] -- [sluice run options]"));
+    sub->allow_extras();
+    sub->prefix_command();
+  }
 }
 
 }  // namespace sluice
