@@ -28,7 +28,14 @@ std::string default_cache_dir() {
 
 bool file_readable(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
 
-std::string mb(double bytes) { return str(static_cast<int64_t>(bytes / 1e6 + 0.5), " MB"); }
+// "12 MB", "3.5e+12 TB": sizes in messages, whatever their magnitude.
+std::string mb(double bytes) {
+  if (bytes < 1e12) return str(static_cast<int64_t>(bytes / 1e6 + 0.5), " MB");
+  std::ostringstream os;
+  os.precision(3);
+  os << bytes / 1e12 << " TB";
+  return os.str();
+}
 
 // Runs an allocating step; a failure says what asked for how much (`what`: the options and sizes
 // behind it) instead of a bare std::bad_alloc.  Exit status 1: a resource, not a bad input.
@@ -71,7 +78,9 @@ void RunContext::open_source() {
   input_fingerprint_ = source_->fingerprint();
   chunking_.total = source_->size();
   // Sizes multiplied below must not overflow: one batch of input is batch x sample bytes.
-  const double sample = static_cast<double>(source_->sample_bytes()), batch = static_cast<double>(job_.batch_size);
+  double sample = static_cast<double>(dtype_size(source_->dtype()));
+  for (int64_t d : source_->sample_shape()) sample *= static_cast<double>(d);
+  const double batch = static_cast<double>(job_.batch_size);
   if (job_.batch_size > (int64_t{1} << 40) / std::max<int64_t>(1, job_.chunk_batches) || sample * batch > 1e15)
     throw UsageError(str("--batch-size ", job_.batch_size, " x --chunk-batches ", job_.chunk_batches, " with samples of ",
                          mb(sample), " asks for ", mb(sample * batch), " per batch; choose smaller values"));
@@ -288,6 +297,16 @@ void RunContext::build() {
     if (job_.throttle_ranks[i] == mpi_.rank()) po.throttle_ms = job_.throttle_ms[std::min(i, job_.throttle_ms.size() - 1)];
   std::size_t out_bytes = 0;
   for (const auto& s : specs_) out_bytes += s.row_bytes() * static_cast<std::size_t>(job_.batch_size);
+  // The slots are host memory (pinned): asking for more than the machine has would end in the
+  // kernel's OOM killer rather than an error, so it is refused here, naming the options.
+  const double slots = static_cast<double>(job_.prefetch) * static_cast<double>(graph_.inputs[0].bytes()) +
+                       static_cast<double>(job_.egress_buffers) * static_cast<double>(out_bytes);
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (ram > 0 && slots * static_cast<double>(mpi_.local_size()) > 0.8 * ram)
+    throw Error(str("--prefetch ", job_.prefetch, " input slots of ", mb(static_cast<double>(graph_.inputs[0].bytes())),
+                    " and --egress-buffers ", job_.egress_buffers, " output slots of ", mb(static_cast<double>(out_bytes)),
+                    " (--batch-size ", job_.batch_size, ") take ", mb(slots), " of host memory per rank, x ",
+                    mpi_.local_size(), " rank(s) on this node; the node has ", mb(ram), ": lower them"));
   allocating(str("--prefetch ", job_.prefetch, " input slots of ", mb(static_cast<double>(graph_.inputs[0].bytes())),
                  " and --egress-buffers ", job_.egress_buffers, " output slots of ", mb(static_cast<double>(out_bytes)),
                  " (--batch-size ", job_.batch_size, ")"),

@@ -1,6 +1,6 @@
 """One outcome on every rank: every usage error (exit 2) and bad input (exit 3) the README lists ends
 the job under 1, 2 and 3 ranks with that exit status, exactly one error line, and no hang (each run
-has a timeout).  Under several ranks these used to deadlock when one rank found the problem alone
+has a timeout); so do sizes no machine can hold (the message names the options).  Under several ranks these used to deadlock when one rank found the problem alone
 (the output folder plan, made by rank 0)."""
 import fcntl
 import os
@@ -125,6 +125,11 @@ CASES = [
     ("foreign-files", 3, "holds files Sluice did not write (notes.txt)", ["--output", "{out}", "#foreign"]),
     ("users-own-outputs", 3, "holds files Sluice did not write (outputs.h5, report.json)", ["--output", "{out}", "#own"]),
     ("folder-in-use", 3, "in use by another sluice job (host test", ["--output", "{out}", "#locked"]),
+    # sizes no machine holds: refused up front, naming the options (exit 2), or at allocation (exit 1)
+    ("sample-shape-overflow", 2, "asks for 3.84e+14 TB per batch", ["--sample-shape", "3000000000000,1000000,1000000",
+                                                                   "--output", "{out}"]),
+    ("prefetch-beyond-memory", 1, "--prefetch 100000000 input slots of", ["--prefetch", "100000000", "--output", "{out}"]),
+    ("batch-beyond-memory", 1, "for --batch-size 2000000000", ["--batch-size", "2000000000", "--output", "{out}"]),
 ]
 
 
