@@ -46,8 +46,14 @@ std::unique_ptr<FolderLock> FolderLock::acquire(const std::string& dir) {
     const int err = errno;
     std::string holder = read_all(fd);
     close(fd);
-    if (err != EWOULDBLOCK)
-      throw InputError(str("cannot lock ", path, ": ", std::strerror(err), " (the output folder must support file locks)"));
+    if (err == ENOSYS || err == EOPNOTSUPP || err == ENOLCK) {
+      // Some cluster file systems (Lustre mounted without flock) have no locks: run unguarded
+      // rather than not at all, and say so.
+      log_warn("the file system of ", dir, " offers no file locks (", std::strerror(err),
+               "): nothing stops a second job from using this folder at the same time");
+      return std::unique_ptr<FolderLock>(new FolderLock(-1));
+    }
+    if (err != EWOULDBLOCK) throw InputError(str("cannot lock ", path, ": ", std::strerror(err)));
     if (holder.empty()) holder = "a process that has not written its name yet";
     throw InputError(str("the output folder ", dir, " is in use by another sluice job (", holder,
                          "); wait for it to end, or choose another --output"));
