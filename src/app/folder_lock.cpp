@@ -45,7 +45,7 @@ std::unique_ptr<FolderLock> FolderLock::acquire(const std::string& dir) {
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     std::string holder = read_all(fd);
-    close(fd);
+    close(fd);  // (also when the file system has no locks: the lock file is then only informative)
     if (err == ENOSYS || err == EOPNOTSUPP || err == ENOLCK) {
       // Some cluster file systems (Lustre mounted without flock) have no locks: run unguarded
       // rather than not at all, and say so.
