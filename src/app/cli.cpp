@@ -1,4 +1,5 @@
-// The command line: `sluice run`, `sluice inspect`, `sluice export`, `sluice forward`, `sluice --version`.
+// The command line: `sluice run`, `sluice inspect`, `sluice export`, `sluice forward`, `sluice mpirun`, `sluice srun`,
+// `sluice explain-job`, `sluice --version`.
 // Usage errors exit 2 with one line; every other failure is a sluice::Error whose exit code says
 // what kind it was (README, "Exit status").  Only rank 0 of a job prints usage errors, so an
 // mpirun of 8 ranks with a typo prints one line, not eight.
@@ -78,10 +79,15 @@ int cli_main(int argc, char** argv) {
   add_inspect_command(app);
   add_forward_command(app);
   add_export_command(app);
+  add_launch_commands(app);
 
   // Subcommands without MPI (inspect, export, forward) run inside parse() through their CLI11 callbacks and
   // report a non-zero status with CLI::RuntimeError; `run` runs after parsing (it needs argv for MPI).
   try {
+    // `sluice mpirun` and `sluice srun` pass their arguments to the launcher untouched, so CLI11
+    // never parses them.
+    if (argc > 1 && (std::string(argv[1]) == "mpirun" || std::string(argv[1]) == "srun"))
+      return launch_command(argv[1], argc - 2, argv + 2);
     app.parse(argc, argv);
     if (app.get_subcommands().empty()) {
       std::fputs(app.help().c_str(), stdout);

@@ -140,6 +140,41 @@ KeysView keys_view(const std::string& dir, const std::vector<RankFileInfo>& info
   return k;
 }
 
+// The datasets under /outputs that the job in a rank file's `job` attribute asked for: one per
+// entry of `outputs`, topk as two (values, indices).  Empty when the text names none.
+std::vector<std::string> promised_outputs(const std::string& job_text) {
+  std::vector<std::string> names;
+  std::istringstream is(job_text);
+  std::string line;
+  while (std::getline(is, line)) {
+    if (line.rfind("outputs = [", 0) != 0) continue;
+    std::size_t at = 0;
+    while ((at = line.find('"', at)) != std::string::npos) {
+      const std::size_t end = line.find('"', at + 1);
+      if (end == std::string::npos) break;
+      const std::string o = line.substr(at + 1, end - at - 1);
+      if (o == "topk") {
+        names.push_back("topk_values");
+        names.push_back("topk_indices");
+      } else {
+        names.push_back(o);
+      }
+      at = end + 1;
+    }
+  }
+  return names;
+}
+
+// Every dataset a rank file promises is there: the outputs its job asked for.
+void check_promised(const RankFileInfo& info, std::vector<std::string>& problems) {
+  const std::string file = fs::path(info.path).filename().string();
+  for (const std::string& name : promised_outputs(info.job_text)) {
+    bool found = false;
+    for (const DatasetSpec& d : info.datasets) found = found || d.name == name;
+    if (!found) problems.push_back(str(file, ": dataset /outputs/", name, " is missing (its job stores it)"));
+  }
+}
+
 Summary summarize(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) throw InputError(str("inspect: ", dir, ": no such folder"));
@@ -158,6 +193,7 @@ Summary summarize(const std::string& dir) {
     try {
       e.info = read_rank_file(p);
       infos.push_back(*e.info);
+      check_promised(*e.info, s.problems);
     } catch (const Error& err) {
       e.error = err.what();
       s.problems.push_back(str(e.name, ": unreadable: ", err.what()));
@@ -179,6 +215,9 @@ Summary summarize(const std::string& dir) {
   s.coverage = check_coverage(infos, s.total);
   s.outputs = check_outputs((fs::path(dir) / "outputs.h5").string(), s.datasets, s.total);
   s.keys = keys_view(dir, infos, s.outputs.ok, s.total);
+  if (s.coverage.complete() && s.problems.empty() && !s.outputs.present)
+    s.problems.push_back("every sample is committed but outputs.h5 is missing (the run ended before writing it): "
+                         "`sluice run --resume` with the same job writes it");
 
   const fs::path report = fs::path(dir) / "report.json";
   if (fs::exists(report, ec)) {

@@ -1,7 +1,7 @@
 // `sluice run`: one process of a job.  Set-up (validation, model, engine, output folder) is agreed
 // among all ranks, so a bad input ends every rank with one message and the same exit status before
 // any work; after that a failing rank prints its error and aborts the job (MPI_Abort), so no rank
-// is left waiting.
+// is left waiting (docs/protocol.md, "One outcome").  A signal to any rank stops every rank.
 #include <CLI/CLI.hpp>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +13,7 @@
 #include <functional>
 #include <thread>
 
+#include "app/agreement.h"
 #include "app/commands.h"
 #include "app/job.h"
 #include "app/job_options.h"
@@ -24,6 +25,7 @@
 #include "core/thread.h"
 #include "core/timer.h"
 #include "dist/mpi_context.h"
+#include "dist/stop_relay.h"
 #include "dist/work.h"
 #include "pipeline/pipeline.h"
 #include "report/progress.h"
@@ -33,32 +35,6 @@
 namespace sluice {
 
 namespace {
-
-// Runs `step` on every rank and agrees on the outcome: if any rank failed, the lowest failing
-// rank prints its message and every rank throws the same status (without printing again).
-void agreed(const MpiContext& mpi, const std::function<void()>& step) {
-  int64_t code = 0;
-  std::string message;
-  try {
-    step();
-  } catch (const Error& e) {
-    code = e.exit_code();
-    message = error_text(e);
-  } catch (const std::exception& e) {
-    code = kExitFailure;
-    message = e.what();
-  }
-  const std::vector<int64_t> codes = mpi.allgather(code);
-  for (int r = 0; r < mpi.world_size(); ++r) {
-    if (codes[static_cast<std::size_t>(r)] == 0) continue;
-    if (r == mpi.rank()) {
-      std::fprintf(stderr, "sluice: error: %s%s\n", mpi.world_size() > 1 ? str("[rank ", r, "] ").c_str() : "",
-                   message.c_str());
-      std::fflush(stderr);
-    }
-    throw Error("", static_cast<int>(codes[static_cast<std::size_t>(r)]));
-  }
-}
 
 int run_job(JobConfig job, const std::vector<std::pair<std::string, std::string>>& origins, int argc, char** argv) {
   SignalWatcher::install();
@@ -79,42 +55,50 @@ int run_job(JobConfig job, const std::vector<std::pair<std::string, std::string>
   }
 
   RunContext ctx(job, job_toml, mpi);
+  // Set-up: every check that can fail is agreed before any collective that depends on it
+  // (app/agreement.h), so a bad input ends every rank with one message and one exit status.
   agreed(mpi, [&] { ctx.open_source(); });
   agreed(mpi, [&] { ctx.choose_device(); });
   agreed(mpi, [&] { ctx.load_model(); });  // rank 0 reads the model file, once
-  ctx.share_model();
+  or_abort(mpi, [&] { ctx.share_model(); });
   if (job.dry_run) {
     if (mpi.rank() == 0) std::fputs(ctx.explain(origins).c_str(), stdout);
     std::fflush(stdout);
     return kExitOk;
   }
-  agreed(mpi, [&] { ctx.plan(); });   // rank 0 prepares the output folder; the plan is broadcast
-  agreed(mpi, [&] { ctx.build(); });  // engine, device, slots, rank file
+  ctx.set_plan(agreed_on_root(mpi, [&] { return ctx.plan_on_root(); }));  // folder, lock, resume plan
+  try {
+    agreed(mpi, [&] { ctx.build(); });  // engine, device, slots, rank file
+  } catch (const Error&) {
+    or_abort(mpi, [&] { ctx.abandon(); });  // put an --overwrite'n run back
+    throw;
+  }
+  or_abort(mpi, [&] { ctx.start_work(); });
 
-  std::unique_ptr<Progress> progress;
+  // From here on a failing rank ends the job (or_abort): its peers may wait for it in a collective.
+  std::unique_ptr<StopRelay> relay;
+  or_abort(mpi, [&] {
+    relay = std::make_unique<StopRelay>(mpi, [&](int from) {
+      if (ctx.stop()) log_info("rank ", from, " is stopping: finishing the chunks in flight, then stopping (resumable)");
+    });
+  });
   SignalWatcher watcher([&](int sig) {
     log_info("received ", strsignal(sig), ": finishing the chunks in flight, then stopping (resumable)");
     ctx.stop(sig);
+    relay->broadcast();
   });
-  mpi.barrier();
+  or_abort(mpi, [&] { mpi.barrier(); });
+  std::unique_ptr<Progress> progress;
   if (mpi.rank() == 0 && !job.quiet)
     progress = std::make_unique<Progress>(ctx.work(), ctx.plan_result().committed_before, ctx.chunking().total,
                                           job.progress_interval);
-  try {
-    ctx.run();
-  } catch (const Error& e) {
-    std::fprintf(stderr, "sluice: error: %s%s\n", mpi.world_size() > 1 ? str("[rank ", mpi.rank(), "] ").c_str() : "",
-                 error_text(e).c_str());
-    std::fflush(stderr);
-    ctx.note_failure(e.what());
-    if (mpi.world_size() > 1) mpi.abort(e.exit_code());
-    throw Error("", e.exit_code());
-  }
-  const bool complete = ctx.drain();
+  or_abort(mpi, [&] { ctx.run(); }, [&](const std::string& message) { ctx.note_failure(message); });
+  relay->close();
+  bool complete = false;
+  or_abort(mpi, [&] { complete = ctx.drain(); });
   progress.reset();  // after drain(): rank 0 has counted every rank's last commit
-  ctx.report();      // gathers the report, writes outputs.h5 and report.json
-  if (complete) return kExitOk;
-  return kExitResumable;
+  or_abort(mpi, [&] { ctx.report(); });  // gathers the report, writes outputs.h5 and report.json
+  return complete ? kExitOk : kExitResumable;
 }
 
 }  // namespace

@@ -23,5 +23,7 @@ void add_run_command(CLI::App& app, Commands& commands);   // app/cmd_run.cpp
 void add_inspect_command(CLI::App& app);                   // app/cmd_inspect.cpp
 void add_forward_command(CLI::App& app);                   // app/cmd_forward.cpp
 void add_export_command(CLI::App& app);                    // app/cmd_export.cpp
+void add_launch_commands(CLI::App& app);                   // app/cmd_launch.cpp: mpirun, srun (help only)
+int launch_command(const std::string& launcher, int argc, char** argv);  // the arguments after it
 
 }  // namespace sluice

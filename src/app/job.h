@@ -57,6 +57,7 @@ struct JobConfig {
   std::string gpu_map;                     // "" (node-local rank) or a comma list of GPU ordinals
   double progress_interval = 5.0;          // seconds between progress lines when not on a terminal
   double series_interval = 2.0;            // seconds between the points of the report's time series
+  std::string on_nan = "warn";             // float inputs holding NaN/Inf: warn (count, mark, compute) | fail
   bool quiet = false;
   bool dry_run = false;                    // --dry-run: explain the job, run nothing
   // Test only: extra delay per batch (a slow GPU) on the listed ranks; one delay for all of them,

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <regex>
@@ -102,6 +103,8 @@ void visit_job(JobConfig& j, V& v) {
   v("on-bad-sample", j.on_bad_sample,
     "Image inputs: skip (record the file and its reason, feed zeros, go on) | fail (exit 3 naming it)",
     one_of({"skip", "fail"}));
+  v("on-nan", j.on_nan, "Float samples holding NaN or Inf: warn (compute them, mark them in /sample_status, count "
+    "them in the report) | fail (stop the job, naming the sample)", one_of({"warn", "fail"}));
   v("cuda-graphs", j.cuda_graphs, "Capture the forward pass once as a CUDA graph and replay it", none);
   v("algo-cache", j.algo_cache, "Folder of the cuDNN algorithm cache (default: ~/.cache/sluice)", none);
   v("cpu-threads", j.cpu_threads, "CPU engine threads (0: all cores, shared among the node's ranks)", at_least(0));
@@ -254,6 +257,9 @@ void add_job_options(CLI::App& run, JobConfig& j) {
 
 void apply_job_file(CLI::App& run, const JobConfig& job) {
   if (job.config.empty()) return;
+  std::error_code ec;
+  if (std::filesystem::is_directory(job.config, ec))
+    throw UsageError(str("--config ", job.config, " is a folder; it takes a job file (TOML), e.g. jobs/quickstart.toml"));
   check_toml_syntax(job.config);
   std::vector<CLI::ConfigItem> items;
   try {

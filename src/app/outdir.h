@@ -1,5 +1,6 @@
 #pragma once
-// The output folder of a run: its rank files, and what a new run or a resume must do with them.
+// The output folder of a run: its rank files, and what a new run or a resume must do with them
+// (docs/protocol.md, "The output folder").
 #include <string>
 #include <vector>
 
@@ -17,15 +18,28 @@ struct RunPlan {
   int attempt = 0;                 // 0: fresh run; n: the n-th resume
   std::vector<int64_t> pending;    // chunk ids no ledger holds, ascending
   int64_t committed_before = 0;    // samples committed by earlier attempts
+  std::string set_aside;           // --overwrite: where the earlier run waits for the first commit ("": none)
   std::string serialize() const;
   static RunPlan deserialize(const std::string& s);
 };
 
-// Rank 0, before any work: creates the folder and checks it is writable; with existing rank files,
-// refuses (no --resume/--overwrite), deletes them (--overwrite), or recovers them and computes the
-// chunks still to do (--resume; the earlier run must be the same job: model, N, chunk size,
-// outputs).  Throws InputError with one clear line.
-RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking, const std::string& model_sha256,
-                        const std::vector<DatasetSpec>& specs);
+// What the earlier run in the folder must share with this job for --resume to continue it.
+struct JobIdentity {
+  std::string job_toml;            // this job, as job_to_toml() writes it
+  std::string model_sha256;
+  std::string input_fingerprint;   // Source::fingerprint()
+  std::vector<DatasetSpec> specs;  // what is stored
+};
+
+// Creates the folder if needed and checks that it is a writable folder (InputError otherwise).
+void prepare_output_dir(const std::string& dir);
+
+// Rank 0, before any work, with the folder's lock held (app/folder_lock.h):
+//  - refuses a folder holding files Sluice did not write, unless --overwrite;
+//  - with an earlier run's rank files: refuses (neither --resume nor --overwrite), sets the earlier
+//    run aside (--overwrite; RunPlan::set_aside), or recovers its files and computes the chunks
+//    still to do (--resume: the earlier run must be the same job, see JobIdentity).
+// Throws InputError with one clear line.
+RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking, const JobIdentity& identity);
 
 }  // namespace sluice

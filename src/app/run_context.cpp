@@ -14,6 +14,7 @@
 #include "app/job_options.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "model/batch_axis.h"
 #include "model/onnx_loader.h"
 #include "model/prepare.h"
 #include "model/serialize.h"
@@ -42,6 +43,28 @@ std::string signal_name(int sig) {
   }
 }
 
+// "12 MB", "3.5e+12 TB": sizes in messages, whatever their magnitude.
+std::string mb(double bytes) {
+  if (bytes < 1e12) return str(static_cast<int64_t>(bytes / 1e6 + 0.5), " MB");
+  std::ostringstream os;
+  os.precision(3);
+  os << bytes / 1e12 << " TB";
+  return os.str();
+}
+
+// Runs an allocating step; a failure says what asked for how much (`what`: the options and sizes
+// behind it) instead of a bare std::bad_alloc.  Exit status 1: a resource, not a bad input.
+template <typename F>
+void allocating(const std::string& what, F&& step) {
+  try {
+    step();
+  } catch (const std::bad_alloc&) {
+    throw Error(str("out of memory allocating ", what));
+  } catch (const std::length_error&) {
+    throw Error(str("too large to allocate: ", what));
+  }
+}
+
 }  // namespace
 
 RunContext::RunContext(const JobConfig& job, std::string job_toml, const MpiContext& mpi)
@@ -49,7 +72,16 @@ RunContext::RunContext(const JobConfig& job, std::string job_toml, const MpiCont
   started_ = iso8601(unix_time_now());
 }
 
-RunContext::~RunContext() = default;
+RunContext::~RunContext() {
+  if (aside_thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(aside_mutex_);
+      aside_done_ = true;
+    }
+    aside_cv_.notify_all();
+    aside_thread_.join_noexcept();
+  }
+}
 
 void RunContext::open_source() {
   const auto t0 = Clock::now();
@@ -79,6 +111,13 @@ void RunContext::open_source() {
                          root_fingerprint, "); every rank must see the same files"));
   if (mpi_.rank() == 0) log_info("input: ", source_->describe());
   chunking_.total = source_->size();
+  // Sizes multiplied below must not overflow: one batch of input is batch x sample bytes.
+  double sample = static_cast<double>(dtype_size(source_->dtype()));
+  for (int64_t d : source_->sample_shape()) sample *= static_cast<double>(d);
+  const double batch = static_cast<double>(job_.batch_size);
+  if (job_.batch_size > (int64_t{1} << 40) / std::max<int64_t>(1, job_.chunk_batches) || sample * batch > 1e15)
+    throw UsageError(str("--batch-size ", job_.batch_size, " x --chunk-batches ", job_.chunk_batches, " with samples of ",
+                         mb(sample), " asks for ", mb(sample * batch), " per batch; choose smaller values"));
   chunking_.chunk_samples = job_.batch_size * job_.chunk_batches;
   t_setup_ += seconds_since(t0);
 }
@@ -130,7 +169,8 @@ void RunContext::load_model() {
     }
     po.outputs.push_back(s);
   }
-  graph_ = prepare_graph(std::move(model), po);
+  allocating(str("preparing the model for --batch-size ", job_.batch_size), [&] { graph_ = prepare_graph(std::move(model), po); });
+  check_batch_axis(graph_, job_.batch_size);
   t_setup_ += seconds_since(t0);
 }
 
@@ -139,6 +179,9 @@ void RunContext::make_specs() {
   for (const ValueInfo& o : graph_.outputs) {
     const ValueInfo* v = graph_.value(o.name);
     const ValueInfo& info = v ? *v : o;
+    if (info.shape.empty() || info.shape[0] != job_.batch_size)
+      throw InputError(str("the model's output '", info.name, "' has shape ", shape_str(info.shape),
+                           "; Sluice needs the batch (", job_.batch_size, ") on axis 0"));
     DatasetSpec d;
     d.name = info.name;
     d.dtype = info.dtype;
@@ -164,17 +207,54 @@ void RunContext::share_model() {
   t_setup_ += seconds_since(t0);
 }
 
-void RunContext::plan() {
+std::string RunContext::plan_on_root() {
   if (job_.sink == "null" && !job_.output_given) {
     // A benchmark of everything but storage, with no folder named: nothing touches the disk (the
     // report is printed, not written).
-    for (int64_t c = 0; c < chunking_.chunks(); ++c) plan_.pending.push_back(c);
-    return;
+    RunPlan p;
+    for (int64_t c = 0; c < chunking_.chunks(); ++c) p.pending.push_back(c);
+    return p.serialize();
   }
-  std::string serialized;
-  if (mpi_.rank() == 0) serialized = plan_output_dir(job_, chunking_, model_sha256_, specs_).serialize();
-  plan_ = RunPlan::deserialize(mpi_.broadcast_string(serialized));
+  prepare_output_dir(job_.output);
+  lock_ = FolderLock::acquire(job_.output);
+  JobIdentity id;
+  id.job_toml = job_toml_;
+  id.model_sha256 = model_sha256_;
+  id.input_fingerprint = input_fingerprint_;
+  id.specs = specs_;
+  return plan_output_dir(job_, chunking_, id).serialize();
+}
+
+void RunContext::set_plan(const std::string& serialized) { plan_ = RunPlan::deserialize(serialized); }
+
+void RunContext::abandon() {
+  // Each rank removes the rank file it created; then rank 0 puts the earlier run back.
+  try {
+    pipeline_.reset();
+    if (file_ && file_created_) {
+      file_.reset();
+      std::remove(rank_file_path(job_.output, mpi_.rank()).c_str());
+    }
+    file_.reset();
+  } catch (const std::exception& e) {
+    log_warn("cleaning up after the failed set-up: ", e.what());
+  }
+  mpi_.barrier();
+  if (mpi_.rank() == 0 && !plan_.set_aside.empty()) {
+    restore_set_aside(job_.output, plan_.set_aside);
+    log_info("--overwrite: the earlier run is back in ", job_.output, " (this job did not start)");
+  }
+}
+
+void RunContext::note_failure(const std::string& message) const {
+  if (job_.sink == "hdf5") note_attempt_failure(job_.output, plan_.attempt, mpi_.rank(), message);
+}
+
+void RunContext::start_work() {
+  work_ = make_work_distributor(job_.sharding == "static" ? Sharding::Static : Sharding::Dynamic, mpi_, chunking_,
+                                plan_.pending);
   if (mpi_.rank() == 0 && job_.sink == "hdf5") {
+    // The attempt is on record once set-up passed (a set-up failure is no attempt: nothing ran).
     AttemptRecord a;
     a.attempt = plan_.attempt;
     a.started_unix = unix_time_now();
@@ -186,10 +266,15 @@ void RunContext::plan() {
     a.committed_before = plan_.committed_before;
     attempts_ = begin_attempt(job_.output, job_.resume, a);
   }
+  if (mpi_.rank() == 0 && job_.sink == "hdf5" && !list_set_asides(job_.output).empty())
+    aside_thread_ = WorkerThread("old-run", [this] { watch_set_aside(); });
 }
 
-void RunContext::note_failure(const std::string& message) const {
-  if (job_.sink == "hdf5") note_attempt_failure(job_.output, plan_.attempt, mpi_.rank(), message);
+void RunContext::watch_set_aside() {
+  std::unique_lock<std::mutex> lock(aside_mutex_);
+  while (!aside_done_ && work_->job_committed() == 0) aside_cv_.wait_for(lock, std::chrono::milliseconds(100));
+  if (work_->job_committed() == 0 && plan_.pending.size() > 0) return;  // nothing new committed: keep it
+  for (const std::string& aside : list_set_asides(job_.output)) remove_set_aside(aside);
 }
 
 void RunContext::choose_device() {
@@ -241,7 +326,16 @@ void RunContext::build() {
       eo.threads = static_cast<int>(std::max<long>(1, cores / mpi_.local_size()));
     }
   }
-  engine_ = create_engine(backend_, graph_, eo);
+  allocating(str("the ", backend_ == "cuda" ? "GPU" : "CPU", " engine for --batch-size ", job_.batch_size,
+                 " (the model's tensors for one batch of ", shape_str(graph_.inputs[0].shape), ")"),
+             [&] {
+               try {
+                 engine_ = create_engine(backend_, graph_, eo);
+               } catch (const Error& e) {  // the engines' own "cannot allocate N bytes"
+                 throw Error(str(e.what(), " (for --batch-size ", job_.batch_size, ": the model's tensors for one batch of ",
+                                 shape_str(graph_.inputs[0].shape), ")"), e.exit_code());
+               }
+             });
   if (source_->encoded()) {
     // Every rank resolves the same spec from the prepared graph's input [B, 3, H, W].
     const PreprocessSpec spec = resolve_preprocess(image_options(job_), graph_.inputs.at(0).shape, job_.model);
@@ -271,6 +365,7 @@ void RunContext::build() {
     const std::string path = rank_file_path(job_.output, mpi_.rank());
     const bool exists = access(path.c_str(), F_OK) == 0;
     file_ = open_rank_file(path, specs_, job_.batch_size, meta, exists);
+    file_created_ = !exists;
   }
 
   PipelineOptions po;
@@ -282,9 +377,29 @@ void RunContext::build() {
     if (r == mpi_.rank()) po.fail_at_batch = job_.fail_at_batch;
   for (std::size_t i = 0; i < job_.throttle_ranks.size() && !job_.throttle_ms.empty(); ++i)
     if (job_.throttle_ranks[i] == mpi_.rank()) po.throttle_ms = job_.throttle_ms[std::min(i, job_.throttle_ms.size() - 1)];
-  pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, input_.get(), file_.get(), po);
-  work_ = make_work_distributor(job_.sharding == "static" ? Sharding::Static : Sharding::Dynamic, mpi_, chunking_,
-                                plan_.pending);
+  // An image input's slots hold file bytes (or decoded pixels), a tensor input's one batch of input.
+  const std::size_t in_slot_bytes = input_ ? input_->slot_bytes() : graph_.inputs[0].bytes();
+  std::size_t out_bytes = 0;
+  for (const auto& s : specs_) out_bytes += s.row_bytes() * static_cast<std::size_t>(job_.batch_size);
+  // The slots are host memory (pinned): asking for more than the machine has would end in the
+  // kernel's OOM killer rather than an error, so it is refused here, naming the options.
+  const double slots = static_cast<double>(job_.prefetch) * static_cast<double>(in_slot_bytes) +
+                       static_cast<double>(job_.egress_buffers) * static_cast<double>(out_bytes);
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (ram > 0 && slots * static_cast<double>(mpi_.local_size()) > 0.8 * ram)
+    throw Error(str("--prefetch ", job_.prefetch, " input slots of ", mb(static_cast<double>(in_slot_bytes)),
+                    " and --egress-buffers ", job_.egress_buffers, " output slots of ", mb(static_cast<double>(out_bytes)),
+                    " (--batch-size ", job_.batch_size, ") take ", mb(slots), " of host memory per rank, x ",
+                    mpi_.local_size(), " rank(s) on this node; the node has ", mb(ram), ": lower them"));
+  allocating(str("--prefetch ", job_.prefetch, " input slots of ", mb(static_cast<double>(in_slot_bytes)),
+                 " and --egress-buffers ", job_.egress_buffers, " output slots of ", mb(static_cast<double>(out_bytes)),
+                 " (--batch-size ", job_.batch_size, ")"),
+             [&] {
+               if (!input_)
+                 input_ = make_tensor_input(*source_, job_.batch_size, engine_->input().bytes(),
+                                            job_.on_nan == "fail" ? NonFinite::Fail : NonFinite::Warn);
+               pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, input_.get(), file_.get(), po);
+             });
   t_setup_ += seconds_since(t0);
   log_debug("engine: ", engine_->describe());
 }
@@ -296,16 +411,25 @@ void RunContext::run() {
   series_->stop(stats_);
 }
 
-void RunContext::stop(int signal) {
+bool RunContext::stop(int signal) {
   if (signal && !stop_signal_) stop_signal_ = signal;
-  stopped_ = true;
+  if (stopped_.exchange(true)) return false;
   if (pipeline_) pipeline_->stop();
   if (work_) work_->request_stop();
+  return true;
 }
 
 bool RunContext::drain() {
   if (file_) file_->close();
   complete_ = work_->finish();
+  if (aside_thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(aside_mutex_);
+      aside_done_ = true;
+    }
+    aside_cv_.notify_all();
+    aside_thread_.join();
+  }
   int local_stopped = stopped_ ? 1 : 0, any_stopped = 0;
   MPI_CHECK(MPI_Allreduce(&local_stopped, &any_stopped, 1, MPI_INT, MPI_MAX, mpi_.comm()));
   any_stopped_ = any_stopped != 0;

@@ -1,11 +1,16 @@
 #pragma once
 // Everything one rank of `sluice run` holds, built step by step so that each step can be agreed
 // among ranks (cmd_run.cpp) before the next starts.
+#include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "app/job.h"
+#include "app/folder_lock.h"
 #include "app/outdir.h"
+#include "core/thread.h"
 #include "dist/mpi_context.h"
 #include "dist/weights.h"
 #include "dist/work.h"
@@ -26,14 +31,19 @@ class RunContext {
   RunContext(const JobConfig& job, std::string job_toml, const MpiContext& mpi);
   ~RunContext();
 
+  // Set-up, in this order (cmd_run.cpp says how each step is agreed among the ranks).
   void open_source();   // the input (io/source.h open_input); every rank sees the same samples
   void choose_device(); // backend and GPU of this rank
-  void load_model();    // rank 0: load, prepare for the job's batch and outputs
+  void load_model();    // rank 0: load, prepare for the job's batch and outputs, check the batch axis
   void share_model();   // collective: the structure over MPI, the weights over NCCL (or MPI)
-  void plan();          // rank 0: output folder, resume plan; broadcast
-  void build();         // device, engine, rank file, pipeline, work distributor
+  std::string plan_on_root();  // rank 0: lock the output folder, plan the attempt; the plan serialized
+  void set_plan(const std::string& serialized);
+  void build();         // device, engine, rank file, pipeline (no collective)
+  void abandon();       // collective, after build() failed somewhere: undo what set-up did to the folder
+  void start_work();    // collective: the work distributor
+  // The job.
   void run();           // the pipeline until this rank has no more work
-  void stop(int signal = 0);  // from the signal thread
+  bool stop(int signal = 0);  // from the signal thread; false when already stopping
   // A failure that ends the job: left in the folder for the next attempt's record (any rank).
   void note_failure(const std::string& message) const;
   bool drain();         // close the rank file; agree whether the job is complete
@@ -49,6 +59,7 @@ class RunContext {
  private:
   int choose_gpu() const;
   void make_specs();
+  void watch_set_aside();  // rank 0: delete the earlier run once this one committed a chunk
 
   JobConfig job_;
   std::string job_toml_;
@@ -57,6 +68,7 @@ class RunContext {
   double t_model_load_ = 0;  // rank 0: reading and parsing the model file
   std::string started_;
 
+  std::unique_ptr<FolderLock> lock_;  // rank 0: held for the job's life
   std::unique_ptr<Source> source_;
   std::string input_fingerprint_;
   Graph graph_;
@@ -69,19 +81,24 @@ class RunContext {
   std::unique_ptr<Device> device_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<RankFile> file_;
+  bool file_created_ = false;  // this attempt created the rank file (not a resume appending to it)
   std::unique_ptr<WorkDistributor> work_;
   std::unique_ptr<BatchInput> input_;  // image inputs (null: the pipeline reads tensors itself)
   std::unique_ptr<Pipeline> pipeline_;
   PipelineStats stats_;
   WeightBroadcast weights_;
-  bool stopped_ = false;
-  int stop_signal_ = 0;
+  std::atomic<bool> stopped_{false};
+  std::atomic<int> stop_signal_{0};
   std::vector<std::string> hosts_;          // rank 0: every rank's host, in rank order
   std::vector<AttemptRecord> attempts_;     // rank 0
   std::unique_ptr<SeriesRecorder> series_;
   double pipeline_start_unix_ = 0;
   bool complete_ = false;
   bool any_stopped_ = false;
+  std::mutex aside_mutex_;
+  std::condition_variable aside_cv_;
+  bool aside_done_ = false;
+  WorkerThread aside_thread_;
 };
 
 }  // namespace sluice

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "io/file_identity.h"
 #include "io/hdf5_util.h"
 #include "io/source.h"
 #include "io/source_util.h"
@@ -29,7 +30,11 @@ class Hdf5Source final : public Source {
              int64_t stored_n, Shape shape, std::string stored_type)
       : path_(std::move(path)), dataset_name_(std::move(dataset)), file_(std::move(file)), dataset_(std::move(d)),
         dtype_(dtype), size_(n), stored_n_(stored_n), shape_(std::move(shape)), stored_type_(std::move(stored_type)),
-        mem_type_(h5::memory_type(dtype)), row_dims_(shape_.begin(), shape_.end()) {}
+        mem_type_(h5::memory_type(dtype)), row_dims_(shape_.begin(), shape_.end()) {
+    const std::optional<FileIdentity> id = FileIdentity::of(path_);
+    if (!id) throw InputError(str("input ", path_, ": it vanished while being opened"));
+    identity_ = *id;
+  }
 
   void set_keys(std::string name, KeyList keys) {
     keys_name_ = std::move(name);
@@ -81,7 +86,12 @@ class Hdf5Source final : public Source {
     h5::quiet_errors();  // reader threads call this first thing; the setting is per thread
     h5::Space fspace = h5::select_rows(dataset_, first, count);
     h5::Space mspace = h5::row_block_space(count, row_dims_);
-    H5_CHECK(H5Dread(dataset_, mem_type_, mspace, fspace, H5P_DEFAULT, dst));
+    const herr_t status = H5Dread(dataset_, mem_type_, mspace, fspace, H5P_DEFAULT, dst);
+    // A file truncated or rewritten under the job reads back zeros or fails: either way the rows
+    // must not be committed, and the message should say why.  Checked after the read, so rows
+    // read before a change are good and rows read after it are refused.
+    check_unchanged(path_, identity_);
+    H5_CHECK(status);
   }
 
   std::string path_, dataset_name_;
@@ -95,6 +105,7 @@ class Hdf5Source final : public Source {
   std::vector<hsize_t> row_dims_;
   std::string keys_name_;
   KeyList keys_;
+  FileIdentity identity_;
 };
 
 // The first `n` entries of string dataset `name` [stored_n] (fixed or variable length), read in

@@ -1,5 +1,5 @@
 #pragma once
-// The per-rank HDF5 output file, OUTDIR/rank-NNNNN.h5 (see DESIGN.md, "Files"):
+// The per-rank HDF5 output file, OUTDIR/rank-NNNNN.h5 (docs/file-formats.md, "Rank files"):
 //   /outputs/<name>  [rows, ...]  one dataset per OutputSpec, chunked by batch, extendible
 //   /sample_index    [rows] int64 the global sample index of each row
 //   /sample_key, /sample_status, /sample_size, /bad_samples: per-row data (RowMeta, below)
@@ -68,7 +68,7 @@ struct RowMeta {
   const std::vector<std::pair<int64_t, std::string>>* bad = nullptr;  // (sample index, reason)
 };
 
-// Parallel compression (DESIGN.md: writer threads encode chunks, one owner thread of the file
+// Parallel compression (docs/architecture.md, "Writing": writer threads encode chunks, one owner thread of the file
 // writes and commits them).  With deflate, HDF5 would compress every chunk inside H5Dwrite, under
 // its global lock, one at a time; instead any thread can encode whole chunks with a ChunkEncoder
 // and the owner hands the bytes to RankFile::append_encoded(), which stores them as they are.

@@ -65,8 +65,14 @@ class BatchInput {
   virtual double cpu_decode_seconds() const { return 0; }
 };
 
+// What a tensor input does with float samples holding NaN or Inf (--on-nan): Warn marks the row
+// kRowNonFinite and computes it as given, Fail throws InputError naming the sample, Ignore skips
+// the scan.
+enum class NonFinite { Warn, Fail, Ignore };
+
 // A tensor source as the engine's input: fill() reads the samples, enqueue_copy() is one H2D copy
 // of the whole batch.  `batch_bytes` is the engine's input size (batch * sample_bytes).
-std::unique_ptr<BatchInput> make_tensor_input(Source& source, int64_t batch, std::size_t batch_bytes);
+std::unique_ptr<BatchInput> make_tensor_input(Source& source, int64_t batch, std::size_t batch_bytes,
+                                              NonFinite policy = NonFinite::Warn);
 
 }  // namespace sluice

@@ -116,11 +116,12 @@ struct Pipeline::Impl {
   // snapshot() for the report's time series.
   std::atomic<double> h2d_s{0}, decode_s{0}, compute_s{0}, d2h_s{0};
   std::atomic<int64_t> samples{0}, batches{0}, chunks{0};
+  std::atomic<int64_t> nonfinite_rows{0};
   std::atomic<double> end_s{0};   // set by the writer when it is done
 
   PipelineStats stats() const;
 
-  // Compression (DESIGN.md: writer threads encode chunks, one owner thread writes them).  When the
+  // Compression (docs/architecture.md, "Writing": writer threads encode chunks, one owner thread writes them).  When the
   // file deflates an output, `writer_threads` encoder threads take the batches from write_q in
   // order, split them into HDF5 chunks and deflate those in parallel into per-out-slot buffers;
   // the writer thread, the file's only user, stores each batch's chunks in batch order and only
@@ -500,6 +501,9 @@ void Pipeline::Impl::writer(WorkDistributor& work, std::atomic<int64_t>& committ
           file->append(m.count, index.data(), rows);
       }
     }
+    const BatchRows& status_rows = out_rows[static_cast<std::size_t>(*out)];
+    for (int64_t r = 0; r < m.count && r < static_cast<int64_t>(status_rows.status.size()); ++r)
+      nonfinite_rows += status_rows.status[static_cast<std::size_t>(r)] == kRowNonFinite;
     const WorkItem chunk = m.chunk;
     const bool last = m.last_in_chunk;
     const int64_t count = m.count;
@@ -585,6 +589,7 @@ PipelineStats Pipeline::Impl::stats() const {
   s.samples = p.samples;
   s.batches = p.batches;
   s.chunks = p.chunks;
+  s.nonfinite_rows = p.nonfinite_rows;
   s.wall_s = p.end_s.load() > 0 ? p.end_s.load() : seconds_since(p.t0);
   s.first_batch_s = p.first_batch_s;
   s.read_s = p.read_time.seconds();

@@ -1,5 +1,5 @@
 #pragma once
-// One rank's pipeline (DESIGN.md, "One rank: the data flow"):
+// One rank's pipeline (docs/architecture.md, "One rank"):
 //
 //   dispatcher -> readers -> [in-slots] -> driver: H2D, decode, forward, D2H -> [out-slots] -> monitor -> writer
 //
@@ -42,6 +42,7 @@ struct PipelineOptions {
 // the driver waited for a filled in-slot (input) or a free out-slot (output).
 struct PipelineStats {
   int64_t samples = 0, batches = 0, chunks = 0;
+  int64_t nonfinite_rows = 0; // rows whose input held NaN or Inf (RowStatus kRowNonFinite)
   double wall_s = 0;          // from the pipeline's start to the last commit
   double first_batch_s = 0;   // start until the first batch was written (warm-up, reported apart)
   double read_s = 0;          // reader busy time, summed over reader threads

@@ -28,6 +28,7 @@ nlohmann::json RankReport::to_json() const {
   j["samples"] = s.samples;
   j["batches"] = s.batches;
   j["chunks"] = s.chunks;
+  j["nonfinite_rows"] = s.nonfinite_rows;
   j["wall_s"] = s.wall_s;
   j["first_batch_s"] = s.first_batch_s;
   j["images_per_s"] = images_per_s();
@@ -91,6 +92,7 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   s.samples = j.at("samples").get<int64_t>();
   s.batches = j.at("batches").get<int64_t>();
   s.chunks = j.at("chunks").get<int64_t>();
+  s.nonfinite_rows = j.value("nonfinite_rows", int64_t{0});
   s.wall_s = j.at("wall_s").get<double>();
   s.first_batch_s = j.at("first_batch_s").get<double>();
   const auto& sec = j.at("seconds");
@@ -172,6 +174,9 @@ nlohmann::json JobReport::to_json() const {
   job["total_samples"] = total_samples;
   job["pending_samples"] = pending_samples;
   job["samples"] = samples();
+  int64_t nonfinite = 0;
+  for (const auto& r : ranks) nonfinite += r.stats.nonfinite_rows;
+  job["nonfinite_rows"] = nonfinite;
   job["complete"] = complete;
   job["stopped"] = stopped;
   job["makespan_s"] = makespan_s();
@@ -254,6 +259,10 @@ std::string format_report_table(const JobReport& r) {
       os << line;
     }
   }
+  int64_t nonfinite = 0;
+  for (const auto& rr : r.ranks) nonfinite += rr.stats.nonfinite_rows;
+  if (nonfinite > 0)
+    os << "inputs: " << nonfinite << " sample(s) held NaN or Inf values (computed as given; /sample_status 2)\n";
   if (r.complete)
     os << "status: complete: all " << r.total_samples << " samples committed\n";
   else

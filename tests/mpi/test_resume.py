@@ -76,11 +76,13 @@ def kill_and_resume(out, reference, rng, trial, extra=()):
     throttle = 0.15  # seconds a batch on every rank, so the run lasts long enough to be hit
     proc = start(out, np_, extra=["--throttle-ms", int(throttle * 1000), "--throttle-ranks", ",".join(map(str, range(np_))),
                                   *extra])
+    # The kill comes once a random number of chunks is committed (read from the ledgers as the run
+    # goes), at least 8 chunks before the end: observed progress, not a guess at the machine's speed.
+    target = 16 * rng.randint(1, N // 16 - 8)
     deadline = time.time() + 60
-    while len(rank_files(out)) < np_ and time.time() < deadline and proc.poll() is None:
+    while (committed_samples(out) < target or len(rank_files(out)) < np_) and time.time() < deadline \
+            and proc.poll() is None:
         time.sleep(0.02)
-    batches_per_rank = N / 16 / np_
-    time.sleep(rng.uniform(0.1, 0.9) * batches_per_rank * throttle)
     pids = rank_pids(out)
     if victims == "one" and pids:
         pids = [rng.choice(pids)]

@@ -9,6 +9,7 @@ nothing)."""
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -240,3 +241,64 @@ def test_the_script_refuses_bad_usage_before_running_anything(tmp_path, case, ex
     assert p.returncode == 2, (case, p.stderr)
     assert message in p.stderr, (case, p.stderr)
     assert not os.path.exists(tmp_path / "out")
+
+
+def launcher_pids(out):
+    """The `sluice srun` processes of a job writing to `out`."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if len(cmd) > 1 and cmd[1] == b"srun" and os.path.basename(cmd[0]) == b"sluice" and out.encode() in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+def srun_pids(out):
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and os.path.basename(cmd[0]) == b"srun" and out.encode() in cmd:
+            pids.append(int(pid))
+    return pids
+
+
+@pytest.mark.parametrize("launch,sig", [("srun", "USR1"), ("sluice srun", "TERM"), ("sluice srun", "INT")])
+def test_a_signal_to_the_launcher_itself_stops_every_rank_with_75(cluster, tmp_path, reference, launch, sig):
+    """srun forwards USR1 to its tasks: the ranks stop, commit, write the report and srun exits 75.
+    srun answers TERM by killing the step (and a single INT by printing the tasks' state), so TERM and
+    INT go through `sluice srun`, which passes them on as USR1."""
+    out, log = str(tmp_path / "out"), str(tmp_path / "srun-%j.out")
+    script = tmp_path / "srun.sh"
+    script.write_text("#!/bin/bash\n"
+                      + (f"srun --mpi=pmix {BIN} run" if launch == "srun" else f"{BIN} srun --mpi=pmix --")
+                      + f" --config {QUICKSTART} --output {out} {' '.join(map(str, SLOW_JOB + THROTTLE))}\n"
+                      "echo \"exit status $?\"\n")
+    p = cluster.run("sbatch", "--parsable", "-n", 2, "--overcommit", "-o", log, str(script))
+    job_id = p.stdout.strip().split(";")[0]
+    wait_for("a first committed chunk", lambda: committed_chunks(out) > 0, 60, 0.05)
+    if launch == "srun":
+        pids = srun_pids(out)  # srun and the helper process it forks
+    else:
+        wait_for("one launcher process", lambda: len(launcher_pids(out)) == 1, 30, 0.05)  # not mid-fork
+        pids = launcher_pids(out)
+    assert pids
+    for pid in pids:
+        os.kill(pid, getattr(signal, f"SIG{sig}"))
+    wait_for("the job to end", lambda: cluster.job(job_id)["JobState"] not in ("RUNNING", "COMPLETING", "PENDING"), 60, 0.2)
+    text = read_log(log.replace("%j", job_id))
+    assert "exit status 75" in text, f"{text}\n{cluster.job(job_id)}"
+    r = report(out)
+    assert r["job"]["stopped"] is True and 0 < r["job"]["samples"] < N_SLOW, r["job"]
+    rc = sluice("run", "--config", QUICKSTART, *SLOW_JOB, "--quiet", "--output", out, "--resume").returncode
+    assert rc == 0
+    idx, rows = assemble(out)
+    np.testing.assert_array_equal(idx, np.arange(N_SLOW))
+    for name, ref in reference.items():
+        assert np.array_equal(rows[name], ref), name
+    assert_node_idle(cluster)

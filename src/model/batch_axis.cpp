@@ -1,0 +1,231 @@
+// The batch-axis check: a forward pass over the graph that tracks, for every tensor, where the
+// input's batch axis went.  A tensor is either independent of the input (kConst: weights, shapes),
+// has the batch on one axis with every row depending on its own sample only, or is kMixed (rows
+// mixed, or the axis dropped), with the reason kept for the message.
+#include "model/batch_axis.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "model/graph_util.h"
+
+namespace sluice {
+
+namespace {
+
+constexpr int kConst = -1;
+constexpr int kMixed = -2;
+
+struct State {
+  int axis = kConst;
+  std::string why;  // for kMixed: the node and what it did
+};
+
+class Tracker {
+ public:
+  explicit Tracker(const Graph& g) : g_(g) {}
+
+  void run() {
+    if (!g_.inputs.empty()) state_[g_.inputs[0].name] = State{0, ""};
+    for (const Node& n : g_.nodes) visit(n);
+  }
+
+  State of(const std::string& name) const {
+    if (name.empty() || g_.is_constant(name)) return {};
+    auto it = state_.find(name);
+    return it == state_.end() ? State{} : it->second;
+  }
+
+ private:
+  const Shape& shape(const std::string& name) const {
+    static const Shape none;
+    const ValueInfo* v = g_.value(name);
+    return v ? v->shape : none;
+  }
+  int64_t rank(const std::string& name) const { return static_cast<int64_t>(shape(name).size()); }
+  std::vector<int64_t> const_ints(const Node& n, std::size_t i) const {
+    const Tensor* t = n.input(i).empty() ? nullptr : g_.constant(n.input(i));
+    return t ? t->as_int64() : std::vector<int64_t>{};
+  }
+  static int64_t norm(int64_t axis, int64_t r) { return axis < 0 ? axis + r : axis; }
+
+  void set_all(const Node& n, State s) {
+    for (const auto& o : n.outputs)
+      if (!o.empty()) state_[o] = s;
+  }
+  void mixed(const Node& n, const std::string& what) { set_all(n, State{kMixed, str(n.describe(), " ", what)}); }
+  void axis(const Node& n, int a) { set_all(n, State{a, ""}); }
+
+  // The output axis that holds input `x`'s batch axis `a` after a reshape to the output's shape:
+  // the one whose preceding dimensions hold as many elements and whose size is the batch's.
+  int reshaped(const std::string& x, int a, const std::string& y) const {
+    const Shape& in = shape(x);
+    const Shape& out = shape(y);
+    int64_t before = 1;
+    for (int i = 0; i < a; ++i) before *= in[static_cast<std::size_t>(i)];
+    int64_t acc = 1;
+    for (std::size_t b = 0; b < out.size(); ++b) {
+      if (acc == before && out[b] == in[static_cast<std::size_t>(a)]) return static_cast<int>(b);
+      acc *= out[b];
+      if (acc > before) break;
+    }
+    return kMixed;
+  }
+
+  void visit(const Node& n) {
+    // Which inputs depend on the input data, and where their batch axis is.
+    std::vector<std::pair<std::size_t, State>> data;
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      const State s = of(n.input(i));
+      if (s.axis == kMixed) return set_all(n, s);  // keep the first reason
+      if (s.axis >= 0) data.emplace_back(i, s);
+    }
+    if (data.empty()) return set_all(n, State{});
+    const std::string& op = n.op;
+    const std::size_t first = data.front().first;
+    const int a = data.front().second.axis;
+    const std::string& x = n.input(first);
+    const std::string y = n.outputs.empty() ? std::string() : n.outputs[0];
+
+    if (op == "Relu" || op == "LeakyRelu" || op == "Sigmoid" || op == "Clip" || op == "HardSigmoid" ||
+        op == "HardSwish" || op == "Cast" || op == "Identity" || op == "Normalize") {
+      if (first != 0) return mixed(n, "takes a parameter from the input data");
+      return axis(n, a);
+    }
+    if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
+      // Broadcasting aligns trailing axes: input axis a of rank r is output axis a + (R - r).
+      const int64_t R = rank(y);
+      int out = -1;
+      for (const auto& [i, s] : data) {
+        const int o = static_cast<int>(s.axis + (R - rank(n.input(i))));
+        if (out >= 0 && o != out) return mixed(n, "combines two tensors whose batch axes do not line up");
+        out = o;
+      }
+      return axis(n, out);
+    }
+    if (op == "Conv" || op == "FusedConv" || op == "ConvTranspose" || op == "MaxPool" || op == "AveragePool" ||
+        op == "GlobalAveragePool" || op == "BatchNormalization") {
+      for (const auto& [i, s] : data) {
+        if (i == 0 || (op == "FusedConv" && i == 3)) {
+          if (s.axis != 0) return mixed(n, str("runs over the batch as a feature axis (the batch is on axis ", s.axis, ")"));
+        } else {
+          return mixed(n, "takes its weights from the input data");
+        }
+      }
+      return axis(n, 0);
+    }
+    if (op == "MatMul") {
+      const int64_t R = rank(y);
+      int out = -1;
+      for (const auto& [i, s] : data) {
+        const int64_t ri = rank(n.input(i));
+        const bool contracted = (i == 0 && s.axis == ri - 1) || (i == 1 && s.axis == ri - 2);
+        if (contracted || ri < 2) return mixed(n, "sums over the batch axis");
+        const int o = static_cast<int>(s.axis + (R - ri));
+        if (out >= 0 && o != out) return mixed(n, "multiplies two tensors whose batch axes do not line up");
+        out = o;
+      }
+      return axis(n, out);
+    }
+    if (first != 0) return mixed(n, "takes a parameter from the input data");
+    if (data.size() > 1 && op != "Concat" && op != "MatMul") return mixed(n, "combines several inputs along the batch");
+
+    const int64_t r = rank(x);
+    if (op == "Transpose") {
+      std::vector<int64_t> perm = n.get_ints("perm");
+      if (perm.empty())
+        for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
+      const auto it = std::find(perm.begin(), perm.end(), a);
+      return axis(n, static_cast<int>(it - perm.begin()));
+    }
+    if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze") {
+      const int b = reshaped(x, a, y);
+      if (b == kMixed) return mixed(n, "merges the batch axis with another one");
+      return axis(n, b);
+    }
+    if (op == "ReduceMean") {
+      std::vector<bool> red(static_cast<std::size_t>(r), false);
+      for (int64_t v : n.inputs.size() > 1 ? const_ints(n, 1) : n.get_ints("axes")) red[static_cast<std::size_t>(norm(v, r))] = true;
+      if (std::none_of(red.begin(), red.end(), [](bool b) { return b; }) && n.get_int("noop_with_empty_axes", 0) == 0)
+        red.assign(static_cast<std::size_t>(r), true);
+      if (red[static_cast<std::size_t>(a)]) return mixed(n, "reduces over the batch axis");
+      if (n.get_int("keepdims", 1) != 0) return axis(n, a);
+      return axis(n, static_cast<int>(a - std::count(red.begin(), red.begin() + a, true)));
+    }
+    if (op == "Softmax" || op == "TopK" || op == "ArgMax" || op == "ArgMaxCast") {
+      const int64_t dflt = (op == "ArgMax" || op == "ArgMaxCast") ? 0 : -1;
+      const int64_t ax = norm(n.get_int("axis", dflt), r);
+      if (ax == a) return mixed(n, "works along the batch axis, across samples");
+      const bool drops = op == "ArgMaxCast" || (op == "ArgMax" && n.get_int("keepdims", 1) == 0);
+      return axis(n, drops && ax < a ? a - 1 : a);
+    }
+    if (op == "Concat") {
+      const int64_t ax = norm(n.get_int("axis", 0), r);
+      for (const auto& [i, s] : data)
+        if (s.axis != a) return mixed(n, "joins tensors whose batch axes do not line up");
+      if (ax == a) return mixed(n, "joins tensors along the batch axis");
+      return axis(n, a);
+    }
+    if (op == "Gather") {
+      const int64_t ax = norm(n.get_int("axis", 0), r);
+      if (ax == a) return mixed(n, "selects along the batch axis");
+      return axis(n, static_cast<int>(a < ax ? a : a + rank(n.input(1)) - 1));
+    }
+    if (op == "Slice" || op == "Pad" || op == "Resize") {
+      // Position-preserving along the batch only if it keeps every row where it was.
+      if (shape(y).size() != static_cast<std::size_t>(r) || shape(y)[static_cast<std::size_t>(a)] != shape(x)[static_cast<std::size_t>(a)])
+        return mixed(n, "changes the batch axis' length");
+      if (op == "Slice") {
+        const std::vector<int64_t> starts = const_ints(n, 1), axes = const_ints(n, 3), steps = const_ints(n, 4);
+        for (std::size_t k = 0; k < starts.size(); ++k) {
+          const int64_t ax = axes.empty() ? static_cast<int64_t>(k) : norm(axes[k], r);
+          const int64_t step = k < steps.size() ? steps[k] : 1;
+          if (ax == a && (step != 1 || norm(starts[k], shape(x)[static_cast<std::size_t>(a)]) > 0))
+            return mixed(n, "reorders or shifts the batch axis");
+        }
+      }
+      if (op == "Pad") {
+        const std::vector<int64_t> pads = const_ints(n, 1), axes = const_ints(n, 3);
+        const std::size_t k = axes.empty() ? static_cast<std::size_t>(r) : axes.size();
+        for (std::size_t i = 0; i < k && i < pads.size(); ++i)
+          if ((axes.empty() ? static_cast<int64_t>(i) : norm(axes[i], r)) == a && pads[i] != 0)
+            return mixed(n, "shifts the batch axis");
+      }
+      return axis(n, a);
+    }
+    if (op == "Gemm") {
+      const bool ta = n.get_int("transA", 0) != 0;
+      if (a != (ta ? 1 : 0)) return mixed(n, "multiplies across the batch axis");
+      return axis(n, 0);
+    }
+    if (op == "Shape") return set_all(n, State{});
+    return mixed(n, "is an op whose effect on the batch axis is not known");
+  }
+
+  const Graph& g_;
+  std::unordered_map<std::string, State> state_;
+};
+
+}  // namespace
+
+void check_batch_axis(const Graph& g, int64_t batch) {
+  Tracker t(g);
+  t.run();
+  for (const ValueInfo& o : g.outputs) {
+    const ValueInfo* v = g.value(o.name);
+    const Shape& s = v ? v->shape : o.shape;
+    const State st = t.of(o.name);
+    const std::string what = str(g.source, ": the model's output '", o.name, "' ", shape_str(s));
+    const std::string need = "; Sluice stores one row per sample, so every output must keep the batch on axis 0 "
+                             "with each row depending on its own sample only";
+    if (st.axis == kMixed) throw InputError(str(what, " does not keep the batch apart: ", st.why, need));
+    if (st.axis > 0)
+      throw InputError(str(what, " holds the batch on axis ", st.axis, ", not axis 0", need,
+                           " (end the model with a Transpose that moves it back)"));
+    if (s.empty() || s[0] != batch)
+      throw InputError(str(what, " does not start with the batch size ", batch, need));
+  }
+}
+
+}  // namespace sluice

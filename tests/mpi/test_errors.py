@@ -1,0 +1,186 @@
+"""One outcome on every rank: every usage error (exit 2) and bad input (exit 3) the README lists ends
+the job under 1, 2 and 3 ranks with that exit status, exactly one error line, and no hang (each run
+has a timeout); so do sizes no machine can hold (the message names the options).  Under several ranks these used to deadlock when one rank found the problem alone
+(the output folder plan, made by rank 0)."""
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, sluice  # noqa: E402
+
+N = 64
+JOB = ["--config", QUICKSTART, "--samples", N, "--cpu-threads", 1, "--quiet"]
+TIMEOUT = 60
+
+
+def quickstart_model():
+    return onnx.load(os.path.join(ROOT, "jobs", "models", "quickstart.onnx"))
+
+
+def batch_breaking_model(path, op):
+    """input [B,3,64,64] -> one node that does not keep the batch on axis 0 -> logits."""
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, 64, 64])
+    if op == "ReduceMean":  # the mean over the batch: one row for the whole batch
+        axes = helper.make_tensor("axes", TensorProto.INT64, [1], [0])
+        node = helper.make_node("ReduceMean", ["input", "axes"], ["logits"], keepdims=1)
+        inits = [axes]
+    elif op == "Transpose":  # the batch moved to axis 1
+        node = helper.make_node("Transpose", ["input"], ["logits"], perm=[1, 0, 2, 3])
+        inits = []
+    else:  # Softmax across the samples of a batch: the shape is kept, the rows are mixed
+        node = helper.make_node("Softmax", ["input"], ["logits"], axis=0)
+        inits = []
+    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], op, [x], [y], initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Inputs for the cases: one finished run folder, crafted models, input files, job files."""
+    d = tmp_path_factory.mktemp("errors")
+    f = {"dir": str(d)}
+    f["done"] = str(d / "done")
+    sluice("run", *JOB, "--output", f["done"], check=True)
+    rng = np.random.RandomState(0)
+    f["good_h5"] = str(d / "good.h5")
+    with h5py.File(f["good_h5"], "w") as h:
+        h["images"] = rng.rand(N, 3, 64, 64).astype(np.float32)
+        h["ints"] = np.zeros((N, 3, 64, 64), np.int32)
+        h["flat"] = np.zeros(N, np.float32)
+    f["text"] = str(d / "notes.txt")
+    with open(f["text"], "w") as t:
+        t.write("not a model, not an HDF5 file\n")
+    for name, body in [("malformed.toml", "batch-size = [1,\n"), ("unknown.toml", "batchsize = 4\n")]:
+        f[name.replace(".", "_")] = str(d / name)
+        with open(f[name.replace(".", "_")], "w") as t:
+            t.write(body)
+    for op in ["ReduceMean", "Transpose", "Softmax"]:
+        f[op] = batch_breaking_model(str(d / f"{op}.onnx"), op)
+    other = quickstart_model()
+    other.producer_name = "another export of the same graph"  # other bytes: another sha256
+    f["other_model"] = str(d / "other.onnx")
+    onnx.save(other, f["other_model"])
+    return f
+
+
+def fresh(files, name):
+    path = os.path.join(files["dir"], "out", name)
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return path
+
+
+# (id, exit status, words the one error line holds, extra arguments; "{key}" is a path from `files`,
+# "{out}" a fresh output folder)
+CASES = [
+    # usage: exit 2
+    ("unknown-option", 2, "--frobnicate", ["--frobnicate", "--output", "{out}"]),
+    ("bad-number", 2, "batch-size", ["--batch-size", "0", "--output", "{out}"]),
+    ("bad-choice", 2, "probs", ["--outputs", "probs", "--output", "{out}"]),
+    ("bad-on-nan", 2, "on-nan", ["--on-nan", "maybe", "--output", "{out}"]),
+    ("malformed-job-file", 2, "malformed value", ["--config", "{malformed_toml}", "--output", "{out}"]),
+    ("unknown-job-key", 2, "unknown key", ["--config", "{unknown_toml}", "--output", "{out}"]),
+    ("config-is-a-folder", 2, "is a folder", ["--config", "{dir}", "--output", "{out}"]),
+    ("config-missing", 2, "cannot read the job file", ["--config", "{dir}/nope.toml", "--output", "{out}"]),
+    ("resume-and-overwrite", 2, "exclude each other", ["--resume", "--overwrite", "--output", "{out}"]),
+    ("mean-std-counts", 2, "same number", ["--mean", "1,2", "--std", "1,2,3", "--output", "{out}"]),
+    ("std-zero", 2, "non-zero", ["--std", "0", "--output", "{out}"]),
+    # bad input: exit 3
+    ("model-missing", 3, "cannot read the model file", ["--model", "{dir}/nope.onnx", "--output", "{out}"]),
+    ("model-not-onnx", 3, "not a valid ONNX model", ["--model", "{text}", "--output", "{out}"]),
+    ("model-input-shape", 3, "the job feeds", ["--sample-shape", "1,64,64", "--output", "{out}"]),
+    ("model-reduces-the-batch", 3, "reduces over the batch axis", ["--model", "{ReduceMean}", "--outputs", "logits",
+                                                                    "--output", "{out}"]),
+    ("model-moves-the-batch", 3, "holds the batch on axis 1", ["--model", "{Transpose}", "--outputs", "logits",
+                                                                "--output", "{out}"]),
+    ("model-mixes-the-batch", 3, "across samples", ["--model", "{Softmax}", "--outputs", "logits", "--output", "{out}"]),
+    ("input-missing", 3, "no such file", ["--input", "{dir}/nope.h5", "--output", "{out}"]),
+    ("input-not-hdf5", 3, "not an HDF5 file", ["--input", "{text}", "--output", "{out}"]),
+    ("input-dataset-missing", 3, "no dataset", ["--input", "{good_h5}", "--input-dataset", "/nope", "--output", "{out}"]),
+    ("input-dataset-type", 3, "int32", ["--input", "{good_h5}", "--input-dataset", "/ints", "--output", "{out}"]),
+    ("input-dataset-1d", 3, "dimension", ["--input", "{good_h5}", "--input-dataset", "/flat", "--output", "{out}"]),
+    ("output-is-a-file", 3, "names a file", ["--output", "{text}"]),
+    ("output-cannot-be-created", 3, "cannot create the output folder", ["--output", "/proc/sluice-out"]),
+    ("finished-folder-again", 3, "--resume to finish it or --overwrite", ["--output", "{done}"]),
+    ("resume-other-outputs", 3, "keep --outputs", ["--resume", "--outputs", "argmax", "--output", "{done}"]),
+    ("resume-other-batch-size", 3, "batch-size = 32 but this job has batch-size = 16",
+     ["--resume", "--batch-size", "16", "--chunk-batches", "4", "--output", "{done}"]),
+    ("resume-other-seed", 3, "seed = 7 but this job has seed = 8", ["--resume", "--seed", "8", "--output", "{done}"]),
+    ("resume-other-scale", 3, "scale = 1 but this job has scale = 0.5", ["--resume", "--scale", "0.5", "--output", "{done}"]),
+    ("resume-other-mean", 3, "mean = [] but this job has mean = [0.5]", ["--resume", "--mean", "0.5", "--output", "{done}"]),
+    ("resume-other-model", 3, "written by another model", ["--resume", "--model", "{other_model}", "--output", "{done}"]),
+    ("resume-other-input", 3, "input = \"synthetic\" but this job has input",
+     ["--resume", "--input", "{good_h5}", "--output", "{done}"]),
+    ("foreign-files", 3, "holds files Sluice did not write (notes.txt)", ["--output", "{out}", "#foreign"]),
+    ("users-own-outputs", 3, "holds files Sluice did not write (outputs.h5, report.json)", ["--output", "{out}", "#own"]),
+    ("folder-in-use", 3, "in use by another sluice job (host test", ["--output", "{out}", "#locked"]),
+    # sizes no machine holds: refused up front, naming the options (exit 2), or at allocation (exit 1)
+    ("sample-shape-overflow", 2, "asks for 3.84e+14 TB per batch", ["--sample-shape", "3000000000000,1000000,1000000",
+                                                                   "--output", "{out}"]),
+    ("prefetch-beyond-memory", 1, "--prefetch 100000000 input slots of", ["--prefetch", "100000000", "--output", "{out}"]),
+    ("batch-beyond-memory", 1, "for --batch-size 2000000000", ["--batch-size", "2000000000", "--output", "{out}"]),
+]
+
+
+def prepare(files, case_id, args):
+    """Fills in the paths; builds the special output folders the markers (#...) ask for."""
+    out = fresh(files, case_id)
+    marker = [a for a in args if a.startswith("#")]
+    args = [a.format(out=out, **files) for a in args if not a.startswith("#")]
+    holder = None
+    if marker:
+        os.makedirs(out)
+        if marker[0] == "#foreign":
+            open(os.path.join(out, "notes.txt"), "w").close()
+        elif marker[0] == "#own":
+            with h5py.File(os.path.join(out, "outputs.h5"), "w") as h:
+                h["x"] = np.zeros(3)
+            with open(os.path.join(out, "report.json"), "w") as r:
+                r.write('{"mine": true}\n')
+        elif marker[0] == "#locked":
+            holder = open(os.path.join(out, ".sluice.lock"), "w")
+            fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            holder.write("host test, pid 1, started today\n")
+            holder.flush()
+    return args, holder
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3])
+@pytest.mark.parametrize("case_id,status,words,args", CASES, ids=[c[0] for c in CASES])
+def test_one_error_line_and_one_status_on_every_rank(files, np_, case_id, status, words, args):
+    args, holder = prepare(files, case_id, args)
+    base = [str(a) for a in JOB]
+    if "--config" in args:  # the case's own job file instead of the quickstart's
+        base = base[2:]
+    cmd = [BIN, "run", *base, *args]
+    if np_ > 1:
+        cmd = ["mpirun", "-np", str(np_), "--oversubscribe", *cmd]
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, env=MPI_ENV, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no outcome within {TIMEOUT} s (a hang): {' '.join(cmd)}")
+    finally:
+        if holder:
+            holder.close()
+    errors = [line for line in p.stderr.splitlines() if "error" in line.lower()]
+    assert p.returncode == status, p.stderr
+    assert len(errors) == 1 and errors[0].startswith("sluice: error: "), p.stderr
+    assert words in errors[0], errors[0]
+
+
+def test_the_finished_folder_is_unchanged_by_the_refusals(files):
+    """The refusals above ran against `done` without touching its outputs: it still inspects OK."""
+    p = sluice("inspect", files["done"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "OK" in p.stdout.splitlines()[-1]
