@@ -112,7 +112,21 @@ struct FolderContents {
   std::vector<std::string> rank_files;  // names
   std::vector<std::string> run_files;   // outputs.h5 and report.json, when present
   std::vector<std::string> foreign;     // what Sluice did not write
+  std::vector<std::string> records;     // attempts.json, failure notes, an export of the run: Sluice's
 };
+
+// The run's other records: the attempts (report/attempts.h), the failure notes a failing rank
+// leaves, temporary files of an interrupted write, and `sluice export`'s default folder.
+bool is_run_record(const std::string& dir, const std::string& n) {
+  auto ends_with = [&](const char* suffix) {
+    const std::size_t k = std::strlen(suffix);
+    return n.size() >= k && n.compare(n.size() - k, k, suffix) == 0;
+  };
+  if (n == "attempts.json" || n == "attempts.json.tmp" || n == "report.json.tmp") return true;
+  if (n.rfind("attempt-", 0) == 0 && ends_with(".failed")) return true;
+  if (n == "export" && fs::exists(dir + "/export/.sluice-export.json")) return true;
+  return false;
+}
 
 FolderContents look_into(const std::string& dir) {
   FolderContents c;
@@ -122,6 +136,7 @@ FolderContents look_into(const std::string& dir) {
     if (is_rank_file_name(n)) c.rank_files.push_back(n);
     else if (n == "outputs.h5" || n == "report.json") c.run_files.push_back(n);
     else if (n == kLockFile || n.rfind(kSetAsidePrefix, 0) == 0 || n.rfind(".sluice-write-test-", 0) == 0) continue;
+    else if (is_run_record(dir, n)) c.records.push_back(n);
     else c.foreign.push_back(n);
   }
   // Without rank files, an outputs.h5 cannot be ours, and a report.json only if it reads as one.
@@ -235,6 +250,7 @@ RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking, const Jo
     std::vector<std::string> ours = c.rank_files;
     for (const std::string& n : {"outputs.h5", "report.json"})
       if (fs::exists(dir + "/" + n)) ours.push_back(n);
+    ours.insert(ours.end(), c.records.begin(), c.records.end());
     if (!ours.empty()) {
       plan.set_aside = set_aside(dir, ours);
       log_info("--overwrite: moved the ", ours.size(), " file(s) of the earlier run into ", plan.set_aside,
