@@ -9,8 +9,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <set>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -39,19 +40,18 @@ std::vector<std::string> list_rank_files(const std::string& outdir) {
 }
 
 std::string RunPlan::serialize() const {
-  std::ostringstream os;
-  os << attempt << " " << committed_before << " " << pending.size();
-  for (int64_t id : pending) os << " " << id;
-  return os.str();
+  nlohmann::json j{{"attempt", attempt}, {"committed_before", committed_before}, {"pending", ranges_text(pending)},
+                   {"resume_files", resume_files}};
+  return j.dump();
 }
 
 RunPlan RunPlan::deserialize(const std::string& s) {
-  std::istringstream is(s);
+  const nlohmann::json j = nlohmann::json::parse(s);
   RunPlan p;
-  std::size_t n = 0;
-  is >> p.attempt >> p.committed_before >> n;
-  p.pending.resize(n);
-  for (auto& id : p.pending) is >> id;
+  p.attempt = j.at("attempt").get<int>();
+  p.committed_before = j.at("committed_before").get<int64_t>();
+  p.pending = parse_ranges(j.at("pending").get<std::string>());
+  p.resume_files = j.at("resume_files").get<std::vector<std::string>>();
   return p;
 }
 
@@ -82,12 +82,6 @@ void check_writable(const std::string& dir) {
   unlink(probe.c_str());
 }
 
-std::string spec_str(const std::vector<DatasetSpec>& specs) {
-  std::string s;
-  for (const auto& d : specs) s += str(d.name, ":", dtype_name(d.dtype), shape_str(d.row_shape), " ");
-  return s;
-}
-
 }  // namespace
 
 RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking, const std::string& model_sha256,
@@ -97,15 +91,16 @@ RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking, const st
   check_writable(dir);
 
   RunPlan plan;
+  const std::vector<Range> everything{{0, chunking.total}};
   std::vector<std::string> files = list_rank_files(dir);
   if (files.empty()) {
     if (job.resume) log_info("--resume: ", dir, " holds no rank files yet; starting a fresh run");
-    for (int64_t c = 0; c < chunking.chunks(); ++c) plan.pending.push_back(c);
+    plan.pending = everything;
     return plan;
   }
   if (job.sink == "null") {
     // Nothing is stored, so earlier outputs stay as they are and everything is pending.
-    for (int64_t c = 0; c < chunking.chunks(); ++c) plan.pending.push_back(c);
+    plan.pending = everything;
     return plan;
   }
   if (job.overwrite) {
@@ -113,42 +108,15 @@ RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking, const st
     std::remove((dir + "/outputs.h5").c_str());
     std::remove((dir + "/report.json").c_str());
     log_info("--overwrite: removed the ", files.size(), " rank file(s) of an earlier run in ", dir);
-    for (int64_t c = 0; c < chunking.chunks(); ++c) plan.pending.push_back(c);
+    plan.pending = everything;
     return plan;
   }
   if (!job.resume)
     throw InputError(str(dir, " already holds the outputs of a run (", files.size(),
                          " rank file(s)); pass --resume to finish it or --overwrite to replace it"));
 
-  std::set<int64_t> done;
-  for (const auto& f : files) {
-    RankFileInfo info = read_rank_file(f);
-    if (!info.closed_cleanly) {
-      log_info("recovering ", f, " (its writer stopped without closing it)");
-      recover_rank_file(f);
-      info = read_rank_file(f);
-    }
-    if (info.model_sha256 != model_sha256)
-      throw InputError(str("--resume: ", f, " was written by another model (sha256 ", info.model_sha256.substr(0, 12),
-                           "..., this job's model is ", model_sha256.substr(0, 12), "...)"));
-    if (info.total_samples != chunking.total || info.chunk_samples != chunking.chunk_samples)
-      throw InputError(str("--resume: ", f, " belongs to a job of ", info.total_samples, " samples in chunks of ",
-                           info.chunk_samples, "; this job has ", chunking.total, " samples in chunks of ",
-                           chunking.chunk_samples, " (keep --samples, --batch-size and --chunk-batches)"));
-    if (spec_str(info.datasets) != spec_str(specs))
-      throw InputError(str("--resume: ", f, " stores ", spec_str(info.datasets), "but this job stores ", spec_str(specs),
-                           "(keep --outputs and --output-dtype)"));
-    for (const auto& c : info.chunks) {
-      if (!done.insert(c.chunk_id).second)
-        throw InputError(str("--resume: chunk ", c.chunk_id, " is committed twice (in ", f, " and another rank file)"));
-      plan.committed_before += c.count;
-    }
-    plan.attempt = std::max(plan.attempt, info.attempt + 1);
-  }
-  for (int64_t c = 0; c < chunking.chunks(); ++c)
-    if (!done.count(c)) plan.pending.push_back(c);
-  log_info("--resume: ", done.size(), " of ", chunking.chunks(), " chunks already committed; ", plan.pending.size(),
-           " to do");
+  // Recovery and the pending ranges: every rank does its share, in plan_resume().
+  plan.resume_files = files;
   return plan;
 }
 

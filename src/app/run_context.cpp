@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "app/ledgers.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "model/onnx_loader.h"
@@ -44,6 +45,7 @@ void RunContext::open_source() {
     source_ = open_hdf5_source(job_.input, job_.input_dataset);
   }
   chunking_.total = source_->size();
+  chunking_.batch = job_.batch_size;
   chunking_.chunk_samples = job_.batch_size * job_.chunk_batches;
   t_setup_ += seconds_since(t0);
 }
@@ -121,6 +123,8 @@ void RunContext::plan() {
   std::string serialized;
   if (mpi_.rank() == 0) serialized = plan_output_dir(job_, chunking_, model_sha256_, specs_).serialize();
   plan_ = RunPlan::deserialize(mpi_.broadcast_string(serialized));
+  // --resume: every rank recovers and reads its share of the rank files (app/ledgers.h).
+  if (!plan_.resume_files.empty()) plan_resume(mpi_, job_, chunking_, model_sha256_, specs_, plan_);
 }
 
 void RunContext::choose_device() {
@@ -198,6 +202,7 @@ void RunContext::build() {
   po.egress_buffers = job_.egress_buffers;
   po.reader_threads = job_.reader_threads;
   po.writer_threads = job_.writer_threads;
+  po.commit_batches = job_.chunk_batches;
   for (std::size_t i = 0; i < job_.throttle_ranks.size() && !job_.throttle_ms.empty(); ++i)
     if (job_.throttle_ranks[i] == mpi_.rank()) po.throttle_ms = job_.throttle_ms[std::min(i, job_.throttle_ms.size() - 1)];
   pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, file_.get(), po);
@@ -207,7 +212,10 @@ void RunContext::build() {
   log_debug("engine: ", engine_->describe());
 }
 
-void RunContext::run() { stats_ = pipeline_->run(*work_); }
+void RunContext::run() {
+  work_->start();  // collective: every rank built its distributor (build() was agreed)
+  stats_ = pipeline_->run(*work_);
+}
 
 void RunContext::stop() {
   stopped_ = true;
@@ -235,7 +243,20 @@ void RunContext::report() {
   me.setup_s = t_setup_;
   me.stats = stats_;
   const std::vector<std::string> all = mpi_.gather_strings(me.to_json().dump());
-  mpi_.barrier();  // every rank file is closed before rank 0 reads them
+  mpi_.barrier();  // every rank file is closed before they are read
+  // Every rank reads the ledgers of its share of the rank files (those of earlier attempts too);
+  // rank 0 gets the merged runs and maps them into outputs.h5.
+  std::vector<RankFileInfo> infos;
+  const auto t_end = Clock::now();
+  if (complete_attempt && file_) {
+    std::string listed;
+    if (mpi_.rank() == 0)
+      for (const auto& f : list_rank_files(job_.output)) listed += f + "\n";
+    listed = mpi_.broadcast_string(listed);
+    std::vector<std::string> paths;
+    for (std::size_t a = 0, b; (b = listed.find('\n', a)) != std::string::npos; a = b + 1) paths.push_back(listed.substr(a, b - a));
+    infos = read_ledgers(mpi_, paths, /*recover=*/false);
+  }
   if (mpi_.rank() != 0) return;
 
   JobReport r;
@@ -267,13 +288,15 @@ void RunContext::report() {
   for (const auto& s : all) r.ranks.push_back(RankReport::from_json(nlohmann::json::parse(s)));
 
   if (complete_attempt && file_) {
-    std::vector<RankFileInfo> infos;
-    for (const auto& f : list_rank_files(job_.output)) infos.push_back(read_rank_file(f));
     const Coverage cov = check_coverage(infos, chunking_.total);
     if (!cov.complete())
       throw Error(str("the rank files in ", job_.output, " do not cover every sample once (", cov.present, " of ",
                       cov.total, " present, ", cov.gaps.size(), " gap(s), ", cov.duplicates.size(), " duplicate(s))"));
     write_virtual_outputs(job_.output, infos, chunking_.total);
+    int64_t runs = 0;
+    for (const RankFileInfo& f : infos) runs += static_cast<int64_t>(f.chunks.size());
+    log_info("outputs.h5: ", runs, " mapping(s) per dataset over ", infos.size(), " rank file(s); ledgers and outputs.h5 in ",
+             seconds_since(t_end), " s; ", work_->steals(), " steal(s)");
   }
   write_report_json(r, job_.output + "/report.json");
   std::fputs(format_report_table(r).c_str(), stdout);

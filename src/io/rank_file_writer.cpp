@@ -191,11 +191,11 @@ class Hdf5RankFile final : public RankFile {
   void commit(ChunkRecord record) override {
     h5::quiet_errors();
     SLUICE_CHECK(!closed_, "rank file ", path_, ": commit after close");
-    SLUICE_CHECK(pending_rows_ > 0, "rank file ", path_, ": commit of chunk ", record.chunk_id, " with no rows appended");
-    SLUICE_CHECK(record.count == pending_rows_, "rank file ", path_, ": chunk ", record.chunk_id, " says ",
-                 record.count, " samples but ", pending_rows_, " rows were appended");
-    SLUICE_CHECK(record.chunk_id >= 0 && record.first_index >= 0, "rank file ", path_, ": chunk ", record.chunk_id,
-                 " starts at sample ", record.first_index);
+    SLUICE_CHECK(pending_rows_ > 0, "rank file ", path_, ": commit with no rows appended");
+    SLUICE_CHECK(record.count == pending_rows_, "rank file ", path_, ": a commit of ", record.count, " samples but ",
+                 pending_rows_, " rows were appended");
+    SLUICE_CHECK(record.first_index >= 0, "rank file ", path_, ": a commit starting at sample ", record.first_index);
+    record.seq = ledger_len_;
     record.first_row = pending_first_;
     // (a) the rows, their chunk index entries and extents reach the kernel first ...
     H5_CHECK(H5Fflush(file_, H5F_SCOPE_LOCAL));
@@ -408,7 +408,7 @@ std::unique_ptr<RankFile> append_to(const std::string& path, const std::vector<D
   h5::Plist fapl = h5::file_access();
   h5::File file(H5Fopen(path.c_str(), H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl));
   if (!file.valid()) throw InputError(str("rank file ", path, ": cannot reopen it to resume: ", h5::error_stack_text()));
-  const RankFileInfo info = read_info(file, path, /*verify_index=*/true);
+  const RankFileInfo info = read_info(file, path);
   bool same = info.datasets.size() == specs.size();
   for (std::size_t i = 0; same && i < specs.size(); ++i)
     same = info.datasets[i].name == specs[i].name && info.datasets[i].dtype == specs[i].dtype &&

@@ -92,7 +92,7 @@ std::size_t check_committed(const RankFileInfo& info, const std::vector<DatasetS
   int64_t end_row = 0;
   for (std::size_t k = 0; k < info.chunks.size(); ++k) {
     const ChunkRecord& c = info.chunks[k];
-    EXPECT_EQ(c.chunk_id, static_cast<int64_t>(k));
+    EXPECT_EQ(c.seq, static_cast<int64_t>(k));
     EXPECT_EQ(c.first_index, chunk_first(static_cast<int64_t>(k)));
     EXPECT_EQ(c.count, kChunkSamples);
     EXPECT_GE(c.first_row, end_row);

@@ -96,7 +96,7 @@ TEST(RankFile, RoundTripKeepsRowsIndicesLedgerAndAttributes) {
   }
   ASSERT_EQ(info.chunks.size(), 4u);
   for (std::size_t k = 0; k < 4; ++k) {
-    EXPECT_EQ(info.chunks[k].chunk_id, order[k]);
+    EXPECT_EQ(info.chunks[k].seq, static_cast<int64_t>(k));  // the commit's number in the file
     EXPECT_EQ(info.chunks[k].first_index, order[k] * 10);
     EXPECT_EQ(info.chunks[k].count, 10);
     EXPECT_EQ(info.chunks[k].first_row, static_cast<int64_t>(k) * 10);
@@ -179,7 +179,7 @@ TEST(RankFile, KilledWriterLeavesCommittedChunksReadableAndRecoveryDropsTheRest)
   EXPECT_EQ(rec.committed_rows, 27);
   ASSERT_EQ(rec.chunks.size(), 3u);
   for (std::size_t k = 0; k < 3; ++k) {
-    EXPECT_EQ(rec.chunks[k].chunk_id, crashed.chunks[k].chunk_id);
+    EXPECT_EQ(rec.chunks[k].seq, crashed.chunks[k].seq);
     EXPECT_EQ(rec.chunks[k].first_row, crashed.chunks[k].first_row);
     EXPECT_EQ(check_chunk_rows(path, specs, rec.chunks[k]), 0);
   }
@@ -296,6 +296,7 @@ TEST(RankFile, CommitCost) {
   for (bool fsync : {false, true}) {
     RankFileMeta meta = test_meta();
     meta.fsync_commits = fsync;
+    meta.total_samples = 200 * 32;
     const std::string path = dir.file(fsync ? "fsync.h5" : "plain.h5");
     auto f = open_rank_file(path, specs, 32, meta, false);
     const int commits = fsync ? 50 : 200;
