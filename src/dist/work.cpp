@@ -10,6 +10,9 @@
 //    that runs dry sends a request; the server picks the rank with the most assigned but uncommitted
 //    samples, orders it to give away its far half, and grants what it gave to the requester.  Four
 //    small messages per steal, one steal at a time.  Rank 0's own pipeline uses the same path.
+//    A request is answered with a steal only when the victim has clearly more left than the
+//    requester still has in flight, else later (after more commit notices), or with "no more"
+//    once every other rank has nothing left that is not in flight.
 // Commit notices carry only counts, batched to a few a second per rank, for rank 0's progress line
 // and the server's estimate of who has most left.  Point-to-point messages only, so it works across
 // nodes over TCP as in shared memory, and under srun as under mpirun.
@@ -244,7 +247,8 @@ class MpiWorkDistributor final : public WorkDistributor {
       // One steal at a time: the next requester is served once the current steal is answered.
       while (victim < 0 && !waiting.empty()) {
         const int t = waiting.front();
-        if (peers[static_cast<std::size_t>(t)].done) {  // stopped while it waited: nothing to give it
+        Peer& thief_peer = peers[static_cast<std::size_t>(t)];
+        if (thief_peer.done) {  // stopped while it waited: nothing to give it
           waiting.pop_front();
           continue;
         }
@@ -260,10 +264,14 @@ class MpiWorkDistributor final : public WorkDistributor {
         }
         if (best < 0) {  // nothing left that is not in flight somewhere: this rank is done
           send(agt_, t, kOrder, {kGrant});
-          peers[static_cast<std::size_t>(t)].waiting = false;
+          thief_peer.waiting = false;
           waiting.pop_front();
           continue;
         }
+        // Worth it only if the victim has clearly more left than the requester still has in
+        // flight (its dispatcher runs ahead of its commits); else the answer waits for the next
+        // notice, and the end of the job comes with few, large steals.
+        if (most < std::max<int64_t>(0, thief_peer.assigned - thief_peer.committed) + 2 * batch_) break;
         victim = best;
         thief = t;
         send(agt_, victim, kOrder, {kSteal});

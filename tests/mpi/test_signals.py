@@ -26,10 +26,10 @@ def reference(tmp_path_factory):
     return assemble(out)[1]
 
 
-def start_and_signal(out, sig, times):
+def start_and_signal(out, sig, times, throttle_ms=400):
     # --bind-to none: OpenBLAS then starts threads of its own at load time, which must not die of the signal.
     cmd = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", BIN, "run", *map(str, JOB), "--output", out,
-           "--throttle-ms", "400", "--throttle-ranks", "0,1"]
+           "--throttle-ms", str(throttle_ms), "--throttle-ranks", "0,1"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=MPI_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while len(rank_files(out)) < 2 and time.time() < deadline:
@@ -74,7 +74,9 @@ def test_one_signal_drains_commits_and_exits_75(tmp_path, reference, sig):
 def test_a_second_signal_exits_at_once_and_the_ledger_stays_consistent(tmp_path, reference):
     out = fresh_dir(str(tmp_path / "twice"))
     t0 = time.time()
-    rc, stdout, stderr = start_and_signal(out, signal.SIGTERM, 2)
+    # A stop drains only the batch in flight, so for the second signal to land during the drain,
+    # that batch must outlast the 1.3 s between the signals: 5 s a batch.
+    rc, stdout, stderr = start_and_signal(out, signal.SIGTERM, 2, throttle_ms=5000)
     assert rc == 75, stderr
     assert "second signal" in stderr
     assert not os.path.exists(os.path.join(out, "report.json"))  # it did not wait to write one
