@@ -10,6 +10,8 @@ ledgers, outputs.h5, resume), not the model.  For each (N, np) it prints one row
   run_s                       the report's makespan (pipeline start to last commit, longest rank)
   end_s                       last rank file closed (its end_unix) -> report.json written (mtime)
   total_s                     mpirun start -> exit
+  start_s                     mpirun start -> the pipeline's start (the rank files' start_unix, the
+                              latest rank's): MPI start-up, model, planning, engine
   mappings                    virtual mappings of outputs.h5's stored output (h5py)
   open_s, open_mb             a fresh h5py process: open outputs.h5 and read one row; its peak RSS
   inspect_s, inspect_mb       `sluice inspect DIR --json`: wall time and peak RSS
@@ -17,6 +19,9 @@ ledgers, outputs.h5, resume), not the model.  For each (N, np) it prints one row
                               (triggered on progress, not on time), then --resume: mpirun start ->
                               the resumed pipeline's start (the rank files' start_unix, written when
                               the resumed writers open their files, after planning and recovery)
+  plan_s                      of which --resume's planning: every rank recovering and reading its
+                              share of the rank files, rank 0 computing the pending ranges (the
+                              resume's log line; blank for a sluice that does not print it)
   resume_total_s              the resumed run's mpirun start -> exit
   load                        the 1-minute load average when the row started (the VM is shared)
 
@@ -82,14 +87,14 @@ def sluice_pids(outdir):
 class Run:
     """One mpirun of `sluice run`, each rank under GNU time (peak RSS), stderr watched for progress."""
 
-    def __init__(self, args, np_, outdir, extra, kill_at=None):
+    def __init__(self, args, np_, outdir, extra, kill_at=None, progress=0.1):
         self.rss_dir = outdir + ".rss"
         shutil.rmtree(self.rss_dir, ignore_errors=True)
         os.makedirs(self.rss_dir)
         job = [args.bin, "run", "--model", args.model, "--samples", str(args.n), "--sample-shape", "4",
                "--batch-size", str(args.batch_size), "--chunk-batches", str(args.chunk_batches),
                "--outputs", args.outputs, "--sink", args.sink, "--sharding", args.sharding, "--cpu-threads", "1",
-               "--output", outdir, "--progress-interval", "0.2", *extra]
+               "--output", outdir, "--progress-interval", str(progress), *extra]
         inner = " ".join(["exec", "/usr/bin/time", "-f", "%M", "-o", f"{self.rss_dir}/rank.$OMPI_COMM_WORLD_RANK",
                           *(["nice", "-n", str(args.nice)] if args.nice else []), *map(shlex_quote, job)])
         cmd = ["mpirun", "-np", str(np_), "--oversubscribe", "--bind-to", "none", "sh", "-c", inner]
@@ -184,6 +189,7 @@ def one(args, np_):
                setup_s=round(max(r["setup_s"] for r in rep["ranks"]), 2), run_s=round(rep["job"]["makespan_s"], 2),
                total_s=round(run.t1 - run.t0, 2))
     if args.sink == "hdf5":
+        row["start_s"] = round(max(file_attrs(out, "start_unix")) - run.t0, 2)
         ends = file_attrs(out, "end_unix")
         row["end_s"] = round(os.path.getmtime(os.path.join(out, "report.json")) - max(ends), 2)
         p = subprocess.run([sys.executable, "-c", READER, os.path.join(out, "outputs.h5"), args.outputs.split(",")[0],
@@ -206,20 +212,23 @@ def one(args, np_):
             run.wait(args.timeout)
             if run.killed_at is None:
                 raise SystemExit("the run ended before it could be killed")
-            again = Run(args, np_, out, ["--resume", "--quiet"])
+            again = Run(args, np_, out, ["--resume"], progress=1000)
             rc, _ = again.wait(args.timeout)
             if rc != 0:
                 raise SystemExit(f"resume exited {rc}:\n{''.join(again.err[-30:])}")
             starts = file_attrs(out, "start_unix")
+            planned = re.search(r"planned in ([0-9.e-]+) s", "".join(again.err))
             row.update(kill_at=round(run.killed_at, 3), resume_start_s=round(max(starts) - again.t0, 2),
+                       plan_s=round(float(planned.group(1)), 3) if planned else "",
                        resume_total_s=round(again.t1 - again.t0, 2))
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
     return row
 
 
-COLUMNS = ["n", "np", "load", "rss0_mb", "rss_max_other_mb", "setup_s", "run_s", "end_s", "total_s", "mappings",
-           "open_s", "open_mb", "inspect_s", "inspect_mb", "kill_at", "resume_start_s", "resume_total_s"]
+COLUMNS = ["n", "np", "load", "rss0_mb", "rss_max_other_mb", "setup_s", "start_s", "run_s", "end_s", "total_s",
+           "mappings", "open_s", "open_mb", "inspect_s", "inspect_mb", "kill_at", "resume_start_s", "plan_s",
+           "resume_total_s"]
 
 
 def main():
