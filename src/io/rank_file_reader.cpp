@@ -270,7 +270,9 @@ RankFileInfo read_info(hid_t file, const std::string& path) {
       if (overlaps) why = str("samples [", samples.first, ", ", samples.end, ") were already committed in this file");
     }
     if (!why.empty()) {
-      info.damage = str("ledger record ", k, " of ", n, ": ", why);
+      // The last slot may be torn by a kill (its extent written, its bytes only in part): that is
+      // an uncommitted record like a blank one.  An impossible record before others is damage.
+      if (k + 1 < n) info.damage = str("ledger record ", k, " of ", n, ": ", why);
       break;
     }
     held.emplace(samples.first, samples.end);

@@ -103,6 +103,13 @@ void shrink_in_place(const std::string& path, const RankFileInfo& info) {
   H5_CHECK(H5Pset(fapl, "clear_status_flags", &on));
   h5::File f(H5Fopen(path.c_str(), H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl));
   if (!f.valid()) SLUICE_THROW("rank file ", path, ": cannot reopen it to recover it: ", h5::error_stack_text());
+  // The killed writer allocated space after its last flush, past the end the superblock records,
+  // and some of the chunk index entries pointing there may have reached the disk (for rows past the
+  // extent, so no reader sees them).  Moving the recorded end to the file's real end keeps every
+  // later allocation clear of those bytes: a resumed writer that extends over such an entry
+  // writes into its space, which then belongs to the file, instead of into space HDF5 would
+  // otherwise hand out again (or past the recorded end, which HDF5 refuses).
+  H5_CHECK(H5Fincrement_filesize(f, 0));
   for (const std::string& name : info.row_datasets) {
     h5::Dataset d(H5_CHECK(H5Dopen2(f, name.c_str(), H5P_DEFAULT)));
     H5_CHECK(H5Dset_extent(d, dims_with_rows(d, info.committed_rows).data()));
