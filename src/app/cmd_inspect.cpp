@@ -36,6 +36,7 @@ struct FileEntry {
   std::optional<RankFileInfo> info;
   std::string error;
   uintmax_t bytes = 0;
+  std::size_t commits = 0;  // ledger records (info->chunks holds their merged runs)
 };
 
 struct OutputsCheck {
@@ -148,6 +149,10 @@ Summary summarize(const std::string& dir) {
     e.bytes = ec ? 0 : bytes;
     try {
       e.info = read_rank_file(p);
+      // Only the runs are kept (a few per rank), so a folder of a billion samples costs memory
+      // per rank file, not per commit.
+      e.commits = e.info->chunks.size();
+      e.info->chunks = merged_runs(e.info->chunks);
       infos.push_back(*e.info);
     } catch (const Error& err) {
       e.error = err.what();
@@ -207,7 +212,7 @@ json to_json(const Summary& s) {
     if (e.info) {
       const RankFileInfo& i = *e.info;
       f.update({{"rank", i.rank}, {"world_size", i.world_size}, {"attempt", i.attempt}, {"rows", i.committed_rows},
-                {"file_rows", i.file_rows}, {"chunks", i.chunks.size()}, {"closed_cleanly", i.closed_cleanly},
+                {"file_rows", i.file_rows}, {"chunks", e.commits}, {"closed_cleanly", i.closed_cleanly},
                 {"finished", !i.end_time.empty()}, {"host", i.host}, {"device", i.device},
                 {"start_time", i.start_time}, {"end_time", i.end_time}, {"model_sha256", i.model_sha256}});
     } else {
@@ -275,7 +280,7 @@ void print_table(const Summary& s, std::ostream& out) {
     }
     const RankFileInfo& i = *e.info;
     out << fmt("%-14s %5d %7d %10lld %7zu %10.1f  ", e.name.c_str(), i.rank, i.attempt,
-               static_cast<long long>(i.committed_rows), i.chunks.size(), e.bytes / 1e6)
+               static_cast<long long>(i.committed_rows), e.commits, e.bytes / 1e6)
         << state_text(i);
     if (i.file_rows > i.committed_rows) out << " (" << i.file_rows - i.committed_rows << " uncommitted rows)";
     out << "\n";

@@ -51,6 +51,10 @@ def assert_identical(out, reference):
             assert np.array_equal(f["outputs"][name][:], ref), name
 
 
+def r_commits(r):
+    return sum(x["chunks"] for x in r["ranks"])
+
+
 def mappings(out):
     with h5py.File(os.path.join(out, "outputs.h5"), "r") as f:
         return {name: len(f["outputs"][name].virtual_sources()) for name in f["outputs"]}
@@ -74,7 +78,9 @@ def test_eight_ranks_one_batch_a_commit_are_identical_with_a_few_mappings_per_ra
     assert len(runs) == 8
     if sharding == "static":
         assert all(len(v) == 1 for v in runs.values()), runs  # one contiguous range each
-    assert all(len(v) <= 4 for v in runs.values()), runs
+    # Dynamic: each rank's own range plus one run per steal it made; steals happen only when the
+    # victim has clearly more left than the thief has in flight, so there are few of them.
+    assert sum(len(v) for v in runs.values()) <= 32 < r_commits(r), runs
     assert set(mappings(out).values()) == {sum(len(v) for v in runs.values())}
 
 
