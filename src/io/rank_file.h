@@ -7,14 +7,15 @@
 //   attributes: sluice version and commit, job (TOML text), model path and sha256, rank, world
 //   size, host, GPU, start and end times, attempt.
 //   (io/rank_file_format.h names them.  The ledger is a compound {seq, first_index, count,
-//   first_row} of int64; seq numbers the file's commits 0, 1, ... (format 1 had a chunk id there).  Strings are variable-length UTF-8, except those a resume rewrites in
-//   SWMR mode: host, device, created, start_time, end_time are fixed-length, NUL-padded.)
-// Crash safety: a writer killed at any moment leaves every committed chunk readable; see the top
+//   first_row} of int64; seq numbers the file's commits 0, 1, ... (format 1 had a chunk id
+//   there).  Strings are variable-length UTF-8, except those a resume rewrites in SWMR mode:
+//   host, device, created, start_time, end_time are fixed-length, NUL-padded.)
+// Crash safety: a writer killed at any moment leaves every committed record readable; see the top
 // of io/rank_file_writer.cpp for the scheme (HDF5 SWMR mode, rows flushed before their ledger
 // record).
 // Rows are appended batch by batch; commit() makes every row appended since the previous commit
-// durable as one ledger record (a contiguous run of samples) and flushes the file.  Rows past the last committed chunk are not part of
-// the output: recovery drops them, readers ignore them.
+// durable as one ledger record (a contiguous run of samples) and flushes the file.  Rows past the
+// last committed record are not part of the output: recovery drops them, readers ignore them.
 #include <cstdint>
 #include <memory>
 #include <string>

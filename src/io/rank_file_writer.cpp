@@ -1,5 +1,5 @@
 // Writing a rank file so that a process killed at ANY moment (kill -9, OOM killer, a node's Slurm
-// step torn down) leaves every committed chunk readable and recoverable.
+// step torn down) leaves every committed record readable and recoverable.
 //
 // The scheme:
 //  1. Build, then publish.  The whole file is built under "<path>.creating": every dataset (extent
@@ -321,8 +321,8 @@ class Hdf5RankFile final : public RankFile {
   bool fsync_ = false;
   int64_t align_ = 1;          // a commit's first row is a multiple of this (chunk rows when compressed)
   int64_t extent_ = 0;         // rows the datasets hold now
-  int64_t committed_ = 0;      // rows through the last committed chunk
-  int64_t pending_first_ = 0;  // first row of the chunk being appended
+  int64_t committed_ = 0;      // rows through the last committed record
+  int64_t pending_first_ = 0;  // first row of the record being appended
   int64_t pending_rows_ = 0;
   int64_t ledger_len_ = 0;     // valid ledger records
   bool closed_ = false;
