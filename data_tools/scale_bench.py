@@ -185,7 +185,8 @@ def one(args, np_):
         raise SystemExit(f"run exited {rc}:\n{''.join(run.err[-30:])}")
     rss = run.rss_mb()
     rep = json.load(open(os.path.join(out, "report.json")))
-    row.update(rss0_mb=round(rss.get(0, float("nan"))), rss_max_other_mb=round(max([v for r, v in rss.items() if r] or [0])),
+    row.update(rss0_mb=round(rss.get(0, float("nan"))),
+               rss_max_other_mb=round(max([v for r, v in rss.items() if r] or [0])),
                setup_s=round(max(r["setup_s"] for r in rep["ranks"]), 2), run_s=round(rep["job"]["makespan_s"], 2),
                total_s=round(run.t1 - run.t0, 2))
     if args.sink == "hdf5":

@@ -20,7 +20,8 @@ json summary_json(const RankFileInfo& f) {
   for (const ChunkRecord& r : merged_runs(f.chunks)) runs.push_back({r.first_index, r.count, r.first_row});
   json datasets = json::array();
   for (const DatasetSpec& d : f.datasets)
-    datasets.push_back({{"name", d.name}, {"dtype", dtype_name(d.dtype)}, {"shape", d.row_shape}, {"deflate", d.deflate}});
+    datasets.push_back(
+        {{"name", d.name}, {"dtype", dtype_name(d.dtype)}, {"shape", d.row_shape}, {"deflate", d.deflate}});
   return {{"path", f.path},
           {"rank", f.rank},
           {"world_size", f.world_size},
@@ -62,7 +63,8 @@ RankFileInfo summary_from_json(const json& j) {
     f.datasets.push_back(s);
   }
   f.row_datasets = j.at("row_datasets").get<std::vector<std::string>>();
-  for (const json& r : j.at("runs")) f.chunks.push_back(ChunkRecord{-1, r.at(0).get<int64_t>(), r.at(1).get<int64_t>(), r.at(2).get<int64_t>()});
+  for (const json& r : j.at("runs"))
+    f.chunks.push_back(ChunkRecord{-1, r.at(0).get<int64_t>(), r.at(1).get<int64_t>(), r.at(2).get<int64_t>()});
   return f;
 }
 

@@ -203,7 +203,8 @@ class MpiWorkDistributor final : public WorkDistributor {
   // Rank 0: answers requests, arbitrates steals and counts commits until every rank said DONE.
   void serve() {
     std::vector<Peer> peers(static_cast<std::size_t>(world_));
-    for (int r = 0; r < world_; ++r) peers[static_cast<std::size_t>(r)].assigned = total_size(share_of(pending_, batch_, r, world_));
+    for (int r = 0; r < world_; ++r)
+      peers[static_cast<std::size_t>(r)].assigned = total_size(share_of(pending_, batch_, r, world_));
     std::deque<int> waiting;
     int done = 0, victim = -1, thief = -1;
     while (done < world_ || victim >= 0) {

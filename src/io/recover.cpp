@@ -76,7 +76,8 @@ std::vector<unsigned char> held_entries(hid_t list, const std::vector<Range>& he
   for (int64_t k = 0; k < n; ++k) {
     int64_t index = 0;
     std::memcpy(&index, all.data() + static_cast<std::size_t>(k) * size + offset, sizeof index);
-    const auto it = std::upper_bound(held.begin(), held.end(), index, [](int64_t v, const Range& r) { return v < r.end; });
+    const auto it =
+        std::upper_bound(held.begin(), held.end(), index, [](int64_t v, const Range& r) { return v < r.end; });
     const bool in = it != held.end() && it->first <= index;
     prefix = prefix && in;
     if (!in) continue;
@@ -204,7 +205,8 @@ void copy_rows(hid_t src, hid_t dst, int64_t first, int64_t count, int64_t at, s
 void write_salvaged(hid_t src, const RankFileInfo& info, const std::string& tmp) {
   h5::Plist fapl = h5::file_access();
   h5::File dst(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl));
-  if (!dst.valid()) SLUICE_THROW("rank file ", info.path, ": cannot create ", tmp, " to salvage it: ", h5::error_stack_text());
+  if (!dst.valid())
+    SLUICE_THROW("rank file ", info.path, ": cannot create ", tmp, " to salvage it: ", h5::error_stack_text());
   h5::copy_attrs(src, dst);
   h5::Plist gcpl(H5_CHECK(H5Pcreate(H5P_GROUP_CREATE)));
   H5_CHECK(H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED));
@@ -276,8 +278,8 @@ std::string salvage(hid_t src, RankFileInfo info, std::size_t keep, const std::s
   fsync_path(folder_of(path), true);
   const int64_t saved = total_size(samples_of(info.chunks));
   return str("rank file ", path, " is damaged (", why, "): salvaged ", keep, " commit(s) holding ", saved,
-             " samples; ", before - saved, " committed samples could not be read and will be redone; the damaged file is "
-             "kept as ", aside);
+             " samples; ", before - saved,
+             " committed samples could not be read and will be redone; the damaged file is kept as ", aside);
 }
 
 std::string move_aside(const std::string& path, const std::string& why) {
@@ -321,7 +323,8 @@ std::string recover_if_needed(const std::string& path) {
     return move_aside(path, str(why.empty() ? "" : why + "; ", e.what()));
   }
 
-  const bool tidy = info.file_rows == info.committed_rows && info.ledger_slots == static_cast<int64_t>(info.chunks.size());
+  const bool tidy =
+      info.file_rows == info.committed_rows && info.ledger_slots == static_cast<int64_t>(info.chunks.size());
   if (h.clean && tidy) return "";
   h.file.close();
   shrink_in_place(path, info);

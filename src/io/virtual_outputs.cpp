@@ -37,7 +37,8 @@ struct Block {
 std::vector<Block> all_blocks(const std::vector<RankFileInfo>& files) {
   std::vector<Block> blocks;
   for (std::size_t f = 0; f < files.size(); ++f)
-    for (const ChunkRecord& c : merged_runs(files[f].chunks)) blocks.push_back({c.first_index, c.count, f, c.first_row});
+    for (const ChunkRecord& c : merged_runs(files[f].chunks))
+      blocks.push_back({c.first_index, c.count, f, c.first_row});
   std::sort(blocks.begin(), blocks.end(), [](const Block& a, const Block& b) {
     return a.first != b.first ? a.first < b.first : a.file < b.file;
   });
@@ -131,7 +132,8 @@ void copy_list(hid_t out, const std::string& name, const std::vector<RankFileInf
       const unsigned char* e = all.data() + static_cast<std::size_t>(k) * size;
       int64_t index = 0;
       std::memcpy(&index, e + offset, sizeof index);
-      const auto it = std::upper_bound(held.begin(), held.end(), index, [](int64_t v, const Range& r) { return v < r.end; });
+      const auto it =
+          std::upper_bound(held.begin(), held.end(), index, [](int64_t v, const Range& r) { return v < r.end; });
       if (it != held.end() && it->first <= index) entries.emplace_back(index, std::vector<unsigned char>(e, e + size));
     }
   }

@@ -547,7 +547,8 @@ Pipeline::Pipeline(Device& device, Engine& engine, Source& source, BatchInput* i
                    const PipelineOptions& options) {
   PipelineOptions o = options;
   if (o.prefetch < 1 || o.egress_buffers < 1 || o.reader_threads < 1 || o.writer_threads < 1 || o.commit_batches < 1)
-    throw UsageError("--prefetch, --egress-buffers, --reader-threads, --writer-threads and --chunk-batches must be at least 1");
+    throw UsageError(
+        "--prefetch, --egress-buffers, --reader-threads, --writer-threads and --chunk-batches must be at least 1");
   if (!input) {
     own_input_ = make_tensor_input(source, engine.input().shape.empty() ? 1 : engine.input().shape[0],
                                    engine.input().bytes());

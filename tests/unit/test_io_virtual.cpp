@@ -47,7 +47,8 @@ std::vector<RankFileInfo> write_three_ranks(const std::string& folder, int64_t t
     files.push_back(open_rank_file(folder + "/" + name, specs, 4, meta, false));
   }
   for (int64_t k = 0; k * 10 < written; ++k)
-    write_chunk(*files[static_cast<std::size_t>((k * 5 + k / 3) % 3)], specs, k, k * 10, std::min<int64_t>(10, written - k * 10), 4);
+    write_chunk(*files[static_cast<std::size_t>((k * 5 + k / 3) % 3)], specs, k, k * 10,
+                std::min<int64_t>(10, written - k * 10), 4);
   std::vector<RankFileInfo> infos;
   for (int r = 0; r < 3; ++r) {
     files[static_cast<std::size_t>(r)]->close();
