@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <filesystem>
@@ -35,10 +36,12 @@ struct FileEntry {
   std::optional<RankFileInfo> info;
   std::string error;
   uintmax_t bytes = 0;
+  std::size_t commits = 0;  // ledger records (info->chunks holds their merged runs)
 };
 
 struct OutputsCheck {
   bool present = false, ok = false;
+  int64_t mappings = 0;  // of /sample_index
   std::string detail;
   json datasets = json::array();
 };
@@ -94,15 +97,44 @@ OutputsCheck check_outputs(const std::string& path, const std::vector<DatasetSpe
       if (dims.empty() || static_cast<int64_t>(dims[0]) != total)
         throw Error(str(n, " has shape ", shape_str(shape), ", the job has ", total, " samples (stale: rerun or resume)"));
     }
+    // The mappings of /sample_index must tile [0, N); reading both ends of each one proves that its
+    // rank file resolves and holds the samples it should.  O(mappings), never O(N).
     h5::Dataset idx(H5_CHECK(H5Dopen2(f, "/sample_index", H5P_DEFAULT)));
-    std::vector<int64_t> v(static_cast<std::size_t>(total));
-    if (total > 0) H5_CHECK(H5Dread(idx, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()));
-    for (int64_t i = 0; i < total; ++i)
-      if (v[static_cast<std::size_t>(i)] != i)
-        throw Error(str("row ", i, " maps sample ", v[static_cast<std::size_t>(i)],
-                        v[static_cast<std::size_t>(i)] < 0 ? " (its source is missing)" : ""));
+    h5::Plist dcpl(H5_CHECK(H5Dget_create_plist(idx)));
+    if (H5_CHECK(H5Pget_layout(dcpl)) != H5D_VIRTUAL) throw Error("/sample_index is not a virtual dataset");
+    std::size_t count = 0;
+    H5_CHECK(H5Pget_virtual_count(dcpl, &count));
+    std::vector<std::pair<int64_t, int64_t>> blocks;  // [first, end) of each mapping
+    for (std::size_t k = 0; k < count; ++k) {
+      h5::Space vs(H5_CHECK(H5Pget_virtual_vspace(dcpl, k)));
+      hsize_t start = 0, end = 0;
+      H5_CHECK(H5Sget_select_bounds(vs, &start, &end));
+      blocks.emplace_back(static_cast<int64_t>(start), static_cast<int64_t>(end) + 1);
+    }
+    std::sort(blocks.begin(), blocks.end());
+    int64_t next = 0;
+    auto value_at = [&](int64_t i) {
+      int64_t v = -1;
+      h5::Space fs(H5_CHECK(H5Dget_space(idx)));
+      const hsize_t at = static_cast<hsize_t>(i), one = 1;
+      H5_CHECK(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &at, nullptr, &one, nullptr));
+      h5::Space ms(H5_CHECK(H5Screate_simple(1, &one, nullptr)));
+      H5_CHECK(H5Dread(idx, H5T_NATIVE_INT64, ms, fs, H5P_DEFAULT, &v));
+      return v;
+    };
+    for (const auto& [first, end] : blocks) {
+      if (first != next) throw Error(str("rows [", std::min(first, next), ", ", std::max(first, next), ") are ",
+                                         first > next ? "not mapped" : "mapped twice"));
+      for (int64_t i : {first, end - 1}) {
+        const int64_t v = value_at(i);
+        if (v != i) throw Error(str("row ", i, " maps sample ", v, v < 0 ? " (its source is missing)" : ""));
+      }
+      next = end;
+    }
+    if (next != total) throw Error(str("rows [", next, ", ", total, ") are not mapped"));
+    c.mappings = static_cast<int64_t>(count);
     c.ok = true;
-    c.detail = str("maps all ", total, " samples onto the rank files");
+    c.detail = str("maps all ", total, " samples onto the rank files (", c.mappings, " mappings)");
   } catch (const Error& e) {
     c.detail = e.what();
   }
@@ -192,6 +224,10 @@ Summary summarize(const std::string& dir) {
     e.bytes = ec ? 0 : bytes;
     try {
       e.info = read_rank_file(p);
+      // Only the runs are kept (a few per rank), so a folder of a billion samples costs memory
+      // per rank file, not per commit.
+      e.commits = e.info->chunks.size();
+      e.info->chunks = merged_runs(e.info->chunks);
       infos.push_back(*e.info);
       check_promised(*e.info, s.problems);
     } catch (const Error& err) {
@@ -256,7 +292,7 @@ json to_json(const Summary& s) {
     if (e.info) {
       const RankFileInfo& i = *e.info;
       f.update({{"rank", i.rank}, {"world_size", i.world_size}, {"attempt", i.attempt}, {"rows", i.committed_rows},
-                {"file_rows", i.file_rows}, {"chunks", i.chunks.size()}, {"closed_cleanly", i.closed_cleanly},
+                {"file_rows", i.file_rows}, {"chunks", e.commits}, {"closed_cleanly", i.closed_cleanly},
                 {"finished", !i.end_time.empty()}, {"host", i.host}, {"device", i.device},
                 {"start_time", i.start_time}, {"end_time", i.end_time}, {"model_sha256", i.model_sha256}});
     } else {
@@ -278,7 +314,7 @@ json to_json(const Summary& s) {
                    {"gaps", c.gaps},     {"duplicates", c.duplicates},    {"duplicate_count", c.duplicate_count},
                    {"out_of_range", c.out_of_range}};
   j["outputs_h5"] = {{"present", s.outputs.present}, {"ok", s.outputs.ok}, {"detail", s.outputs.detail},
-                     {"datasets", s.outputs.datasets}};
+                     {"mappings", s.outputs.mappings}, {"datasets", s.outputs.datasets}};
   if (s.report) {
     const json& r = *s.report;
     j["report"] = {{"name", field<std::string>(r, {"name"}).value_or("")},
@@ -326,7 +362,7 @@ void print_table(const Summary& s, std::ostream& out) {
     }
     const RankFileInfo& i = *e.info;
     out << fmt("%-14s %5d %7d %10lld %7zu %10.1f  ", e.name.c_str(), i.rank, i.attempt,
-               static_cast<long long>(i.committed_rows), i.chunks.size(), e.bytes / 1e6)
+               static_cast<long long>(i.committed_rows), e.commits, e.bytes / 1e6)
         << state_text(i);
     if (i.file_rows > i.committed_rows) out << " (" << i.file_rows - i.committed_rows << " uncommitted rows)";
     out << "\n";

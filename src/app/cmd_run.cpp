@@ -67,6 +67,9 @@ int run_job(JobConfig job, const std::vector<std::pair<std::string, std::string>
     return kExitOk;
   }
   ctx.set_plan(agreed_on_root(mpi, [&] { return ctx.plan_on_root(); }));  // folder, lock, resume plan
+  // --resume: every rank recovers its share of the rank files; plan_resume agrees on its outcome
+  // inside (one broadcast verdict), so every rank reaches every collective in it.
+  agreed(mpi, [&] { ctx.plan_resume(); });
   try {
     agreed(mpi, [&] { ctx.build(); });  // engine, device, slots, rank file
   } catch (const Error&) {

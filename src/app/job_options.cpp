@@ -87,11 +87,11 @@ void visit_job(JobConfig& j, V& v) {
     "Threads compressing output chunks in parallel for the HDF5 writer (with --compression; without it one "
     "thread writes and more have nothing to do)", at_least(1));
   v("compression", j.compression, "Deflate level of the stored outputs, 0 (none) to 9", CLI::Range(0, 9));
-  v("sharding", j.sharding, "dynamic (rank 0 serves chunks on request) | static (contiguous ranges)",
+  v("sharding", j.sharding, "dynamic (own range first, then steal from the slowest) | static (contiguous ranges)",
     one_of({"dynamic", "static"}));
-  v("chunk-batches", j.chunk_batches, "Batches per chunk: the unit of sharding, commit and resume", at_least(1));
-  v("fsync", j.fsync, "fsync the rank file at each commit: committed chunks survive a power loss too (slower)", none);
-  v("resume", j.resume, "Continue the run in the output folder: redo only uncommitted chunks", none);
+  v("chunk-batches", j.chunk_batches, "Batches per commit (ledger record); a stop commits what is written", at_least(1));
+  v("fsync", j.fsync, "fsync the rank file at each commit: committed samples survive a power loss too (slower)", none);
+  v("resume", j.resume, "Continue the run in the output folder: redo only uncommitted samples", none);
   v("overwrite", j.overwrite, "Replace the outputs of an earlier run in the output folder", none);
   v("scale", j.scale, "Preprocessing on the device: y = (x * scale - mean[c]) / std[c]", none);
   v("mean", j.mean, "Per-channel mean (comma list; empty: 0)", none);

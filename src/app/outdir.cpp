@@ -54,22 +54,19 @@ std::vector<std::string> list_rank_files(const std::string& outdir) {
 }
 
 std::string RunPlan::serialize() const {
-  std::ostringstream os;
-  os << attempt << " " << committed_before << " " << pending.size();
-  for (int64_t id : pending) os << " " << id;
-  os << " " << set_aside;
-  return os.str();
+  nlohmann::json j{{"attempt", attempt}, {"committed_before", committed_before}, {"pending", ranges_text(pending)},
+                   {"resume_files", resume_files}, {"set_aside", set_aside}};
+  return j.dump();
 }
 
 RunPlan RunPlan::deserialize(const std::string& s) {
-  std::istringstream is(s);
+  const nlohmann::json j = nlohmann::json::parse(s);
   RunPlan p;
-  std::size_t n = 0;
-  is >> p.attempt >> p.committed_before >> n;
-  p.pending.resize(n);
-  for (auto& id : p.pending) is >> id;
-  is >> std::ws;
-  std::getline(is, p.set_aside);
+  p.attempt = j.at("attempt").get<int>();
+  p.committed_before = j.at("committed_before").get<int64_t>();
+  p.pending = parse_ranges(j.at("pending").get<std::string>());
+  p.resume_files = j.at("resume_files").get<std::vector<std::string>>();
+  p.set_aside = j.value("set_aside", std::string());
   return p;
 }
 
@@ -90,12 +87,6 @@ void prepare_output_dir(const std::string& path) {
 }
 
 namespace {
-
-std::string spec_str(const std::vector<DatasetSpec>& specs) {
-  std::string s;
-  for (const auto& d : specs) s += str(d.name, ":", dtype_name(d.dtype), shape_str(d.row_shape), " ");
-  return s;
-}
 
 // A report.json Sluice wrote (a --sink null run leaves one without rank files).
 bool is_sluice_report(const std::string& path) {
@@ -124,6 +115,11 @@ bool is_run_record(const std::string& dir, const std::string& n) {
   };
   if (n == "attempts.json" || n == "attempts.json.tmp" || n == "report.json.tmp") return true;
   if (n.rfind("attempt-", 0) == 0 && ends_with(".failed")) return true;
+  // Recovery's own: a damaged rank file kept beside its salvage, one being recovered (io/recover.cpp).
+  for (const char* suffix : {".damaged", ".recovering"}) {
+    const std::size_t k = std::strlen(suffix);
+    if (ends_with(suffix) && is_rank_file_name(n.substr(0, n.size() - k))) return true;
+  }
   if (n == "export" && fs::exists(dir + "/export/.sluice-export.json")) return true;
   return false;
 }
@@ -155,89 +151,12 @@ std::string listed(const std::vector<std::string>& names) {
   return s;
 }
 
-// `key = value` lines of a job's TOML text.
-std::map<std::string, std::string> job_keys(const std::string& toml) {
-  std::map<std::string, std::string> m;
-  std::istringstream is(toml);
-  std::string line;
-  while (std::getline(is, line)) {
-    const std::size_t eq = line.find(" = ");
-    if (eq != std::string::npos) m[line.substr(0, eq)] = line.substr(eq + 3);
-  }
-  return m;
-}
-
-// The job keys whose change would mix two different computations in one run folder.
-std::vector<std::string> keys_that_must_match(const JobConfig& job) {
-  std::vector<std::string> keys = {"input", "input-dataset", "batch-size", "scale", "mean", "std"};
-  if (job.input == "synthetic") keys.insert(keys.end(), {"sample-shape", "input-dtype", "seed"});
-  return keys;
-}
-
-// --resume: the earlier run in `f` must be this job, or the folder would mix two.
-void check_same_job(const std::string& f, const RankFileInfo& info, const JobConfig& job, const Chunking& chunking,
-                    const JobIdentity& id) {
-  const std::string name = fs::path(f).filename().string();
-  if (info.model_sha256 != id.model_sha256)
-    throw InputError(str("--resume: ", name, " was written by another model (sha256 ", info.model_sha256.substr(0, 12),
-                         "..., this job's model is ", id.model_sha256.substr(0, 12), "...)"));
-  if (info.total_samples != chunking.total || info.chunk_samples != chunking.chunk_samples)
-    throw InputError(str("--resume: ", name, " belongs to a job of ", info.total_samples, " samples in chunks of ",
-                         info.chunk_samples, "; this job has ", chunking.total, " samples in chunks of ",
-                         chunking.chunk_samples, " (keep --samples, --batch-size and --chunk-batches)"));
-  if (spec_str(info.datasets) != spec_str(id.specs))
-    throw InputError(str("--resume: ", name, " stores ", spec_str(info.datasets), "but this job stores ",
-                         spec_str(id.specs), "(keep --outputs, --output-dtype and --top-k)"));
-  const auto before = job_keys(info.job_text), now = job_keys(id.job_toml);
-  for (const std::string& k : keys_that_must_match(job)) {
-    const auto b = before.find(k), n = now.find(k);
-    if (b == before.end() || n == now.end() || b->second == n->second) continue;
-    throw InputError(str("--resume: ", name, " was written with ", k, " = ", b->second, " but this job has ", k, " = ",
-                         n->second, "; the folder would mix two computations (resume with the earlier value, or ",
-                         "start over with --overwrite)"));
-  }
-  if (!info.input_fingerprint.empty() && !id.input_fingerprint.empty() && info.input_fingerprint != id.input_fingerprint)
-    throw InputError(str("--resume: the input changed since ", name, " was written (it read ", info.input_fingerprint,
-                         "; now ", id.input_fingerprint, "); resume only over the same input, or start over with --overwrite"));
-}
-
-// The chunks no ledger holds (every chunk of a fresh run).
-void all_pending(RunPlan& plan, const Chunking& chunking) {
-  plan.pending.clear();
-  for (int64_t c = 0; c < chunking.chunks(); ++c) plan.pending.push_back(c);
-}
-
-RunPlan plan_resume(const std::string& dir, const std::vector<std::string>& names, const JobConfig& job,
-                    const Chunking& chunking, const JobIdentity& id) {
-  RunPlan plan;
-  std::set<int64_t> done;
-  for (const auto& n : names) {
-    const std::string f = dir + "/" + n;
-    RankFileInfo info = read_rank_file(f);
-    // The folder's lock is held, so no writer of this folder is alive: a file left open was killed.
-    if (!info.closed_cleanly) {
-      log_info("recovering ", f, " (its writer stopped without closing it)");
-      recover_rank_file(f);
-      info = read_rank_file(f);
-    }
-    check_same_job(f, info, job, chunking, id);
-    for (const auto& c : info.chunks) {
-      if (!done.insert(c.chunk_id).second)
-        throw InputError(str("--resume: chunk ", c.chunk_id, " is committed twice (in ", f, " and another rank file)"));
-      plan.committed_before += c.count;
-    }
-    plan.attempt = std::max(plan.attempt, info.attempt + 1);
-  }
-  for (int64_t c = 0; c < chunking.chunks(); ++c)
-    if (!done.count(c)) plan.pending.push_back(c);
-  log_info("--resume: ", done.size(), " of ", chunking.chunks(), " chunks already committed; ", plan.pending.size(),
-           " to do");
-  return plan;
-}
+// Every sample pending (a fresh run).
+void all_pending(RunPlan& plan, const Chunking& chunking) { plan.pending = {{0, chunking.total}}; }
 
 }  // namespace
 
-RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking, const JobIdentity& identity) {
+RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking) {
   const std::string& dir = job.output;
   const FolderContents c = look_into(dir);
   if (!c.foreign.empty() && !job.overwrite)
@@ -268,7 +187,10 @@ RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking, const Jo
   if (!job.resume)
     throw InputError(str(dir, " already holds the outputs of a run (", c.rank_files.size(),
                          " rank file(s)); pass --resume to finish it or --overwrite to replace it"));
-  return plan_resume(dir, c.rank_files, job, chunking, identity);
+  // Recovery, the checks that the files belong to this job and the pending ranges: every rank does
+  // its share, in plan_resume() (app/ledgers.h).
+  for (const std::string& n : c.rank_files) plan.resume_files.push_back(dir + "/" + n);
+  return plan;
 }
 
 }  // namespace sluice

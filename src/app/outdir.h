@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "app/job.h"
+#include "core/ranges.h"
 #include "dist/work.h"
 #include "io/rank_file.h"
 
@@ -13,12 +14,15 @@ namespace sluice {
 std::string rank_file_path(const std::string& outdir, int rank);   // OUTDIR/rank-00003.h5
 std::vector<std::string> list_rank_files(const std::string& outdir);
 
-// What this attempt has to do, decided by rank 0 and broadcast.
+// What this attempt has to do, decided by rank 0 and broadcast.  O(ranks) in size.
 struct RunPlan {
   int attempt = 0;                 // 0: fresh run; n: the n-th resume
-  std::vector<int64_t> pending;    // chunk ids no ledger holds, ascending
+  std::vector<Range> pending;      // sample ranges no ledger holds: batch-aligned, ascending
   int64_t committed_before = 0;    // samples committed by earlier attempts
   std::string set_aside;           // --overwrite: where the earlier run waits for the first commit ("": none)
+  // --resume: the rank files of the earlier attempts; every rank recovers and reads its share of
+  // them, and the pending ranges are what their ledgers do not hold (app/ledgers.h).
+  std::vector<std::string> resume_files;
   std::string serialize() const;
   static RunPlan deserialize(const std::string& s);
 };
@@ -37,9 +41,9 @@ void prepare_output_dir(const std::string& dir);
 // Rank 0, before any work, with the folder's lock held (app/folder_lock.h):
 //  - refuses a folder holding files Sluice did not write, unless --overwrite;
 //  - with an earlier run's rank files: refuses (neither --resume nor --overwrite), sets the earlier
-//    run aside (--overwrite; RunPlan::set_aside), or recovers its files and computes the chunks
-//    still to do (--resume: the earlier run must be the same job, see JobIdentity).
+//    run aside (--overwrite; RunPlan::set_aside), or (--resume) lists them in resume_files for
+//    plan_resume() (app/ledgers.h), where every rank recovers and checks its share.
 // Throws InputError with one clear line.
-RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking, const JobIdentity& identity);
+RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking);
 
 }  // namespace sluice

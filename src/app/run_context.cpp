@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "app/job_options.h"
+#include "app/ledgers.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "model/batch_axis.h"
@@ -118,6 +119,7 @@ void RunContext::open_source() {
   if (job_.batch_size > (int64_t{1} << 40) / std::max<int64_t>(1, job_.chunk_batches) || sample * batch > 1e15)
     throw UsageError(str("--batch-size ", job_.batch_size, " x --chunk-batches ", job_.chunk_batches, " with samples of ",
                          mb(sample), " asks for ", mb(sample * batch), " per batch; choose smaller values"));
+  chunking_.batch = job_.batch_size;
   chunking_.chunk_samples = job_.batch_size * job_.chunk_batches;
   t_setup_ += seconds_since(t0);
 }
@@ -212,20 +214,27 @@ std::string RunContext::plan_on_root() {
     // A benchmark of everything but storage, with no folder named: nothing touches the disk (the
     // report is printed, not written).
     RunPlan p;
-    for (int64_t c = 0; c < chunking_.chunks(); ++c) p.pending.push_back(c);
+    p.pending = {{0, chunking_.total}};
     return p.serialize();
   }
   prepare_output_dir(job_.output);
   lock_ = FolderLock::acquire(job_.output);
+  return plan_output_dir(job_, chunking_).serialize();
+}
+
+void RunContext::set_plan(const std::string& serialized) { plan_ = RunPlan::deserialize(serialized); }
+
+void RunContext::plan_resume() {
+  if (plan_.resume_files.empty()) return;
+  // Every rank recovers and reads its share of the rank files (app/ledgers.h); rank 0 checks they
+  // belong to this job and computes the pending ranges.
   JobIdentity id;
   id.job_toml = job_toml_;
   id.model_sha256 = model_sha256_;
   id.input_fingerprint = input_fingerprint_;
   id.specs = specs_;
-  return plan_output_dir(job_, chunking_, id).serialize();
+  sluice::plan_resume(mpi_, job_, chunking_, id, plan_);
 }
-
-void RunContext::set_plan(const std::string& serialized) { plan_ = RunPlan::deserialize(serialized); }
 
 void RunContext::abandon() {
   // Each rank removes the rank file it created; then rank 0 puts the earlier run back.
@@ -375,6 +384,7 @@ void RunContext::build() {
   po.writer_threads = job_.writer_threads;
   for (int r : job_.fail_ranks)
     if (r == mpi_.rank()) po.fail_at_batch = job_.fail_at_batch;
+  po.commit_batches = job_.chunk_batches;
   for (std::size_t i = 0; i < job_.throttle_ranks.size() && !job_.throttle_ms.empty(); ++i)
     if (job_.throttle_ranks[i] == mpi_.rank()) po.throttle_ms = job_.throttle_ms[std::min(i, job_.throttle_ms.size() - 1)];
   // An image input's slots hold file bytes (or decoded pixels), a tensor input's one batch of input.
@@ -407,6 +417,7 @@ void RunContext::build() {
 void RunContext::run() {
   pipeline_start_unix_ = unix_time_now();
   series_ = std::make_unique<SeriesRecorder>([this] { return pipeline_->snapshot(); }, job_.series_interval);
+  work_->start();  // collective: every rank built its distributor (start_work() was agreed)
   stats_ = pipeline_->run(*work_);
   series_->stop(stats_);
 }
@@ -451,7 +462,20 @@ void RunContext::report() {
   me.start_unix = pipeline_start_unix_;
   if (series_) me.series = series_->to_json();
   const std::vector<std::string> all = mpi_.gather_strings(me.to_json().dump());
-  mpi_.barrier();  // every rank file is closed before rank 0 reads them
+  mpi_.barrier();  // every rank file is closed before they are read
+  // Every rank reads the ledgers of its share of the rank files (those of earlier attempts too);
+  // rank 0 gets the merged runs and maps them into outputs.h5.
+  std::vector<RankFileInfo> infos;
+  const auto t_end = Clock::now();
+  if (complete_attempt && file_) {
+    std::string listed;
+    if (mpi_.rank() == 0)
+      for (const auto& f : list_rank_files(job_.output)) listed += f + "\n";
+    listed = mpi_.broadcast_string(listed);
+    std::vector<std::string> paths;
+    for (std::size_t a = 0, b; (b = listed.find('\n', a)) != std::string::npos; a = b + 1) paths.push_back(listed.substr(a, b - a));
+    infos = read_ledgers(mpi_, paths, /*recover=*/false);
+  }
   if (mpi_.rank() != 0) return;
 
   JobReport r;
@@ -497,13 +521,15 @@ void RunContext::report() {
   r.attempts = attempts_;
 
   if (complete_attempt && file_) {
-    std::vector<RankFileInfo> infos;
-    for (const auto& f : list_rank_files(job_.output)) infos.push_back(read_rank_file(f));
     const Coverage cov = check_coverage(infos, chunking_.total);
     if (!cov.complete())
       throw Error(str("the rank files in ", job_.output, " do not cover every sample once (", cov.present, " of ",
                       cov.total, " present, ", cov.gaps.size(), " gap(s), ", cov.duplicates.size(), " duplicate(s))"));
     write_virtual_outputs(job_.output, infos, chunking_.total);
+    int64_t runs = 0;
+    for (const RankFileInfo& f : infos) runs += static_cast<int64_t>(f.chunks.size());
+    log_info("outputs.h5: ", runs, " mapping(s) per dataset over ", infos.size(), " rank file(s); ledgers and outputs.h5 in ",
+             seconds_since(t_end), " s; ", work_->steals(), " steal(s)");
   }
   if (job_.sink == "hdf5" || job_.output_given) write_report_json(r, job_.output + "/report.json");
   std::fputs(format_report_table(r).c_str(), stdout);

@@ -38,6 +38,7 @@ class RunContext {
   void share_model();   // collective: the structure over MPI, the weights over NCCL (or MPI)
   std::string plan_on_root();  // rank 0: lock the output folder, plan the attempt; the plan serialized
   void set_plan(const std::string& serialized);
+  void plan_resume();   // collective, --resume: recover and read the rank files, compute what is pending
   void build();         // device, engine, rank file, pipeline (no collective)
   void abandon();       // collective, after build() failed somewhere: undo what set-up did to the folder
   void start_work();    // collective: the work distributor

@@ -3,18 +3,20 @@
 //   /outputs/<name>  [rows, ...]  one dataset per OutputSpec, chunked by batch, extendible
 //   /sample_index    [rows] int64 the global sample index of each row
 //   /sample_key, /sample_status, /sample_size, /bad_samples: per-row data (RowMeta, below)
-//   /ledger          [chunks] committed chunks {chunk_id, first_index, count, first_row}
+//   /ledger          [commits] one record per commit {seq, first_index, count, first_row}: rows
+//                    [first_row, first_row + count) hold samples [first_index, first_index + count)
 //   attributes: sluice version and commit, job (TOML text), model path and sha256, rank, world
 //   size, host, GPU, start and end times, attempt.
-//   (io/rank_file_format.h names them.  The ledger is a compound {chunk_id, first_index, count,
-//   first_row} of int64.  Strings are variable-length UTF-8, except those a resume rewrites in
-//   SWMR mode: host, device, created, start_time, end_time are fixed-length, NUL-padded.)
-// Crash safety: a writer killed at any moment leaves every committed chunk readable; see the top
+//   (io/rank_file_format.h names them.  The ledger is a compound {seq, first_index, count,
+//   first_row} of int64; seq numbers the file's commits 0, 1, ... (format 1 had a chunk id
+//   there).  Strings are variable-length UTF-8, except those a resume rewrites in SWMR mode:
+//   host, device, created, start_time, end_time are fixed-length, NUL-padded.)
+// Crash safety: a writer killed at any moment leaves every committed record readable; see the top
 // of io/rank_file_writer.cpp for the scheme (HDF5 SWMR mode, rows flushed before their ledger
 // record).
 // Rows are appended batch by batch; commit() makes every row appended since the previous commit
-// durable as one chunk and flushes the file.  Rows past the last committed chunk are not part of
-// the output: recovery drops them, readers ignore them.
+// durable as one ledger record (a contiguous run of samples) and flushes the file.  Rows past the
+// last committed record are not part of the output: recovery drops them, readers ignore them.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,11 +35,12 @@ struct DatasetSpec {
   std::size_t row_bytes() const { return static_cast<std::size_t>(shape_numel(row_shape)) * dtype_size(dtype); }
 };
 
+// One ledger record: a commit of `count` consecutive samples stored in consecutive rows.
 struct ChunkRecord {
-  int64_t chunk_id = 0;
-  int64_t first_index = 0;  // global sample index of the chunk's first sample
-  int64_t count = 0;        // samples in the chunk
-  int64_t first_row = 0;    // row of the chunk's first sample in this file
+  int64_t seq = 0;          // the commit's number in this file (the file fills it in)
+  int64_t first_index = 0;  // global sample index of the first sample
+  int64_t count = 0;        // samples
+  int64_t first_row = 0;    // row of the first sample in this file (the file fills it in)
 };
 
 struct RankFileMeta {
@@ -116,7 +119,9 @@ class RankFile {
   virtual ~RankFile() = default;
   // Appends `rows` rows: sample indices and one pointer per dataset (row-major, spec dtype).
   virtual void append(int64_t rows, const int64_t* sample_index, const std::vector<const void*>& data) = 0;
-  // Commits every row appended since the last commit as chunk `record` (its first_row is filled in).
+  // Commits every row appended since the last commit as one record: `record` gives first_index
+  // and count (samples [first_index, first_index + count) in append order); seq and first_row are
+  // filled in.
   virtual void commit(ChunkRecord record) = 0;
   virtual int64_t committed_rows() const = 0;
   // The storage of output `output` (see ChunkLayout); deflate 0 unless callers may encode it.
@@ -146,9 +151,16 @@ std::unique_ptr<RankFile> open_rank_file(const std::string& path, const std::vec
 struct RankFileInfo {
   std::string path;
   int rank = -1, world_size = 0;
+  int format = 0;                    // rank file format version
   std::vector<DatasetSpec> datasets;
-  std::vector<ChunkRecord> chunks;   // committed, in commit order
-  int64_t committed_rows = 0;
+  std::vector<std::string> row_datasets;  // every dataset with one row per sample: /outputs/*,
+                                          // /sample_index, and any other of the root group
+  std::vector<ChunkRecord> chunks;   // committed, in commit order (the ledger's valid prefix)
+  int64_t committed_rows = 0;        // rows through the last committed record
+  int64_t ledger_slots = 0;          // records the ledger dataset holds, valid or not
+  std::string damage;                // why the ledger's valid prefix ends before its last record
+                                     // (an impossible record); "" when it ends at a blank slot or
+                                     // at the end (a killed writer leaves a blank slot)
   int64_t total_samples = 0, chunk_samples = 0;
   std::string model_sha256, job_text;
   std::string input_fingerprint;     // the input the file was written from ("" in files older than it)
@@ -174,15 +186,30 @@ std::vector<std::pair<int64_t, std::string>> read_bad_samples(const RankFileInfo
 // when the dataset ends first; none when it has no keys).
 std::vector<std::string> read_sample_keys(const std::string& path, int64_t first_row, int64_t count);
 
-// Reads the header and ledger of a rank file (read-only; works on a file whose writer was killed).
+// Reads the header and ledger of a rank file (read-only; works on a file whose writer was killed,
+// and on one still being written).  No row is read: the ledger is the record of what is there.
 RankFileInfo read_rank_file(const std::string& path);
 
-// After a crash: makes `path` a cleanly closed file holding exactly its committed chunks.
-void recover_rank_file(const std::string& path);
+// The committed records merged into maximal runs: consecutive records that continue each other in
+// samples and in rows become one (seq -1).  A rank's file then holds a handful of runs.
+std::vector<ChunkRecord> merged_runs(const std::vector<ChunkRecord>& records);
 
-// OUTDIR/outputs.h5: one virtual dataset per output [N, ...] in global sample order, each row
-// mapped onto the rank file and row that holds it.  Throws if an index in [0, N) is missing or
-// appears twice (call check_coverage first to report it nicely).
+// Makes `path` a cleanly closed file holding exactly its committed records (io/recover.cpp):
+//  - closed cleanly and sound: nothing to do;
+//  - left open by a killed writer: shrunk in place to its last commit (no committed row is
+//    copied), its SWMR flag cleared, so any HDF5 reader opens it plainly;
+//  - damaged (truncated, an impossible ledger record, rows that do not hold what the ledger says):
+//    the records that can still be read are copied into a fresh file that replaces it, and the
+//    damaged file is kept beside it as <path>.damaged; what could not be saved is redone;
+//  - not readable as a rank file at all: moved aside to <path>.damaged (everything is redone).
+// The writer must be dead.  Returns a one-line account ("" when nothing was done).
+std::string recover_rank_file(const std::string& path);
+
+// OUTDIR/outputs.h5: one virtual dataset [N, ...] per row dataset of the rank files (every output,
+// /sample_index and any other per-row dataset), in global sample order, with one mapping per run
+// of rows (merged_runs) of each file.  `files` need only their header, row_datasets and records
+// (merged or not).  Throws if an index in [0, N) is missing or appears twice (call check_coverage
+// first to report it nicely).
 void write_virtual_outputs(const std::string& outdir, const std::vector<RankFileInfo>& files, int64_t total_samples);
 
 struct Coverage {

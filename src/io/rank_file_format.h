@@ -9,10 +9,15 @@
 
 namespace sluice::rankfile {
 
-inline constexpr int64_t kFormatVersion = 1;
+// Format 2: ledger records {seq, first_index, count, first_row} of any length (whole batches).
+// Format 1 had {chunk_id, ...} with one record per fixed-size chunk; it reads the same way (by the
+// three fields both have), so a run begun by an older sluice still resumes.
+inline constexpr int64_t kFormatVersion = 2;
+inline constexpr int64_t kOldestFormat = 1;
 inline constexpr char kOutputsGroup[] = "/outputs";
 inline constexpr char kSampleIndex[] = "/sample_index";
 inline constexpr char kLedger[] = "/ledger";
+inline constexpr char kBadSamples[] = "/bad_samples";  // a list {index, reason}, not one row per sample
 inline constexpr int64_t kLedgerChunk = 64;  // ledger records per HDF5 chunk
 // Per-row data beside the outputs (RowMeta; docs/file-formats.md).  Rows of the first three follow
 // /sample_index exactly (same extent, written in the same append, committed by the same ledger
@@ -53,10 +58,13 @@ inline constexpr char kDtype[] = "sluice_dtype";         // on each output: floa
 }  // namespace attr
 inline constexpr std::size_t kTimeWidth = 32;            // bytes of the mutable time strings
 
-// The ledger's record type: a compound {chunk_id, first_index, count, first_row} of int64, the
-// same in the file (little-endian) and in memory (ChunkRecord).
+// The ledger's record type: a compound {seq, first_index, count, first_row} of int64, the same in
+// the file (little-endian) and in memory (ChunkRecord).  Reading uses ledger_read_type(), which
+// names only first_index, count and first_row (HDF5 converts compounds by member name), so format
+// 1's ledgers read too.
 h5::Type ledger_file_type();
 h5::Type ledger_memory_type();
+h5::Type ledger_read_type();
 // The ledger's fill value: a record whose slot exists but was never written reads as this, and
 // readers stop there.
 ChunkRecord ledger_fill();
@@ -116,21 +124,33 @@ class RowDatasets {
 std::string iso8601(double unix_seconds);
 double unix_now();
 
-// Where a file stands: closed cleanly, or held open by a writer (alive or killed) in SWMR mode.
+// Where a file stands: closed cleanly, or held open by a writer (alive or killed) in SWMR mode, or
+// (only with `salvage`) shorter than its superblock says: truncated.
 struct ReadHandle {
   h5::File file;
   bool clean = false;
+  bool truncated = false;
 };
 // Opens `path` read-only: plainly when it was closed cleanly, else as a SWMR reader.  InputError
-// when the file is missing or is no HDF5 file; Error when it cannot be opened either way.
-ReadHandle open_for_reading(const std::string& path);
+// when the file is missing or is no HDF5 file; Error when it cannot be opened either way.  With
+// `salvage`, a file cut short opens too (HDF5's end-of-file check skipped; reads past the end then
+// return zeros, so the caller must check where each chunk lies: chunk_within_file()).
+ReadHandle open_for_reading(const std::string& path, bool salvage = false);
 
-// Reads the header, datasets and valid ledger prefix of an open rank file (see read_rank_file);
-// `verify_index` also checks every committed row's /sample_index against the ledger.
-RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index);
+// Reads the header, datasets and valid ledger prefix of an open rank file (see read_rank_file).
+// A record is valid when it is possible: samples inside [0, N), rows after the previous record's
+// and inside the datasets, samples no earlier record of the file holds.
+RankFileInfo read_info(hid_t file, const std::string& path);
 
-// recover_rank_file's work; returns whether the file needed it (recover.cpp).
-bool recover_if_needed(const std::string& path);
+// The row datasets of an open rank file (RankFileInfo::row_datasets).
+std::vector<std::string> row_datasets(hid_t file);
+
+// Checks /sample_index at the first and last row of every run of `info` (a few reads per run, not
+// one per row); returns the number of leading records whose runs hold what the ledger says.
+std::size_t sound_records(hid_t file, const RankFileInfo& info);
+
+// recover_rank_file's work (recover.cpp); returns the account of what it did ("" for nothing).
+std::string recover_if_needed(const std::string& path);
 
 // The row chunking of one dataset: the largest divisor of `chunk_rows` whose chunk stays within
 // kMaxChunkBytes (at least one row), so a batch fills whole chunks and readers of one sample do

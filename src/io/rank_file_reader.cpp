@@ -1,7 +1,8 @@
 // Reading a rank file: its header, datasets and the valid prefix of its ledger.  Works on a file
 // that was closed cleanly, on one a writer still holds, and on one whose writer was killed: the
 // last two are opened as a SWMR reader, which is what the writer's SWMR mode keeps consistent at
-// every moment (see rank_file_writer.cpp).
+// every moment (see rank_file_writer.cpp).  Only the ledger is read, never the rows: a job's end,
+// --resume and `sluice inspect` cost O(commits), not O(samples).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,6 +10,9 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
+
+#include "core/ranges.h"
 
 #include "io/rank_file_format.h"
 
@@ -17,7 +21,7 @@ namespace rankfile {
 
 h5::Type ledger_file_type() {
   h5::Type t(H5_CHECK(H5Tcreate(H5T_COMPOUND, 4 * sizeof(int64_t))));
-  H5_CHECK(H5Tinsert(t, "chunk_id", 0, H5T_STD_I64LE));
+  H5_CHECK(H5Tinsert(t, "seq", 0, H5T_STD_I64LE));
   H5_CHECK(H5Tinsert(t, "first_index", 8, H5T_STD_I64LE));
   H5_CHECK(H5Tinsert(t, "count", 16, H5T_STD_I64LE));
   H5_CHECK(H5Tinsert(t, "first_row", 24, H5T_STD_I64LE));
@@ -26,7 +30,15 @@ h5::Type ledger_file_type() {
 
 h5::Type ledger_memory_type() {
   h5::Type t(H5_CHECK(H5Tcreate(H5T_COMPOUND, sizeof(ChunkRecord))));
-  H5_CHECK(H5Tinsert(t, "chunk_id", offsetof(ChunkRecord, chunk_id), H5T_NATIVE_INT64));
+  H5_CHECK(H5Tinsert(t, "seq", offsetof(ChunkRecord, seq), H5T_NATIVE_INT64));
+  H5_CHECK(H5Tinsert(t, "first_index", offsetof(ChunkRecord, first_index), H5T_NATIVE_INT64));
+  H5_CHECK(H5Tinsert(t, "count", offsetof(ChunkRecord, count), H5T_NATIVE_INT64));
+  H5_CHECK(H5Tinsert(t, "first_row", offsetof(ChunkRecord, first_row), H5T_NATIVE_INT64));
+  return t;
+}
+
+h5::Type ledger_read_type() {
+  h5::Type t(H5_CHECK(H5Tcreate(H5T_COMPOUND, sizeof(ChunkRecord))));
   H5_CHECK(H5Tinsert(t, "first_index", offsetof(ChunkRecord, first_index), H5T_NATIVE_INT64));
   H5_CHECK(H5Tinsert(t, "count", offsetof(ChunkRecord, count), H5T_NATIVE_INT64));
   H5_CHECK(H5Tinsert(t, "first_row", offsetof(ChunkRecord, first_row), H5T_NATIVE_INT64));
@@ -111,7 +123,7 @@ int64_t dataset_chunk_rows(int64_t chunk_rows, std::size_t row_bytes) {
   return 1;
 }
 
-ReadHandle open_for_reading(const std::string& path) {
+ReadHandle open_for_reading(const std::string& path, bool salvage) {
   h5::quiet_errors();
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
@@ -128,12 +140,29 @@ ReadHandle open_for_reading(const std::string& path) {
     h.clean = true;
     return h;
   }
-  h5::error_stack_text();
+  const std::string plain_error = h5::error_stack_text();
   const hid_t swmr = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
-  if (swmr < 0)
-    throw Error(str("rank file ", path, ": cannot be opened, even as a SWMR reader: ", h5::error_stack_text()));
-  h.file = h5::File(swmr);
-  return h;
+  if (swmr >= 0) {
+    h.file = h5::File(swmr);
+    return h;
+  }
+  const std::string swmr_error = h5::error_stack_text();
+  if (salvage) {
+    // A file cut short: HDF5 refuses it at open (its end-of-file check); h5clear's private
+    // properties skip that check and ignore the writer's flag.  Read-only: nothing is changed.
+    hbool_t on = true;
+    H5_CHECK(H5Pset(fapl, "skip_eof_check", &on));
+    H5_CHECK(H5Pset(fapl, "clear_status_flags", &on));
+    const hid_t cut = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
+    if (cut >= 0) {
+      h.file = h5::File(cut);
+      h.truncated = true;
+      return h;
+    }
+    h5::error_stack_text();
+  }
+  throw Error(str("rank file ", path, ": cannot be opened, even as a SWMR reader: ",
+                  swmr_error.empty() ? plain_error : swmr_error));
 }
 
 namespace {
@@ -178,15 +207,43 @@ int64_t int_attr(hid_t obj, const char* name, int64_t fallback = 0) { return h5:
 
 }  // namespace
 
-RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index) {
+std::vector<std::string> row_datasets(hid_t file) {
+  std::vector<std::string> out;
+  for (const std::string& name : output_names(file)) out.push_back(str(kOutputsGroup, "/", name));
+  DatasetList root;
+  hsize_t idx = 0;
+  H5_CHECK(H5Literate(file, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_name, &root));
+  for (const std::string& name : root.names) {
+    const std::string full = "/" + name;
+    if (full == kLedger || full == kBadSamples) continue;
+    H5O_info_t oi;
+    if (H5Oget_info_by_name(file, full.c_str(), &oi, H5P_DEFAULT) < 0 || oi.type != H5O_TYPE_DATASET) {
+      h5::error_stack_text();
+      continue;
+    }
+    // One row per sample: extendible along the first dimension, grown with the outputs.
+    h5::Dataset d(H5_CHECK(H5Dopen2(file, full.c_str(), H5P_DEFAULT)));
+    h5::Space space(H5_CHECK(H5Dget_space(d)));
+    const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space));
+    if (rank < 1) continue;
+    std::vector<hsize_t> dims(static_cast<std::size_t>(rank)), maxdims(static_cast<std::size_t>(rank));
+    H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), maxdims.data()));
+    if (maxdims[0] == H5S_UNLIMITED) out.push_back(full);
+  }
+  return out;
+}
+
+RankFileInfo read_info(hid_t file, const std::string& path) {
   RankFileInfo info;
   info.path = path;
   if (!h5::has_attr(file, attr::kFormat) || !h5::exists(file, kLedger) || !h5::exists(file, kSampleIndex) ||
       !h5::exists(file, kOutputsGroup))
     throw InputError(str("rank file ", path, ": not a sluice rank file (no ", attr::kFormat, " attribute or ledger)"));
   const int64_t format = int_attr(file, attr::kFormat);
-  if (format != kFormatVersion)
-    throw InputError(str("rank file ", path, ": format version ", format, ", this sluice reads ", kFormatVersion));
+  if (format < kOldestFormat || format > kFormatVersion)
+    throw InputError(str("rank file ", path, ": format version ", format, ", this sluice reads ", kOldestFormat, " to ",
+                         kFormatVersion));
+  info.format = static_cast<int>(format);
 
   info.rank = static_cast<int>(int_attr(file, attr::kRank, -1));
   info.world_size = static_cast<int>(int_attr(file, attr::kWorldSize));
@@ -207,9 +264,6 @@ RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index) {
   info.start_unix = h5::read_attr_double(file, attr::kStartUnix).value_or(0);
   info.end_unix = h5::read_attr_double(file, attr::kEndUnix).value_or(0);
 
-  // Rows present in every dataset: a commit's rows exist in all of them before its ledger entry.
-  h5::Dataset index(H5_CHECK(H5Dopen2(file, kSampleIndex, H5P_DEFAULT)));
-  int64_t file_rows = static_cast<int64_t>(h5::dims_of(index).at(0));
   for (const std::string& name : output_names(file)) {
     const std::string full = str(kOutputsGroup, "/", name);
     h5::Dataset d(H5_CHECK(H5Dopen2(file, full.c_str(), H5P_DEFAULT)));
@@ -226,7 +280,6 @@ RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index) {
     if (dims.empty()) throw InputError(str("rank file ", path, ": dataset ", full, " is a scalar"));
     spec.row_shape.assign(dims.begin() + 1, dims.end());
     spec.deflate = deflate_level(d);
-    file_rows = std::min(file_rows, static_cast<int64_t>(dims[0]));
     info.datasets.push_back(std::move(spec));
   }
   // Per-row data: rows present in it count like the outputs' (written in the same append).
@@ -242,38 +295,90 @@ RankFileInfo read_info(hid_t file, const std::string& path, bool verify_index) {
     if (std::strcmp(name, kSampleSize) == 0) info.has_sizes = true;
   }
   info.file_rows = file_rows;
+  // Rows present in every row dataset: a commit's rows exist in all of them before its record.
+  info.row_datasets = row_datasets(file);
+  int64_t file_rows = -1;
+  for (const std::string& name : info.row_datasets) {
+    h5::Dataset d(H5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
+    const int64_t rows = static_cast<int64_t>(h5::dims_of(d).at(0));
+    file_rows = file_rows < 0 ? rows : std::min(file_rows, rows);
+  }
+  info.file_rows = std::max<int64_t>(file_rows, 0);
 
   // The ledger's valid prefix.  Its extent may already count a record whose bytes never reached
-  // the file (the writer was killed between the two); that slot reads as the fill value and ends it.
+  // the file (the writer was killed between the two); that slot reads as the fill value and ends
+  // it.  Any other record that cannot be true ends it too, and says so in `damage`.
   h5::Dataset ledger(H5_CHECK(H5Dopen2(file, kLedger, H5P_DEFAULT)));
   const int64_t n = static_cast<int64_t>(h5::dims_of(ledger).at(0));
+  info.ledger_slots = n;
   std::vector<ChunkRecord> records(static_cast<std::size_t>(n));
   if (n > 0) {
-    h5::Type mem = ledger_memory_type();
+    h5::Type mem = ledger_read_type();
     H5_CHECK(H5Dread(ledger, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, records.data()));
   }
+  const ChunkRecord blank = ledger_fill();
+  std::map<int64_t, int64_t> held;  // samples of the valid records: first -> end
   int64_t end_row = 0;
-  for (const ChunkRecord& r : records) {
-    const bool valid = r.chunk_id >= 0 && r.first_index >= 0 && r.count > 0 && r.first_row >= end_row &&
-                       r.first_row + r.count <= file_rows;
-    if (!valid) break;
+  for (int64_t k = 0; k < n; ++k) {
+    ChunkRecord r = records[static_cast<std::size_t>(k)];
+    r.seq = k;
+    if (r.first_index == blank.first_index && r.count == blank.count && r.first_row == blank.first_row) break;
+    const Range samples{r.first_index, r.first_index + r.count};
+    std::string why;
+    if (r.count <= 0 || r.first_index < 0 || samples.end > info.total_samples)
+      why = str("samples [", samples.first, ", ", samples.end, ") are not inside [0, ", info.total_samples, ")");
+    else if (r.first_row < end_row || r.first_row + r.count > info.file_rows)
+      why = str("rows [", r.first_row, ", ", r.first_row + r.count, ") are not after row ", end_row, " and inside the ",
+                info.file_rows, " rows of the datasets");
+    if (why.empty()) {
+      auto next = held.lower_bound(samples.first);
+      const bool overlaps = (next != held.end() && next->first < samples.end) ||
+                            (next != held.begin() && std::prev(next)->second > samples.first);
+      if (overlaps) why = str("samples [", samples.first, ", ", samples.end, ") were already committed in this file");
+    }
+    if (!why.empty()) {
+      // The last slot may be torn by a kill (its extent written, its bytes only in part): that is
+      // an uncommitted record like a blank one.  An impossible record before others is damage.
+      if (k + 1 < n) info.damage = str("ledger record ", k, " of ", n, ": ", why);
+      break;
+    }
+    held.emplace(samples.first, samples.end);
     info.chunks.push_back(r);
     end_row = r.first_row + r.count;
   }
   info.committed_rows = end_row;
-
-  if (verify_index && end_row > 0) {
-    std::vector<int64_t> idx(static_cast<std::size_t>(end_row));
-    h5::Space fspace = h5::select_rows(index, 0, end_row);
-    h5::Space mspace = h5::row_block_space(end_row, {});
-    H5_CHECK(H5Dread(index, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, idx.data()));
-    for (const ChunkRecord& r : info.chunks)
-      for (int64_t i = 0; i < r.count; ++i)
-        if (idx[static_cast<std::size_t>(r.first_row + i)] != r.first_index + i)
-          throw Error(str("rank file ", path, ": row ", r.first_row + i, " of chunk ", r.chunk_id, " holds sample ",
-                          idx[static_cast<std::size_t>(r.first_row + i)], " but the ledger says ", r.first_index + i));
-  }
   return info;
+}
+
+std::size_t sound_records(hid_t file, const RankFileInfo& info) {
+  if (info.chunks.empty()) return 0;
+  h5::Dataset index(H5_CHECK(H5Dopen2(file, kSampleIndex, H5P_DEFAULT)));
+  auto holds = [&](int64_t row, int64_t sample) {
+    int64_t v = -2;
+    h5::Space fspace = h5::select_rows(index, row, 1);
+    h5::Space mspace = h5::row_block_space(1, {});
+    if (H5Dread(index, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, &v) < 0) {
+      h5::error_stack_text();
+      return false;
+    }
+    return v == sample;
+  };
+  auto sound = [&](const ChunkRecord& r) {
+    return holds(r.first_row, r.first_index) && holds(r.first_row + r.count - 1, r.first_index + r.count - 1);
+  };
+  // Run by run; only a run that fails is checked record by record, to find the first bad one.
+  std::size_t k = 0;
+  for (const ChunkRecord& run : merged_runs(info.chunks)) {
+    std::size_t in_run = 0;
+    for (std::size_t j = k; j < info.chunks.size() && info.chunks[j].first_row < run.first_row + run.count; ++j) ++in_run;
+    if (!sound(run)) {
+      for (std::size_t j = k; j < k + in_run; ++j)
+        if (!sound(info.chunks[j])) return j;
+      return k + in_run;  // every record's ends hold; the run's ends as well then, but be safe
+    }
+    k += in_run;
+  }
+  return k;
 }
 
 }  // namespace rankfile
@@ -310,10 +415,26 @@ std::vector<std::pair<int64_t, std::string>> read_bad_samples(const RankFileInfo
 
 RankFileInfo read_rank_file(const std::string& path) {
   rankfile::ReadHandle h = rankfile::open_for_reading(path);
-  RankFileInfo info = rankfile::read_info(h.file, path, /*verify_index=*/true);
+  RankFileInfo info = rankfile::read_info(h.file, path);
   info.closed_cleanly = h.clean;
   h.file.close();
   return info;
+}
+
+std::vector<ChunkRecord> merged_runs(const std::vector<ChunkRecord>& records) {
+  std::vector<ChunkRecord> runs;
+  for (const ChunkRecord& r : records) {
+    if (!runs.empty()) {
+      ChunkRecord& last = runs.back();
+      if (last.first_index + last.count == r.first_index && last.first_row + last.count == r.first_row) {
+        last.count += r.count;
+        continue;
+      }
+    }
+    runs.push_back(r);
+    runs.back().seq = -1;
+  }
+  return runs;
 }
 
 }  // namespace sluice

@@ -1,5 +1,5 @@
 // Writing a rank file so that a process killed at ANY moment (kill -9, OOM killer, a node's Slurm
-// step torn down) leaves every committed chunk readable and recoverable.
+// step torn down) leaves every committed record readable and recoverable.
 //
 // The scheme:
 //  1. Build, then publish.  The whole file is built under "<path>.creating": every dataset (extent
@@ -196,11 +196,11 @@ class Hdf5RankFile final : public RankFile {
   void commit(ChunkRecord record) override {
     h5::quiet_errors();
     SLUICE_CHECK(!closed_, "rank file ", path_, ": commit after close");
-    SLUICE_CHECK(pending_rows_ > 0, "rank file ", path_, ": commit of chunk ", record.chunk_id, " with no rows appended");
-    SLUICE_CHECK(record.count == pending_rows_, "rank file ", path_, ": chunk ", record.chunk_id, " says ",
-                 record.count, " samples but ", pending_rows_, " rows were appended");
-    SLUICE_CHECK(record.chunk_id >= 0 && record.first_index >= 0, "rank file ", path_, ": chunk ", record.chunk_id,
-                 " starts at sample ", record.first_index);
+    SLUICE_CHECK(pending_rows_ > 0, "rank file ", path_, ": commit with no rows appended");
+    SLUICE_CHECK(record.count == pending_rows_, "rank file ", path_, ": a commit of ", record.count, " samples but ",
+                 pending_rows_, " rows were appended");
+    SLUICE_CHECK(record.first_index >= 0, "rank file ", path_, ": a commit starting at sample ", record.first_index);
+    record.seq = ledger_len_;
     record.first_row = pending_first_;
     // (a) the rows, their chunk index entries and extents reach the kernel first ...
     H5_CHECK(H5Fflush(file_, H5F_SCOPE_LOCAL));
@@ -336,8 +336,8 @@ class Hdf5RankFile final : public RankFile {
   std::size_t key_stride_ = 0; // bytes per key in RowMeta::keys
   int64_t align_ = 1;          // a commit's first row is a multiple of this (chunk rows when compressed)
   int64_t extent_ = 0;         // rows the datasets hold now
-  int64_t committed_ = 0;      // rows through the last committed chunk
-  int64_t pending_first_ = 0;  // first row of the chunk being appended
+  int64_t committed_ = 0;      // rows through the last committed record
+  int64_t pending_first_ = 0;  // first row of the record being appended
   int64_t pending_rows_ = 0;
   int64_t ledger_len_ = 0;     // valid ledger records
   bool closed_ = false;
@@ -425,7 +425,7 @@ std::unique_ptr<RankFile> append_to(const std::string& path, const std::vector<D
   h5::Plist fapl = h5::file_access();
   h5::File file(H5Fopen(path.c_str(), H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl));
   if (!file.valid()) throw InputError(str("rank file ", path, ": cannot reopen it to resume: ", h5::error_stack_text()));
-  const RankFileInfo info = read_info(file, path, /*verify_index=*/true);
+  const RankFileInfo info = read_info(file, path);
   bool same = info.datasets.size() == specs.size();
   for (std::size_t i = 0; same && i < specs.size(); ++i)
     same = info.datasets[i].name == specs[i].name && info.datasets[i].dtype == specs[i].dtype &&

@@ -21,9 +21,7 @@ namespace {
 
 struct BatchMeta {
   int64_t seq = 0;
-  WorkItem chunk;
   int64_t first = 0, count = 0;   // this batch's samples (count < B only for the dataset's last batch)
-  bool last_in_chunk = false;
   unsigned long long span = 0;    // the NVTX `batch N` range, from dispatch to write
 };
 
@@ -66,10 +64,11 @@ struct Pipeline::Impl {
   void allocate();
   void allocate_encoding();
   void dispatcher(WorkDistributor& work, const std::atomic<bool>& stop);
-  void reader();
-  void driver();
+  void reader(const std::atomic<bool>& stop);
+  void driver(const std::atomic<bool>& stop);
   void monitor();
   void writer(WorkDistributor& work, std::atomic<int64_t>& committed);
+  void commit_run(WorkDistributor& work, std::atomic<int64_t>& committed);
   void encoder(int thread);
   int64_t plan_encoding(int slot);
   void encode_unit(ChunkEncoder& enc, int slot, int64_t unit);
@@ -118,6 +117,8 @@ struct Pipeline::Impl {
   std::atomic<int64_t> samples{0}, batches{0}, chunks{0};
   std::atomic<int64_t> nonfinite_rows{0};
   std::atomic<double> end_s{0};   // set by the writer when it is done
+  WorkItem run;                                 // writer: rows written since the last commit
+  int64_t run_batches = 0;
 
   PipelineStats stats() const;
 
@@ -216,19 +217,19 @@ void Pipeline::Impl::abort_all() {
 void Pipeline::Impl::dispatcher(WorkDistributor& work, const std::atomic<bool>& stop) {
   device.bind_thread();
   int64_t seq = 0;
+  // Whatever ends the loop (no more work, a stop, a closed pool), the readers and the driver see
+  // closed queues and drain what was dispatched.
   while (!stop.load() && !aborted.load()) {
     std::optional<WorkItem> item = work.next();
     if (!item) break;
-    const int64_t nb = (item->count + batch - 1) / batch;
-    for (int64_t b = 0; b < nb; ++b) {
+    bool more = true;
+    for (int64_t first = item->first; more && first < item->first + item->count; first += batch) {
       std::optional<int> slot = in_pool.acquire();
-      if (!slot) return;
+      if (!slot || stop.load()) break;  // the pool closes when the driver stops taking batches
       BatchMeta& m = in_meta[static_cast<std::size_t>(*slot)];
       m.seq = seq;
-      m.chunk = *item;
-      m.first = item->first + b * batch;
-      m.count = std::min(batch, item->first + item->count - m.first);
-      m.last_in_chunk = (b == nb - 1);
+      m.first = first;
+      m.count = std::min(batch, item->first + item->count - first);
       char name[32];
       std::snprintf(name, sizeof name, "batch %lld", static_cast<long long>(seq));
       m.span = NvtxSpan::start(name, Stage::Batch);
@@ -237,18 +238,20 @@ void Pipeline::Impl::dispatcher(WorkDistributor& work, const std::atomic<bool>& 
         std::lock_guard<std::mutex> lock(ready_mutex);
         in_ready[static_cast<std::size_t>(*slot)] = 0;
       }
-      if (!read_q.push(*slot) || !order_q.push(*slot)) return;
+      more = read_q.push(*slot) && order_q.push(*slot);
     }
+    if (!more) break;
   }
   read_q.close();
   order_q.close();
 }
 
-void Pipeline::Impl::reader() {
+void Pipeline::Impl::reader(const std::atomic<bool>& stop) {
   device.bind_thread();
   while (std::optional<int> slot = read_q.pop()) {
     const BatchMeta& m = in_meta[static_cast<std::size_t>(*slot)];
-    {
+    // After a stop the driver starts no new batch: do not read one it will drop.
+    if (!stop.load()) {
       NvtxRange range("get batch", Stage::GetBatch);
       ScopedTime busy(read_time);
       BatchRows& rows = in_rows[static_cast<std::size_t>(*slot)];
@@ -267,20 +270,25 @@ bool Pipeline::Impl::wait_ready(int slot) {
   return !aborted.load();
 }
 
-void Pipeline::Impl::driver() {
+void Pipeline::Impl::driver(const std::atomic<bool>& stop) {
   device.bind_thread();
   const int sets = engine.io_sets();
   for (;;) {
     auto t_wait = Clock::now();
-    std::optional<int> slot = order_q.pop();
+    std::optional<int> slot = stop.load() ? std::nullopt : order_q.pop();
     if (!slot) break;
     if (!wait_ready(*slot)) return;
     stall_input.add(Clock::now() - t_wait);
+    if (stop.load()) break;  // a stop: the batches already on the device are the last ones
 
     auto t_out = Clock::now();
     std::optional<int> out = out_pool.acquire();
     if (!out) return;
     stall_output.add(Clock::now() - t_out);
+    if (stop.load()) {  // the stop came while it waited for an out-slot
+      out_pool.release(*out);
+      break;
+    }
 
     const BatchMeta& m = in_meta[static_cast<std::size_t>(*slot)];
     if (m.seq == opt.fail_at_batch) throw Error(str("a failure injected at batch ", m.seq, " (--fail-at-batch, a test option)"));
@@ -321,6 +329,9 @@ void Pipeline::Impl::driver() {
     out_meta[static_cast<std::size_t>(*out)] = m;
     if (!monitor_q.push(ToMonitor{*slot, *out})) return;
   }
+  // Wakes a dispatcher waiting for an in-slot that no batch will free any more (after a stop); the
+  // monitor's releases into the closed pool are then dropped, which no one needs.
+  in_pool.close();
   monitor_q.close();
 }
 
@@ -470,6 +481,9 @@ void Pipeline::Impl::writer(WorkDistributor& work, std::atomic<int64_t>& committ
     std::optional<int> out = encode ? next_encoded() : write_q.pop();
     if (!out) break;
     const BatchMeta& m = out_meta[static_cast<std::size_t>(*out)];
+    // A batch that does not continue the run being written (the next range of this rank): the run
+    // so far becomes one record first, so that every record is contiguous in samples and in rows.
+    if (run_batches > 0 && run.first + run.count != m.first) commit_run(work, committed);
     {
       NvtxRange range("write", Stage::Write);
       ScopedTime busy(write_time);
@@ -504,31 +518,38 @@ void Pipeline::Impl::writer(WorkDistributor& work, std::atomic<int64_t>& committ
     const BatchRows& status_rows = out_rows[static_cast<std::size_t>(*out)];
     for (int64_t r = 0; r < m.count && r < static_cast<int64_t>(status_rows.status.size()); ++r)
       nonfinite_rows += status_rows.status[static_cast<std::size_t>(r)] == kRowNonFinite;
-    const WorkItem chunk = m.chunk;
-    const bool last = m.last_in_chunk;
-    const int64_t count = m.count;
+    const int64_t first = m.first, count = m.count;
     NvtxSpan::end(m.span);
     // Its rows are stored (and encoded, if they were): the out-slot can take the next batch.
     out_pool.release(*out);
     samples += count;
     ++batches;
     if (batches == 1) first_batch_s = seconds_since(t0);
-    if (last) {
-      if (file) {
-        NvtxRange range("commit", Stage::Write);
-        ScopedTime busy(write_time);
-        ChunkRecord rec;
-        rec.chunk_id = chunk.chunk_id;
-        rec.first_index = chunk.first;
-        rec.count = chunk.count;
-        file->commit(rec);
-      }
-      ++chunks;
-      committed += chunk.count;
-      work.committed(chunk);
-    }
+    if (run_batches == 0) run = WorkItem{first, 0};
+    run.count += count;
+    if (++run_batches >= opt.commit_batches) commit_run(work, committed);
   }
+  // The queues closed: no more work, or a stop.  Rows written are committed (after a failure,
+  // aborted, they are left to the last commit, as a kill would leave them).
+  if (!aborted.load()) commit_run(work, committed);
   end_s = seconds_since(t0);
+}
+
+// One ledger record for the rows written since the last commit: a contiguous run of samples.
+void Pipeline::Impl::commit_run(WorkDistributor& work, std::atomic<int64_t>& committed) {
+  if (run_batches == 0) return;
+  if (file) {
+    NvtxRange range("commit", Stage::Write);
+    ScopedTime busy(write_time);
+    ChunkRecord rec;
+    rec.first_index = run.first;
+    rec.count = run.count;
+    file->commit(rec);
+  }
+  ++chunks;
+  committed += run.count;
+  work.committed(run);
+  run_batches = 0;
 }
 
 Pipeline::Pipeline(Device& device, Engine& engine, Source& source, RankFile* file, const PipelineOptions& options)
@@ -537,8 +558,9 @@ Pipeline::Pipeline(Device& device, Engine& engine, Source& source, RankFile* fil
 Pipeline::Pipeline(Device& device, Engine& engine, Source& source, BatchInput* input, RankFile* file,
                    const PipelineOptions& options) {
   PipelineOptions o = options;
-  if (o.prefetch < 1 || o.egress_buffers < 1 || o.reader_threads < 1 || o.writer_threads < 1)
-    throw UsageError("--prefetch, --egress-buffers, --reader-threads and --writer-threads must be at least 1");
+  if (o.prefetch < 1 || o.egress_buffers < 1 || o.reader_threads < 1 || o.writer_threads < 1 || o.commit_batches < 1)
+    throw UsageError(
+        "--prefetch, --egress-buffers, --reader-threads, --writer-threads and --chunk-batches must be at least 1");
   if (!input) {
     own_input_ = make_tensor_input(source, engine.input().shape.empty() ? 1 : engine.input().shape[0],
                                    engine.input().bytes());
@@ -558,8 +580,9 @@ PipelineStats Pipeline::run(WorkDistributor& work) {
   auto on_error = [&p] { p.abort_all(); };
   std::vector<WorkerThread> threads;
   threads.emplace_back("dispatch", [&] { p.dispatcher(work, stop_requested_); }, on_error);
-  for (int i = 0; i < p.opt.reader_threads; ++i) threads.emplace_back(str("reader-", i), [&] { p.reader(); }, on_error);
-  threads.emplace_back("driver", [&] { p.driver(); }, on_error);
+  for (int i = 0; i < p.opt.reader_threads; ++i)
+    threads.emplace_back(str("reader-", i), [&] { p.reader(stop_requested_); }, on_error);
+  threads.emplace_back("driver", [&] { p.driver(stop_requested_); }, on_error);
   threads.emplace_back("monitor", [&] { p.monitor(); }, on_error);
   if (p.encode)
     for (int i = 0; i < p.opt.writer_threads; ++i)

@@ -3,7 +3,7 @@
 //
 //   dispatcher -> readers -> [in-slots] -> driver: H2D, decode, forward, D2H -> [out-slots] -> monitor -> writer
 //
-// - dispatcher: asks the WorkDistributor for chunks, cuts them into batches, takes a free in-slot
+// - dispatcher: asks the WorkDistributor for work (runs of whole batches), takes a free in-slot
 //   for each batch in order and hands it to a reader.
 // - readers (reader_threads): fill the pinned in-slot from the Source (BatchInput::fill: tensors,
 //   or image files' bytes, decoding on the CPU what the device does not).
@@ -11,8 +11,9 @@
 //   and D2H copies into a free out-slot (egress stream), ordered by events; never waits for the
 //   device in the steady state.
 // - monitor: waits for each batch's events, returns its in-slot to the pool, passes the out-slot on.
-// - writer: appends the batch's rows to the rank file, returns the out-slot, commits each chunk
-//   once all its batches are written.  With compression, writer_threads encoder threads deflate
+// - writer: appends the batch's rows to the rank file, returns the out-slot, and commits the rows
+//   written since the last commit (one ledger record: a contiguous run of samples) every
+//   `commit_batches` batches, before a batch that does not continue the run, and at the end.  With compression, writer_threads encoder threads deflate
 //   the batches' chunks in parallel before the writer (the file's only user) stores them in order.
 // All slots are allocated in the constructor; the steady state allocates nothing.
 #include <atomic>
@@ -34,6 +35,7 @@ struct PipelineOptions {
   int egress_buffers = 4;    // out-slots
   int reader_threads = 2;
   int writer_threads = 1;    // encoder threads, when the file compresses; else unused
+  int commit_batches = 1;    // batches per commit (--chunk-batches)
   int throttle_ms = 0;       // test only: sleep per batch in the driver (a slow GPU)
   int64_t fail_at_batch = -1;  // test only: the driver fails at this batch (a device failure mid-run)
 };
@@ -41,7 +43,7 @@ struct PipelineOptions {
 // What one rank did.  Busy fractions are stage time over the rank's wall time; stalls are the time
 // the driver waited for a filled in-slot (input) or a free out-slot (output).
 struct PipelineStats {
-  int64_t samples = 0, batches = 0, chunks = 0;
+  int64_t samples = 0, batches = 0, chunks = 0;   // chunks: commits (ledger records)
   int64_t nonfinite_rows = 0; // rows whose input held NaN or Inf (RowStatus kRowNonFinite)
   double wall_s = 0;          // from the pipeline's start to the last commit
   double first_batch_s = 0;   // start until the first batch was written (warm-up, reported apart)
@@ -65,11 +67,13 @@ class Pipeline {
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
-  // Runs until the distributor has no more work for this rank, or stop() was called; every chunk
-  // started is finished and committed.  Rethrows the first stage failure.
+  // Runs until the distributor has no more work for this rank, or stop() was called; every batch
+  // written is committed.  Rethrows the first stage failure.
   PipelineStats run(WorkDistributor& work);
 
-  // Asynchronous stop (signal handler thread): take no new chunk, drain, commit.
+  // Asynchronous stop (signal handler thread): start no new batch on the device, finish the ones
+  // already there, write and commit them (a partial run), so a stop takes about two batch times
+  // whatever --chunk-batches is.  Batches read but not started are dropped (a resume redoes them).
   void stop() { stop_requested_ = true; }
 
   // Samples committed so far by this rank (for the progress line).

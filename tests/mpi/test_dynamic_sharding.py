@@ -1,5 +1,6 @@
-"""Dynamic sharding: rank 0 serves chunks on request, so a slow rank takes fewer chunks, and every
-sample is still written exactly once."""
+"""Dynamic sharding: ranks start on ranges of their own and steal from the slowest, so a slow rank
+does fewer batches (one commit each here: `chunks` in the report), and every sample is still
+written exactly once."""
 import os
 import sys
 
@@ -28,7 +29,7 @@ def test_a_slow_rank_takes_fewer_chunks(tmp_path):
 
 def test_dynamic_sharding_over_tcp_without_shared_memory(tmp_path):
     """Ranks on different nodes talk over the network: force OpenMPI's TCP transport (no shared
-    memory between the ranks) and check the chunk server still hands every chunk out once."""
+    memory between the ranks) and check that the sharding still hands every batch out once."""
     import subprocess
     from support.sluice_test import BIN, MPI_ENV, ROOT
     out = fresh_dir(str(tmp_path / "tcp"))

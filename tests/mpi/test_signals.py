@@ -116,7 +116,9 @@ def test_one_signal_stops_every_rank_commits_and_exits_75(tmp_path, reference, h
 
 def test_a_second_signal_exits_at_once_and_the_ledger_stays_consistent(tmp_path, reference):
     out = fresh_dir(str(tmp_path / "twice"))
-    proc = launch(out, "sluice-mpirun", slow=["--throttle-ms", 1000, "--throttle-ranks", "0,1"])
+    # A stop drains only the batch in flight, so for the second signal to land during the drain,
+    # that batch must outlast the 1.2 s between the signals: 5 s a batch.
+    proc = launch(out, "sluice-mpirun", slow=["--throttle-ms", 5000, "--throttle-ranks", "0,1"])
     wait_for_commits(proc, out, 16)
     proc.send_signal(signal.SIGTERM)
     time.sleep(1.2)  # the second signal must come a second after the first: a repeat within it is one event

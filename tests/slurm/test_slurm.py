@@ -73,7 +73,7 @@ def read_log(path):
 
 
 def committed_chunks(outdir):
-    """Ledger records across the rank files of a running job (read through HDF5 SWMR)."""
+    """Ledger records (commits) across the rank files of a running job (read through HDF5 SWMR)."""
     total = 0
     for path in rank_files(outdir):
         try:
@@ -161,11 +161,11 @@ def test_usr1_stops_requeues_and_the_rerun_resumes_to_identical_outputs(cluster,
     assert "requeued: the rerun resumes" in text
     assert text.count("received User defined signal 1") == 2, text  # each rank stopped on the signal
     assert "restart 1, 2 rank(s)" in text
-    # The rerun resumed: it found some chunks committed and did only the rest.
-    m = re.search(r"--resume: (\d+) of (\d+) chunks already committed; (\d+) to do", text)
+    # The rerun resumed: it found some samples committed and did only the rest.
+    m = re.search(r"--resume: (\d+) of (\d+) samples already committed .*; (\d+) to do", text)
     assert m, text
     done, total, todo = map(int, m.groups())
-    assert total == N_SLOW // 8 and 0 < done < total and done + todo == total
+    assert total == N_SLOW and 0 < done < total and done + todo == total
     out_rows = assert_complete(out, N_SLOW, 2, attempt=1)
     for name, ref in reference.items():
         assert out_rows[name].dtype == ref.dtype and np.array_equal(out_rows[name], ref), name  # bit for bit

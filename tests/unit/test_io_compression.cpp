@@ -246,7 +246,9 @@ TEST(RankFileCompression, KillNineWhileStoringEncodedChunksLosesNoCommittedChunk
     if (pid == 0) {
       ::close(fds[0]);
       try {
-        auto f = open_rank_file(path, specs, 4, test_meta(), false);
+        RankFileMeta meta = test_meta();
+        meta.total_samples = 400 * 12;
+        auto f = open_rank_file(path, specs, 4, meta, false);
         for (int32_t k = 0; k < 400; ++k) {
           write_chunk_encoded(*f, specs, k, first_of(k), 12, 4, 2);
           const int32_t done = k + 1;

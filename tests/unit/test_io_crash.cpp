@@ -1,8 +1,8 @@
 // kill -9 at random moments: a forked child writes chunk after chunk to a rank file and reports
 // each commit that returned through a pipe; the parent kills it with SIGKILL after a random delay.
 // Whatever the moment, the file must read (as a SWMR reader), hold at least every reported commit
-// (and at most the one in flight) with the right values, and recover to a clean file holding
-// exactly those chunks, to which a resume can append.
+// (and at most the one in flight) with the right values, and recover (in place) to a clean file
+// holding exactly those chunks, to which a resume can append.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -92,7 +92,7 @@ std::size_t check_committed(const RankFileInfo& info, const std::vector<DatasetS
   int64_t end_row = 0;
   for (std::size_t k = 0; k < info.chunks.size(); ++k) {
     const ChunkRecord& c = info.chunks[k];
-    EXPECT_EQ(c.chunk_id, static_cast<int64_t>(k));
+    EXPECT_EQ(c.seq, static_cast<int64_t>(k));
     EXPECT_EQ(c.first_index, chunk_first(static_cast<int64_t>(k)));
     EXPECT_EQ(c.count, kChunkSamples);
     EXPECT_GE(c.first_row, end_row);
@@ -142,16 +142,16 @@ TEST(RankFileCrash, KillNineAtRandomMomentsLosesNoCommittedChunk) {
     EXPECT_EQ(check_committed(rec, specs, t.reported), n);
     for (std::size_t k = 0; k < n; ++k) EXPECT_EQ(rec.chunks[k].first_row, crashed.chunks[k].first_row);
 
-    // Every fourth trial resumes: the next chunk lands right after the recovered ones.
-    if (trial % 4 == 1) {
-      auto f = open_rank_file(path, specs, 4, test_meta(), true);
-      const int64_t k = static_cast<int64_t>(n);
+    // Every trial resumes: the next commits land right after the recovered ones, over the space
+    // (and the stale chunk index entries past the extent) the killed writer left, and every
+    // commit, old and new, still reads back right.
+    auto f = open_rank_file(path, specs, 4, test_meta(), true);
+    for (int64_t k = static_cast<int64_t>(n); k < static_cast<int64_t>(n) + 3; ++k)
       write_chunk(*f, specs, k, chunk_first(k), kChunkSamples, kBatch);
-      f->close();
-      const RankFileInfo resumed = read_rank_file(path);
-      EXPECT_EQ(resumed.attempt, 1);
-      EXPECT_EQ(check_committed(resumed, specs, static_cast<int32_t>(n + 1)), n + 1);
-    }
+    f->close();
+    const RankFileInfo resumed = read_rank_file(path);
+    EXPECT_EQ(resumed.attempt, 1);
+    EXPECT_EQ(check_committed(resumed, specs, static_cast<int32_t>(n + 3)), n + 3);
   }
   std::printf("[ crash trials ] %d trials, %d killed before the file existed, %d with the in-flight commit on disk\n",
               trials, before_first, mid_commit);

@@ -1,6 +1,7 @@
 // The rank file: round trip, recovery after a killed writer, resume by appending, and the cost of
 // a commit.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -96,7 +97,7 @@ TEST(RankFile, RoundTripKeepsRowsIndicesLedgerAndAttributes) {
   }
   ASSERT_EQ(info.chunks.size(), 4u);
   for (std::size_t k = 0; k < 4; ++k) {
-    EXPECT_EQ(info.chunks[k].chunk_id, order[k]);
+    EXPECT_EQ(info.chunks[k].seq, static_cast<int64_t>(k));  // the commit's number in the file
     EXPECT_EQ(info.chunks[k].first_index, order[k] * 10);
     EXPECT_EQ(info.chunks[k].count, 10);
     EXPECT_EQ(info.chunks[k].first_row, static_cast<int64_t>(k) * 10);
@@ -172,14 +173,19 @@ TEST(RankFile, KilledWriterLeavesCommittedChunksReadableAndRecoveryDropsTheRest)
   EXPECT_TRUE(crashed.end_time.empty());
   for (const ChunkRecord& c : crashed.chunks) EXPECT_EQ(check_chunk_rows(path, specs, c), 0);
 
-  recover_rank_file(path);
+  struct stat st_before {};
+  ASSERT_EQ(::stat(path.c_str(), &st_before), 0);
+  EXPECT_NE(recover_rank_file(path).find("in place"), std::string::npos);
+  struct stat st_after {};
+  ASSERT_EQ(::stat(path.c_str(), &st_after), 0);
+  EXPECT_EQ(st_after.st_ino, st_before.st_ino) << "recovered in place, not copied into a new file";
   const RankFileInfo rec = read_rank_file(path);
-  EXPECT_TRUE(rec.closed_cleanly);
+  EXPECT_TRUE(rec.closed_cleanly);  // plain HDF5 readers open it: the writer's flag is cleared
   EXPECT_EQ(rec.file_rows, 27);  // the 10 uncommitted rows are gone
   EXPECT_EQ(rec.committed_rows, 27);
   ASSERT_EQ(rec.chunks.size(), 3u);
   for (std::size_t k = 0; k < 3; ++k) {
-    EXPECT_EQ(rec.chunks[k].chunk_id, crashed.chunks[k].chunk_id);
+    EXPECT_EQ(rec.chunks[k].seq, crashed.chunks[k].seq);
     EXPECT_EQ(rec.chunks[k].first_row, crashed.chunks[k].first_row);
     EXPECT_EQ(check_chunk_rows(path, specs, rec.chunks[k]), 0);
   }
@@ -296,6 +302,7 @@ TEST(RankFile, CommitCost) {
   for (bool fsync : {false, true}) {
     RankFileMeta meta = test_meta();
     meta.fsync_commits = fsync;
+    meta.total_samples = 200 * 32;
     const std::string path = dir.file(fsync ? "fsync.h5" : "plain.h5");
     auto f = open_rank_file(path, specs, 32, meta, false);
     const int commits = fsync ? 50 : 200;
@@ -339,9 +346,9 @@ TEST(RankFile, LedgerSlotsWithoutAWholeRecordAreNotCommitted) {
       hsize_t n = 3;
       if (file < 0 || ledger < 0 || H5Dset_extent(ledger, &n) < 0) _exit(7);
       if (torn) {
-        // chunk_id, first_index and count of a third record, but not its first_row.
+        // seq, first_index and count of a third record, but not its first_row.
         hid_t t = H5Tcreate(H5T_COMPOUND, 24);
-        H5Tinsert(t, "chunk_id", 0, H5T_NATIVE_INT64);
+        H5Tinsert(t, "seq", 0, H5T_NATIVE_INT64);
         H5Tinsert(t, "first_index", 8, H5T_NATIVE_INT64);
         H5Tinsert(t, "count", 16, H5T_NATIVE_INT64);
         const int64_t rec[3] = {2, 20, 10};
@@ -370,4 +377,132 @@ TEST(RankFile, LedgerSlotsWithoutAWholeRecordAreNotCommitted) {
     const auto ledger = read_raw_rows(path, "/ledger", 0, 3);
     EXPECT_EQ(ledger.size(), 3u * 32) << "no blank slot left between the records";
   }
+}
+
+namespace {
+
+// A cleanly closed file of four commits of 10 samples: [0,10), [20,30), [10,20), [40,50).
+std::string four_commits(const TempDir& dir, const std::vector<DatasetSpec>& specs) {
+  const std::string path = dir.file("rank-00000.h5");
+  auto f = open_rank_file(path, specs, 4, test_meta(), false);
+  for (int64_t first : {0, 20, 10, 40}) write_chunk(*f, specs, 0, first, 10, 4);
+  f->close();
+  return path;
+}
+
+void set_ledger_count(const std::string& path, hsize_t k, int64_t count) {
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t ledger = H5Dopen2(file, "/ledger", H5P_DEFAULT);
+  hid_t t = H5Tcreate(H5T_COMPOUND, 8);
+  H5Tinsert(t, "count", 0, H5T_NATIVE_INT64);
+  hid_t fs = H5Dget_space(ledger);
+  const hsize_t one = 1;
+  H5Sselect_hyperslab(fs, H5S_SELECT_SET, &k, nullptr, &one, nullptr);
+  hid_t ms = H5Screate_simple(1, &one, nullptr);
+  EXPECT_GE(H5Dwrite(ledger, t, ms, fs, H5P_DEFAULT, &count), 0);
+  H5Sclose(ms);
+  H5Sclose(fs);
+  H5Tclose(t);
+  H5Dclose(ledger);
+  H5Fclose(file);
+}
+
+ino_t inode_of(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_ino;
+}
+
+}  // namespace
+
+// An impossible record in the middle of the ledger: the commits before it are kept (copied into a
+// fresh file), the rest will be redone; the damaged file stays beside as *.damaged.
+TEST(RankFile, AnImpossibleLedgerRecordIsSalvagedUpToTheCommitsBeforeIt) {
+  TempDir dir;
+  const auto specs = three_outputs();
+  const std::string path = four_commits(dir, specs);
+  set_ledger_count(path, 2, int64_t{1} << 40);
+  const RankFileInfo damaged = read_rank_file(path);
+  EXPECT_EQ(damaged.chunks.size(), 2u);
+  EXPECT_NE(damaged.damage.find("ledger record 2 of 4"), std::string::npos) << damaged.damage;
+
+  const ino_t before = inode_of(path);
+  const std::string note = recover_rank_file(path);
+  EXPECT_NE(note.find("salvaged 2 commit(s) holding 20 samples"), std::string::npos) << note;
+  EXPECT_NE(inode_of(path), before);
+  EXPECT_EQ(inode_of(path + ".damaged"), before);
+  const RankFileInfo rec = read_rank_file(path);
+  EXPECT_TRUE(rec.closed_cleanly);
+  EXPECT_TRUE(rec.damage.empty());
+  ASSERT_EQ(rec.chunks.size(), 2u);
+  EXPECT_EQ(rec.file_rows, 20);
+  for (const ChunkRecord& c : rec.chunks) EXPECT_EQ(check_chunk_rows(path, specs, c), 0);
+  // It takes a resume like any other file.
+  auto f = open_rank_file(path, specs, 4, test_meta(), true);
+  write_chunk(*f, specs, 0, 10, 10, 4);
+  f->close();
+  EXPECT_EQ(read_rank_file(path).chunks.size(), 3u);
+}
+
+// Rows that do not hold what the ledger names (a record pointing at the wrong rows) end the kept
+// prefix too: recovery checks /sample_index at both ends of every run.
+TEST(RankFile, ACommitWhoseRowsHoldOtherSamplesIsNotKept) {
+  TempDir dir;
+  const auto specs = three_outputs();
+  const std::string path = four_commits(dir, specs);
+  {
+    hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t index = H5Dopen2(file, "/sample_index", H5P_DEFAULT);
+    hid_t fs = H5Dget_space(index);
+    const hsize_t row = 39, one = 1;  // the last row of the fourth commit
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, &row, nullptr, &one, nullptr);
+    hid_t ms = H5Screate_simple(1, &one, nullptr);
+    const int64_t wrong = 777;
+    EXPECT_GE(H5Dwrite(index, H5T_NATIVE_INT64, ms, fs, H5P_DEFAULT, &wrong), 0);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    H5Dclose(index);
+    H5Fclose(file);
+  }
+  EXPECT_NE(recover_rank_file(path).find("salvaged 3 commit(s)"), std::string::npos);
+  EXPECT_EQ(read_rank_file(path).chunks.size(), 3u);
+}
+
+// A file cut short: HDF5 refuses to open it at all; salvage opens it anyway (read-only) and keeps
+// the commits whose every chunk lies inside what is left, and whose rows check out.
+TEST(RankFile, AFileCutShortKeepsTheCommitsStillInside) {
+  TempDir dir;
+  const auto specs = three_outputs();
+  const std::string path = four_commits(dir, specs);
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size * 7 / 10);
+  EXPECT_THROW(read_rank_file(path), Error);
+  const std::string note = recover_rank_file(path);
+  if (std::filesystem::exists(path)) {
+    // Whatever part survived, what is kept reads back right; a file whose header is gone is moved
+    // aside instead (everything redone).
+    const RankFileInfo rec = read_rank_file(path);
+    EXPECT_TRUE(rec.closed_cleanly);
+    EXPECT_LE(rec.chunks.size(), 4u);
+    for (const ChunkRecord& c : rec.chunks) EXPECT_EQ(check_chunk_rows(path, specs, c), 0);
+    EXPECT_NE(note.find("cut short"), std::string::npos) << note;
+  } else {
+    EXPECT_NE(note.find("moved aside"), std::string::npos) << note;
+  }
+  EXPECT_TRUE(std::filesystem::exists(path + ".damaged"));
+}
+
+TEST(RankFile, SomethingThatIsNoRankFileIsMovedAside) {
+  TempDir dir;
+  const std::string path = dir.file("rank-00004.h5");
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    std::fputs("not hdf5\n", f);
+    std::fclose(f);
+  }
+  const std::string note = recover_rank_file(path);
+  EXPECT_NE(note.find("moved aside"), std::string::npos) << note;
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_TRUE(std::filesystem::exists(path + ".damaged"));
+  EXPECT_THROW(recover_rank_file(path), InputError);  // nothing there any more
 }

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdio>
 
 #include "io/rank_file.h"
 #include "test_io_util.h"
@@ -28,9 +30,12 @@ const std::vector<DatasetSpec>& vds_specs() {
   return specs;
 }
 
-// Writes a job of `total` samples in chunks of 10 over three rank files the way dynamic sharding
-// would: chunk k to rank (k * 5 + k / 3) % 3, each rank's chunks in the order it got them.
-std::vector<RankFileInfo> write_three_ranks(const std::string& folder, int64_t total, bool compressed) {
+// Writes the first `written` samples of a job of `total` in commits of 10 over three rank files:
+// commit k to rank (k * 5 + k / 3) % 3, each rank's in the order it got them (consecutive commits
+// of one rank then make one run).
+std::vector<RankFileInfo> write_three_ranks(const std::string& folder, int64_t total, bool compressed,
+                                            int64_t written = -1) {
+  if (written < 0) written = total;
   std::vector<DatasetSpec> specs = vds_specs();
   if (compressed) specs[0].deflate = 3;
   std::vector<std::unique_ptr<RankFile>> files;
@@ -41,8 +46,9 @@ std::vector<RankFileInfo> write_three_ranks(const std::string& folder, int64_t t
     std::snprintf(name, sizeof name, "rank-%05d.h5", r);
     files.push_back(open_rank_file(folder + "/" + name, specs, 4, meta, false));
   }
-  for (int64_t k = 0; k * 10 < total; ++k)
-    write_chunk(*files[static_cast<std::size_t>((k * 5 + k / 3) % 3)], specs, k, k * 10, std::min<int64_t>(10, total - k * 10), 4);
+  for (int64_t k = 0; k * 10 < written; ++k)
+    write_chunk(*files[static_cast<std::size_t>((k * 5 + k / 3) % 3)], specs, k, k * 10,
+                std::min<int64_t>(10, written - k * 10), 4);
   std::vector<RankFileInfo> infos;
   for (int r = 0; r < 3; ++r) {
     files[static_cast<std::size_t>(r)]->close();
@@ -129,14 +135,17 @@ TEST(VirtualOutputs, MapsEveryIndexOntoItsRankFileRow) {
   write_virtual_outputs(dir.path(), infos, total);
   expect_outputs_in_global_order(dir.file("outputs.h5"), total);
 
-  // One mapping per chunk and dataset, not per row.
+  // One mapping per run of each file (consecutive commits merged), not per commit or row.
+  std::size_t runs = 0;
+  for (const RankFileInfo& i : infos) runs += merged_runs(i.chunks).size();
+  EXPECT_LT(runs, 14u);
   hid_t f = H5Fopen(dir.file("outputs.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   hid_t d = H5Dopen2(f, "/outputs/logits", H5P_DEFAULT);
   hid_t dcpl = H5Dget_create_plist(d);
   EXPECT_EQ(H5Pget_layout(dcpl), H5D_VIRTUAL);
   std::size_t count = 0;
   ASSERT_GE(H5Pget_virtual_count(dcpl, &count), 0);
-  EXPECT_EQ(count, 14u);
+  EXPECT_EQ(count, runs);
   char name[64] = {0};
   ASSERT_GT(H5Pget_virtual_filename(dcpl, 0, name, sizeof name), 0);
   EXPECT_EQ(std::string(name).find('/'), std::string::npos) << "source names are relative: " << name;
@@ -180,14 +189,105 @@ TEST(VirtualOutputs, RefusesIncompleteCoverageAndLeavesNoFile) {
 
 TEST(VirtualOutputs, ReplacesAnEarlierOutputsFile) {
   TempDir dir;
-  auto infos = write_three_ranks(dir.path(), 40, false);
+  auto infos = write_three_ranks(dir.path(), 50, false, 40);
+  // Written when 40 samples were committed (as if the job had 40); then a resume commits the rest
+  // in rank 1's file, and outputs.h5 is rewritten over the old one.
   write_virtual_outputs(dir.path(), infos, 40);
-  // A resume: rank 1 gets more samples; outputs.h5 is rewritten over the old one.
   RankFileMeta meta = test_meta(1, 3);
+  meta.total_samples = 50;
   auto f = open_rank_file(dir.file("rank-00001.h5"), vds_specs(), 4, meta, true);
   write_chunk(*f, vds_specs(), 4, 40, 10, 4);
   f->close();
   infos[1] = read_rank_file(dir.file("rank-00001.h5"));
   write_virtual_outputs(dir.path(), infos, 50);
   expect_outputs_in_global_order(dir.file("outputs.h5"), 50);
+}
+
+namespace {
+
+// Adds what the image inputs store beside the outputs to a closed rank file: /sample_status, one
+// uint8 row per sample (its index mod 7), and /bad_samples, a list {index, reason} naming the file's
+// samples divisible by 13.
+void add_row_and_list_datasets(const std::string& path) {
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  hid_t index = H5Dopen2(file, "/sample_index", H5P_DEFAULT);
+  hid_t ispace = H5Dget_space(index);
+  hsize_t rows = 0;
+  H5Sget_simple_extent_dims(ispace, &rows, nullptr);
+  std::vector<int64_t> idx(rows);
+  H5Dread(index, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, idx.data());
+  std::vector<uint8_t> status(rows);
+  struct Bad {
+    int64_t index;
+    char reason[16];
+  };
+  std::vector<Bad> bad;
+  for (hsize_t r = 0; r < rows; ++r) {
+    status[r] = static_cast<uint8_t>(idx[r] < 0 ? 255 : idx[r] % 7);
+    if (idx[r] >= 0 && idx[r] % 13 == 0) {
+      Bad b{idx[r], {0}};
+      std::snprintf(b.reason, sizeof b.reason, "bad %lld", static_cast<long long>(idx[r]));
+      bad.push_back(b);
+    }
+  }
+  const hsize_t unlimited = H5S_UNLIMITED, chunk = 4, nbad = bad.size();
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  H5Pset_chunk(dcpl, 1, &chunk);
+  hid_t space = H5Screate_simple(1, &rows, &unlimited);
+  hid_t d = H5Dcreate2(file, "/sample_status", H5T_NATIVE_UINT8, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  EXPECT_GE(H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, status.data()), 0);
+  H5Dclose(d);
+  H5Sclose(space);
+  hid_t str = H5Tcopy(H5T_C_S1);
+  H5Tset_size(str, 16);
+  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(Bad));
+  H5Tinsert(t, "index", offsetof(Bad, index), H5T_NATIVE_INT64);
+  H5Tinsert(t, "reason", offsetof(Bad, reason), str);
+  space = H5Screate_simple(1, &nbad, &unlimited);
+  d = H5Dcreate2(file, "/bad_samples", t, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  if (nbad > 0) EXPECT_GE(H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, bad.data()), 0);
+  H5Dclose(d);
+  H5Sclose(space);
+  H5Tclose(t);
+  H5Tclose(str);
+  H5Pclose(dcpl);
+  H5Sclose(ispace);
+  H5Dclose(index);
+  H5Fclose(file);
+}
+
+}  // namespace
+
+// outputs.h5 maps every dataset with one row per sample, whatever its name (so the per-row data of
+// image inputs needs no code here), and copies the bad-sample list in sample order.
+TEST(VirtualOutputs, MapsEveryRowDatasetAndCopiesTheBadSampleList) {
+  TempDir dir;
+  const int64_t total = 137;
+  auto infos = write_three_ranks(dir.path(), total, true);  // compressed: padding rows (index -1)
+  for (RankFileInfo& info : infos) {
+    add_row_and_list_datasets(info.path);
+    info = read_rank_file(info.path);
+    EXPECT_EQ(info.row_datasets, (std::vector<std::string>{"/outputs/logits", "/outputs/argmax", "/sample_index",
+                                                            "/sample_status"}));
+  }
+  write_virtual_outputs(dir.path(), infos, total);
+  expect_outputs_in_global_order(dir.file("outputs.h5"), total);
+  const auto status = read_all(dir.file("outputs.h5"), "/sample_status", H5T_NATIVE_UINT8, total);
+  for (int64_t i = 0; i < total; ++i) EXPECT_EQ(status[static_cast<std::size_t>(i)], i % 7) << "sample " << i;
+
+  hid_t f = H5Fopen(dir.file("outputs.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "/bad_samples", H5P_DEFAULT);
+  ASSERT_GE(d, 0);
+  hid_t t = H5Tcreate(H5T_COMPOUND, 8);
+  H5Tinsert(t, "index", 0, H5T_NATIVE_INT64);
+  std::vector<int64_t> got((total + 12) / 13);
+  hid_t space = H5Dget_space(d);
+  EXPECT_EQ(H5Sget_simple_extent_npoints(space), static_cast<hssize_t>(got.size()));
+  EXPECT_GE(H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, got.data()), 0);
+  for (std::size_t k = 0; k < got.size(); ++k) EXPECT_EQ(got[k], static_cast<int64_t>(k) * 13);
+  H5Sclose(space);
+  H5Tclose(t);
+  H5Dclose(d);
+  H5Fclose(f);
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -170,34 +171,49 @@ std::vector<ChunkLayout> sum_layouts(int deflate = 1) {
   return {ChunkLayout{deflate, 4, 4, 4}, ChunkLayout{6, 8, 4, 4}};
 }
 
+// Hands out the samples in runs of `run` in order (the pipeline cuts them into batches), the way a
+// rank works through its share.
 class ListWork final : public WorkDistributor {
  public:
-  ListWork(Chunking c, std::vector<int64_t> ids) : c_(c), ids_(ids.begin(), ids.end()) {}
+  ListWork(int64_t total, int64_t run) : total_(total) {
+    for (int64_t first = 0; first < total; first += run) items_.push_back({first, std::min(run, total - first)});
+  }
   std::optional<WorkItem> next() override {
     std::lock_guard<std::mutex> lock(m_);
-    if (stop_ || ids_.empty()) return std::nullopt;
-    int64_t id = ids_.front();
-    ids_.pop_front();
-    return c_.item(id);
+    if (stop_ || items_.empty()) return std::nullopt;
+    WorkItem w = items_.front();
+    items_.pop_front();
+    return w;
   }
-  void committed(const WorkItem& w) override { done_ += w.count; }
+  void committed(const WorkItem& w) override {
+    done_ += w.count;
+    std::lock_guard<std::mutex> lock(m_);
+    commits_.push_back(w);
+  }
   void request_stop() override { stop_ = true; }
   bool finish() override { return true; }
   int64_t job_committed() const override { return done_; }
-  int64_t job_pending() const override { return c_.total; }
+  int64_t job_pending() const override { return total_; }
 
-  Chunking c_;
-  std::deque<int64_t> ids_;
+  int64_t total_;
+  std::deque<WorkItem> items_;
+  std::vector<WorkItem> commits_;
   std::mutex m_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> done_{0};
 };
 
-std::vector<int64_t> all_chunks(const Chunking& c) {
-  std::vector<int64_t> v;
-  for (int64_t i = 0; i < c.chunks(); ++i) v.push_back(i);
-  return v;
-}
+// Calls `stop` once the `at`-th batch is being stored: a stop at a known point of the run.
+class StoppingFile final : public MemoryFile {
+ public:
+  StoppingFile(int at, std::function<void()> stop) : at_(at), stop_(std::move(stop)) {}
+  void append(int64_t rows, const int64_t* index, const std::vector<const void*>& data) override {
+    if (++appends_ == at_) stop_();
+    MemoryFile::append(rows, index, data);
+  }
+  int at_, appends_ = 0;
+  std::function<void()> stop_;
+};
 
 // Runs the pipeline with a stop request from another thread `ms` in: the run is then mid-way.
 PipelineStats run_stopped_after(Pipeline& p, WorkDistributor& work, int ms) {
@@ -218,9 +234,9 @@ TEST(Pipeline, WritesEverySampleOnceWithTheRightValues) {
   auto device = create_host_device();
   SumEngine engine(8, sample, 2);
   MemoryFile file;
-  Chunking chunks{203, 16};
-  ListWork work(chunks, all_chunks(chunks));
+  ListWork work(203, 16);
   PipelineOptions o;
+  o.commit_batches = 2;
   o.prefetch = 3;
   o.egress_buffers = 2;
   o.reader_threads = 3;
@@ -250,8 +266,7 @@ TEST(Pipeline, ASlowWriterStallsTheDriverInsteadOfGrowingMemory) {
   auto device = create_host_device();
   SumEngine engine(4, sample, 2);
   MemoryFile slow(20);
-  Chunking chunks{64, 8};
-  ListWork work(chunks, all_chunks(chunks));
+  ListWork work(64, 8);
   PipelineOptions o;
   o.prefetch = 2;
   o.egress_buffers = 1;
@@ -263,21 +278,76 @@ TEST(Pipeline, ASlowWriterStallsTheDriverInsteadOfGrowingMemory) {
   EXPECT_GT(s.write_s, 0.25);
 }
 
-TEST(Pipeline, StopFinishesTheChunksInFlightAndCommitsThem) {
+TEST(Pipeline, StopFinishesTheBatchesInFlightAndCommitsThem) {
   const Shape sample{4};
   auto source = make_synthetic_source(4000, sample, DType::F32, 1);
   auto device = create_host_device();
   SumEngine engine(4, sample, 2);
   MemoryFile slow(2);
-  Chunking chunks{4000, 8};
-  ListWork work(chunks, all_chunks(chunks));
-  Pipeline p(*device, engine, *source, &slow, PipelineOptions{});
+  ListWork work(4000, 8);
+  PipelineOptions o;
+  o.commit_batches = 2;
+  Pipeline p(*device, engine, *source, &slow, o);
   PipelineStats s = run_stopped_after(p, work, 60);
   EXPECT_LT(s.samples, 4000);
   EXPECT_GT(s.samples, 0);
-  EXPECT_EQ(s.samples % 8, 0);  // whole chunks only
+  EXPECT_EQ(s.samples % 4, 0);  // whole batches
   EXPECT_TRUE(slow.pending_.empty());
   for (const auto& kv : slow.rows_) EXPECT_TRUE(kv.second.committed);
+}
+
+// A stop does not wait for the commit unit to fill up (issue 9: a stop once drained a whole job):
+// once the stop is seen, no new batch starts on the device; the batches already there are written
+// and committed as a partial run, however many batches a commit would otherwise take.
+TEST(Pipeline, AStopStartsNoNewBatchAndCommitsThePartialRun) {
+  const Shape sample{4};
+  auto source = make_synthetic_source(4000, sample, DType::F32, 1);
+  auto device = create_host_device();
+  SumEngine engine(4, sample, 2);
+  ListWork work(4000, 4000);
+  PipelineOptions o;
+  o.prefetch = 3;
+  o.egress_buffers = 2;
+  o.commit_batches = 1000;  // the whole job would be one commit
+  Pipeline* pipeline = nullptr;
+  StoppingFile file(/*at=*/5, [&] { pipeline->stop(); });
+  Pipeline p(*device, engine, *source, &file, o);
+  pipeline = &p;
+  PipelineStats s = p.run(work);
+  // Stopped while storing batch 5: at most the batches holding the other out-slots come after it.
+  EXPECT_GE(s.batches, 5);
+  EXPECT_LE(s.batches, 5 + o.egress_buffers);
+  EXPECT_EQ(s.samples, s.batches * 4);
+  ASSERT_EQ(file.chunks_.size(), 1u);  // one record: the partial run
+  EXPECT_EQ(file.chunks_[0].first_index, 0);
+  EXPECT_EQ(file.chunks_[0].count, s.samples);
+  EXPECT_TRUE(file.pending_.empty());
+  EXPECT_EQ(static_cast<int64_t>(file.rows_.size()), s.samples);
+  ASSERT_EQ(work.commits_.size(), 1u);
+  EXPECT_EQ(work.commits_[0].count, s.samples);
+}
+
+// Every --chunk-batches batches one record; a run that does not continue the previous one (a new
+// range) starts a new record, so every record is contiguous in samples and in rows.
+TEST(Pipeline, CommitsEveryCommitBatchesAndAtEachNewRange) {
+  const Shape sample{2};
+  auto source = make_synthetic_source(200, sample, DType::F32, 3);
+  auto device = create_host_device();
+  SumEngine engine(8, sample, 2);
+  MemoryFile file;
+  ListWork work(200, 200);
+  // Two ranges, out of order: samples [96, 200) first (13 batches, the last one short), then [0, 96).
+  work.items_ = {WorkItem{96, 104}, WorkItem{0, 96}};
+  PipelineOptions o;
+  o.commit_batches = 5;
+  Pipeline p(*device, engine, *source, &file, o);
+  PipelineStats s = p.run(work);
+  EXPECT_EQ(s.samples, 200);
+  std::vector<std::pair<int64_t, int64_t>> got;
+  for (const ChunkRecord& r : file.chunks_) got.emplace_back(r.first_index, r.count);
+  const std::vector<std::pair<int64_t, int64_t>> want{{96, 40}, {136, 40}, {176, 24}, {0, 40}, {40, 40}, {80, 16}};
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(s.chunks, 6);
 }
 
 TEST(Pipeline, AStageFailureEndsTheRunWithItsError) {
@@ -286,9 +356,10 @@ TEST(Pipeline, AStageFailureEndsTheRunWithItsError) {
   auto device = create_host_device();
   SumEngine engine(4, sample, 2, /*fail_at=*/5);
   MemoryFile file;
-  Chunking chunks{400, 8};
-  ListWork work(chunks, all_chunks(chunks));
-  Pipeline p(*device, engine, *source, &file, PipelineOptions{});
+  ListWork work(400, 8);
+  PipelineOptions o;
+  o.commit_batches = 2;
+  Pipeline p(*device, engine, *source, &file, o);
   try {
     p.run(work);
     FAIL() << "run() should rethrow the engine's error";
@@ -329,8 +400,7 @@ TEST(Pipeline, WithoutCompressionExtraWriterThreadsChangeNothing) {
   auto device = create_host_device();
   SumEngine engine(8, sample, 2);
   MemoryFile file;
-  Chunking chunks{100, 16};
-  ListWork work(chunks, all_chunks(chunks));
+  ListWork work(100, 16);
   PipelineOptions o;
   o.writer_threads = 3;
   Pipeline p(*device, engine, *source, &file, o);
@@ -350,9 +420,9 @@ TEST(Pipeline, WriterThreadsCompressWholeChunksAndTheWriterStoresThemInBatchOrde
     auto device = create_host_device();
     SumEngine engine(8, sample, 2);
     CodecFile file(sum_layouts(), -1, slots == 1 ? 3 : 0);
-    Chunking chunks{204, 16};
-    ListWork work(chunks, all_chunks(chunks));
+    ListWork work(204, 16);
     PipelineOptions o;
+    o.commit_batches = 2;
     o.prefetch = 3;
     o.egress_buffers = slots;
     o.writer_threads = threads;
@@ -389,8 +459,7 @@ TEST(Pipeline, AFailingEncoderEndsTheRunWithItsError) {
   auto device = create_host_device();
   SumEngine engine(8, sample, 2);
   CodecFile file(sum_layouts(/*deflate=*/12));  // no such level: the encoder throws
-  Chunking chunks{400, 16};
-  ListWork work(chunks, all_chunks(chunks));
+  ListWork work(400, 16);
   PipelineOptions o;
   o.writer_threads = 2;
   Pipeline p(*device, engine, *source, &file, o);
@@ -409,9 +478,9 @@ TEST(Pipeline, AFailingWriterStopsTheEncodersAndEndsTheRunWithItsError) {
   auto device = create_host_device();
   SumEngine engine(8, sample, 2);
   CodecFile file(sum_layouts(), /*fail_at=*/5);
-  Chunking chunks{4000, 16};
-  ListWork work(chunks, all_chunks(chunks));
+  ListWork work(4000, 16);
   PipelineOptions o;
+  o.commit_batches = 2;
   o.writer_threads = 3;
   Pipeline p(*device, engine, *source, &file, o);
   try {
@@ -430,15 +499,15 @@ TEST(Pipeline, StopWithCompressionStoresAndCommitsTheChunksInFlight) {
   auto device = create_host_device();
   SumEngine engine(8, sample, 2);
   CodecFile slow(sum_layouts(), -1, /*delay_ms=*/2);
-  Chunking chunks{4000, 16};
-  ListWork work(chunks, all_chunks(chunks));
+  ListWork work(4000, 16);
   PipelineOptions o;
+  o.commit_batches = 2;
   o.writer_threads = 2;
   Pipeline p(*device, engine, *source, &slow, o);
   PipelineStats s = run_stopped_after(p, work, 60);
   EXPECT_GT(s.samples, 0);
   EXPECT_LT(s.samples, 4000);
-  EXPECT_EQ(s.samples % 16, 0);  // whole chunks only
+  EXPECT_EQ(s.samples % 8, 0);  // whole batches
   EXPECT_EQ(slow.encoded_chunks_, s.batches * 3);
   EXPECT_EQ(slow.mismatches_, 0);
   EXPECT_TRUE(slow.pending_.empty());

@@ -96,20 +96,21 @@ class FilterInsideHdf5 final : public RankFile {
 
 class InOrderWork final : public WorkDistributor {
  public:
-  explicit InOrderWork(Chunking c) : c_(c) {}
+  explicit InOrderWork(int64_t total) : total_(total) {}
   std::optional<WorkItem> next() override {
-    if (next_ == c_.chunks()) return std::nullopt;
-    return c_.item(next_++);
+    if (done_) return std::nullopt;
+    done_ = true;
+    return WorkItem{0, total_};
   }
   void committed(const WorkItem&) override {}
   void request_stop() override {}
   bool finish() override { return true; }
   int64_t job_committed() const override { return 0; }
-  int64_t job_pending() const override { return c_.total; }
+  int64_t job_pending() const override { return total_; }
 
  private:
-  Chunking c_;
-  int64_t next_ = 0;
+  int64_t total_;
+  bool done_ = false;
 };
 
 }  // namespace
@@ -146,9 +147,10 @@ TEST(WriterBenchmark, QuickstartLogitsDeflatedWithOneAndTwoWriterThreads) {
       PipelineOptions o;
       o.reader_threads = 1;
       o.writer_threads = c.threads;
+      o.commit_batches = 2;
       FilterInsideHdf5 hidden(*file);
       Pipeline p(*device, engine, *source, c.inside_hdf5 ? static_cast<RankFile*>(&hidden) : file.get(), o);
-      InOrderWork work(Chunking{n, 2 * kBatch});
+      InOrderWork work(n);
       const PipelineStats s = p.run(work);
       file->close();
       ASSERT_EQ(s.samples, n);
