@@ -59,8 +59,9 @@ std::string RunContext::explain(const std::vector<std::pair<std::string, std::st
   os << "\nInput: " << source_->describe() << " (" << chunking_.total << " samples)\n";
   os << "Model: " << job_.model << " (sha256 " << model_sha256_.substr(0, 12) << "...), prepared for batch "
      << job_.batch_size << ": input " << dtype_name(graph_.inputs.at(0).dtype) << shape_str(graph_.inputs.at(0).shape) << "\n";
-  os << "Work: " << chunking_.chunks() << " chunks of " << chunking_.chunk_samples << " samples ("
-     << job_.chunk_batches << " batch(es) of " << job_.batch_size << "): the unit of sharding, commit and resume\n";
+  os << "Work: " << (chunking_.total + job_.batch_size - 1) / job_.batch_size << " batches of " << job_.batch_size
+     << ", shared among the ranks by ranges (" << job_.sharding << "), committed every " << job_.chunk_batches
+     << " batch(es) (" << chunking_.chunk_samples << " samples)\n";
   os << "\nOutput folder: " << absolute_path(job_.output) << "\n  " << folder_state(job_) << "\n";
   if (job_.sink == "hdf5") {
     double total = 0;
@@ -74,7 +75,8 @@ std::string RunContext::explain(const std::vector<std::pair<std::string, std::st
       os << "    /outputs/" << d.name << "  " << dtype_name(d.dtype) << shape_str(full) << "  " << human_bytes(bytes)
          << (d.deflate ? str(" before deflate level ", d.deflate) : std::string()) << "\n";
     }
-    os << "    /sample_index, /ledger   the global index of each row, the committed chunks\n";
+    os << "    /sample_index, /sample_key, /sample_status   each row's global index, key and status\n";
+    os << "    /ledger          the commits (one record per commit of consecutive samples)\n";
     os << "  outputs.h5      the same datasets [N, ...] in sample order, mapped onto the rank files (no copy)\n";
     os << "  report.json     the report (also printed); attempts.json: every attempt of the job\n";
     os << "  in all about " << human_bytes(total) << " of outputs\n";

@@ -17,7 +17,6 @@ inline constexpr int64_t kOldestFormat = 1;
 inline constexpr char kOutputsGroup[] = "/outputs";
 inline constexpr char kSampleIndex[] = "/sample_index";
 inline constexpr char kLedger[] = "/ledger";
-inline constexpr char kBadSamples[] = "/bad_samples";  // a list {index, reason}, not one row per sample
 inline constexpr int64_t kLedgerChunk = 64;  // ledger records per HDF5 chunk
 // Per-row data beside the outputs (RowMeta; docs/file-formats.md).  Rows of the first three follow
 // /sample_index exactly (same extent, written in the same append, committed by the same ledger

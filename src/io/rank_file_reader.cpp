@@ -282,19 +282,17 @@ RankFileInfo read_info(hid_t file, const std::string& path) {
     spec.deflate = deflate_level(d);
     info.datasets.push_back(std::move(spec));
   }
-  // Per-row data: rows present in it count like the outputs' (written in the same append).
+  // Per-row data (its rows are row datasets too, counted below with the outputs').
   for (const char* name : {kSampleKey, kSampleStatus, kSampleSize}) {
     if (!h5::exists(file, name)) continue;
-    h5::Dataset d(H5_CHECK(H5Dopen2(file, name, H5P_DEFAULT)));
-    file_rows = std::min(file_rows, static_cast<int64_t>(h5::dims_of(d).at(0)));
     if (std::strcmp(name, kSampleKey) == 0) {
+      h5::Dataset d(H5_CHECK(H5Dopen2(file, name, H5P_DEFAULT)));
       h5::Type type(H5_CHECK(H5Dget_type(d)));
       info.key_bytes = H5Tget_size(type);
     }
     if (std::strcmp(name, kSampleStatus) == 0) info.has_status = true;
     if (std::strcmp(name, kSampleSize) == 0) info.has_sizes = true;
   }
-  info.file_rows = file_rows;
   // Rows present in every row dataset: a commit's rows exist in all of them before its record.
   info.row_datasets = row_datasets(file);
   int64_t file_rows = -1;
