@@ -1,7 +1,10 @@
 // The batch-axis check: a forward pass over the graph that tracks, for every tensor, where the
 // input's batch axis went.  A tensor is either independent of the input (kConst: weights, shapes),
 // has the batch on one axis with every row depending on its own sample only, or is kMixed (rows
-// mixed, or the axis dropped), with the reason kept for the message.
+// mixed, or the axis dropped), with the reason kept for the message.  A data tensor also knows
+// which samples its batch axis holds (rows 0.. hold samples first..): a Slice along the batch takes
+// a window of them and a Concat along the batch may join consecutive windows again, which is how a
+// fixed-batch model runs as sub-batches (model/batch_adapt.h) without mixing samples.
 #include "model/batch_axis.h"
 
 #include <algorithm>
@@ -19,7 +22,8 @@ constexpr int kMixed = -2;
 
 struct State {
   int axis = kConst;
-  std::string why;  // for kMixed: the node and what it did
+  std::string why;    // for kMixed: the node and what it did
+  int64_t first = 0;  // a data tensor: the sample its batch axis' row 0 holds
 };
 
 class Tracker {
@@ -55,7 +59,8 @@ class Tracker {
       if (!o.empty()) state_[o] = s;
   }
   void mixed(const Node& n, const std::string& what) { set_all(n, State{kMixed, str(n.describe(), " ", what)}); }
-  void axis(const Node& n, int a) { set_all(n, State{a, ""}); }
+  void axis(const Node& n, int a) { set_all(n, State{a, "", first_}); }
+  void axis_at(const Node& n, int a, int64_t first) { set_all(n, State{a, "", first}); }
 
   // The output axis that holds input `x`'s batch axis `a` after a reshape to the output's shape:
   // the one whose preceding dimensions hold as many elements and whose size is the batch's.
@@ -85,6 +90,11 @@ class Tracker {
     const std::string& op = n.op;
     const std::size_t first = data.front().first;
     const int a = data.front().second.axis;
+    first_ = data.front().second.first;
+    // Several data inputs must hold the same samples row by row (a Concat along the batch aside).
+    if (!(op_is(n, "Concat") && norm(n.get_int("axis", 0), rank(n.input(first))) == a))
+      for (const auto& d : data)
+        if (d.second.first != first_) return mixed(n, "combines rows of different samples");
     const std::string& x = n.input(first);
     const std::string y = n.outputs.empty() ? std::string() : n.outputs[0];
 
@@ -164,7 +174,16 @@ class Tracker {
       const int64_t ax = norm(n.get_int("axis", 0), r);
       for (const auto& [i, s] : data)
         if (s.axis != a) return mixed(n, "joins tensors whose batch axes do not line up");
-      if (ax == a) return mixed(n, "joins tensors along the batch axis");
+      if (ax == a) {
+        // Along the batch: only consecutive windows of samples, every input data (sub-batches joined).
+        if (data.size() != n.inputs.size()) return mixed(n, "joins other data to the batch axis");
+        int64_t next = data.front().second.first;
+        for (const auto& [i, s] : data) {
+          if (s.first != next) return mixed(n, "joins tensors along the batch axis out of sample order");
+          next += shape(n.input(i))[static_cast<std::size_t>(a)];
+        }
+        return axis_at(n, a, data.front().second.first);
+      }
       return axis(n, a);
     }
     if (op == "Gather") {
@@ -172,19 +191,29 @@ class Tracker {
       if (ax == a) return mixed(n, "selects along the batch axis");
       return axis(n, static_cast<int>(a < ax ? a : a + rank(n.input(1)) - 1));
     }
-    if (op == "Slice" || op == "Pad" || op == "Resize") {
+    if (op == "Slice") {
+      // A window of the batch (step 1) is a sub-batch: its rows hold the samples from first + start.
+      const std::vector<int64_t> starts = const_ints(n, 1), axes = const_ints(n, 3), steps = const_ints(n, 4);
+      int64_t shift = 0;
+      bool on_batch = false;
+      for (std::size_t k = 0; k < starts.size(); ++k) {
+        const int64_t ax = axes.empty() ? static_cast<int64_t>(k) : norm(axes[k], r);
+        const int64_t step = k < steps.size() ? steps[k] : 1;
+        if (ax != a) continue;
+        if (step != 1) return mixed(n, "reorders the batch axis");
+        const int64_t len = shape(x)[static_cast<std::size_t>(a)];
+        shift = std::min(std::max<int64_t>(starts[k] < 0 ? starts[k] + len : starts[k], 0), len);
+        on_batch = true;
+      }
+      if (shape(y).size() != static_cast<std::size_t>(r)) return mixed(n, "changes the rank around the batch axis");
+      if (!on_batch && shape(y)[static_cast<std::size_t>(a)] != shape(x)[static_cast<std::size_t>(a)])
+        return mixed(n, "changes the batch axis' length");
+      return axis_at(n, a, first_ + shift);
+    }
+    if (op == "Pad" || op == "Resize") {
       // Position-preserving along the batch only if it keeps every row where it was.
       if (shape(y).size() != static_cast<std::size_t>(r) || shape(y)[static_cast<std::size_t>(a)] != shape(x)[static_cast<std::size_t>(a)])
         return mixed(n, "changes the batch axis' length");
-      if (op == "Slice") {
-        const std::vector<int64_t> starts = const_ints(n, 1), axes = const_ints(n, 3), steps = const_ints(n, 4);
-        for (std::size_t k = 0; k < starts.size(); ++k) {
-          const int64_t ax = axes.empty() ? static_cast<int64_t>(k) : norm(axes[k], r);
-          const int64_t step = k < steps.size() ? steps[k] : 1;
-          if (ax == a && (step != 1 || norm(starts[k], shape(x)[static_cast<std::size_t>(a)]) > 0))
-            return mixed(n, "reorders or shifts the batch axis");
-        }
-      }
       if (op == "Pad") {
         const std::vector<int64_t> pads = const_ints(n, 1), axes = const_ints(n, 3);
         const std::size_t k = axes.empty() ? static_cast<std::size_t>(r) : axes.size();
@@ -203,8 +232,11 @@ class Tracker {
     return mixed(n, "is an op whose effect on the batch axis is not known");
   }
 
+  static bool op_is(const Node& n, const char* op) { return n.op == op; }
+
   const Graph& g_;
   std::unordered_map<std::string, State> state_;
+  int64_t first_ = 0;  // the node being visited: the samples its first data input starts at
 };
 
 }  // namespace
@@ -223,6 +255,8 @@ void check_batch_axis(const Graph& g, int64_t batch) {
     if (st.axis > 0)
       throw InputError(str(what, " holds the batch on axis ", st.axis, ", not axis 0", need,
                            " (end the model with a Transpose that moves it back)"));
+    if (st.axis == 0 && st.first != 0)
+      throw InputError(str(what, " starts at sample ", st.first, ", not at the batch's first sample", need));
     if (s.empty() || s[0] != batch)
       throw InputError(str(what, " does not start with the batch size ", batch, need));
   }

@@ -184,11 +184,22 @@ TEST(RowMeta, StaleBadSamplesOfAnUncommittedAppendAreBlankedOnResume) {
   write_chunk(*f, specs(), 1, 10, 10, 5);
   f->close();
   EXPECT_EQ(read_bad_samples(read_rank_file(path)), expected_bad({{0, 5}}));
-  const std::vector<unsigned char> slots = read_raw_rows(path, "/bad_samples", 0, 3);
-  ASSERT_EQ(slots.size(), 3u * 208);
-  int64_t index = 0;
-  std::memcpy(&index, slots.data() + 208, 8);
-  EXPECT_EQ(index, -1);  // was 13
+  // The stale record of sample 13 is gone from the file: blanked (index -1) or cut by the recovery
+  // of the uncommitted rows.
+  const RankFileInfo info = read_rank_file(path);
+  hid_t h = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(h, "/bad_samples", H5P_DEFAULT);
+  hid_t space = H5Dget_space(d);
+  const hssize_t slots_in_file = H5Sget_simple_extent_npoints(space);
+  H5Sclose(space);
+  H5Dclose(d);
+  H5Fclose(h);
+  if (slots_in_file >= 2) {
+    const std::vector<unsigned char> slots = read_raw_rows(path, "/bad_samples", 0, 2);
+    int64_t index = 0;
+    std::memcpy(&index, slots.data() + 208, 8);
+    EXPECT_EQ(index, -1);  // was 13
+  }
 }
 
 TEST(RowMeta, PaddingRowsOfCompressedFilesReadAsBlanks) {
