@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -15,6 +16,7 @@
 #include "app/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/mpi_context.h"
 #include "sluice/version.h"
 
 namespace sluice {
@@ -29,8 +31,28 @@ int launcher_rank() {
   return 0;
 }
 
+// The launcher's world size before MPI is initialized (1 for a plain process).
+int launcher_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
+    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
+  }
+  return 1;
+}
+
 void print_error_line(const std::string& message) {
   if (!message.empty() && launcher_rank() == 0) std::fprintf(stderr, "sluice: error: %s\n", message.c_str());
+  std::fflush(stderr);
+}
+
+// A usage error found before MPI started, under a launcher: only rank 0 prints it, and the others
+// must not exit first, or the launcher kills rank 0 before its line is out.  So every rank meets
+// in one barrier after rank 0 printed, then all exit with the same status.
+void settle_with_the_other_ranks() {
+  if (launcher_size() < 2 || MpiContext::initialized()) return;
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Finalize();
 }
 
 // "did you mean --batch-size?" for the first option on the command line that `sub` does not know.
@@ -107,12 +129,15 @@ int cli_main(int argc, char** argv) {
     const std::string hint = option_hint(sub, argc, argv);
     print_error_line(hint.empty() ? str(e.what(), " (see sluice ", sub ? sub->get_name() + " " : std::string(), "--help)")
                                   : str(e.what(), "\nsluice: hint: ", hint));
+    settle_with_the_other_ranks();
     return kExitUsage;
   } catch (const Error& e) {
     print_error_line(error_text(e));
+    settle_with_the_other_ranks();
     return e.exit_code();
   } catch (const std::exception& e) {
     print_error_line(e.what());
+    settle_with_the_other_ranks();
     return kExitFailure;
   }
 }

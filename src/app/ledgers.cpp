@@ -87,10 +87,12 @@ void agree_on(const MpiContext& mpi, std::string verdict) {
   verdict = mpi.broadcast_string(verdict);
   if (verdict.empty()) return;
   const json v = json::parse(verdict);
-  throw Error(v.at("message").get<std::string>(), v.at("code").get<int>());
+  throw Error(v.at("message").get<std::string>(), v.at("code").get<int>(), v.value("hint", std::string()));
 }
 
-std::string verdict_of(const Error& e) { return json{{"code", e.exit_code()}, {"message", e.what()}}.dump(); }
+std::string verdict_of(const Error& e) {
+  return json{{"code", e.exit_code()}, {"message", e.what()}, {"hint", e.hint()}}.dump();
+}
 
 // `key = value` lines of a job's TOML text.
 std::map<std::string, std::string> job_keys(const std::string& toml) {
@@ -121,10 +123,6 @@ void check_same_job(const std::vector<RankFileInfo>& files, const JobConfig& job
       throw InputError(str("--resume: ", name, " was written by another model (sha256 ", f.model_sha256.substr(0, 12),
                            "..., this job's model is ", id.model_sha256.substr(0, 12), "...)"),
                        "resume with the same model file, or start over with --overwrite");
-    if (f.total_samples != chunking.total || f.chunk_rows != chunking.batch)
-      throw InputError(str("--resume: ", name, " belongs to a job of ", f.total_samples, " samples in batches of ",
-                           f.chunk_rows, "; this job has ", chunking.total, " samples in batches of ", chunking.batch),
-                       "keep --samples and --batch-size of the earlier run");
     if (spec_str(f.datasets) != spec_str(id.specs))
       throw InputError(str("--resume: ", name, " stores ", spec_str(f.datasets), "but this job stores ", spec_str(id.specs)),
                        "keep --outputs, --output-dtype and --top-k of the earlier run");
@@ -136,6 +134,10 @@ void check_same_job(const std::vector<RankFileInfo>& files, const JobConfig& job
                            n->second, "; the folder would mix two computations"),
                        "resume with the earlier value, or start over with --overwrite");
     }
+    if (f.total_samples != chunking.total || f.chunk_rows != chunking.batch)
+      throw InputError(str("--resume: ", name, " belongs to a job of ", f.total_samples, " samples in batches of ",
+                           f.chunk_rows, "; this job has ", chunking.total, " samples in batches of ", chunking.batch),
+                       "keep --samples and --batch-size of the earlier run");
     if (!f.input_fingerprint.empty() && !id.input_fingerprint.empty() && f.input_fingerprint != id.input_fingerprint)
       throw InputError(str("--resume: the input changed since ", name, " was written (it read ", f.input_fingerprint,
                            "; now ", id.input_fingerprint, ")"),

@@ -19,6 +19,7 @@ namespace {
 
 constexpr int kConst = -1;
 constexpr int kMixed = -2;
+constexpr int kSingle = -3;  // a tensor computed from one sample only (a sub-batch of one), any layout
 
 struct State {
   int axis = kConst;
@@ -88,6 +89,30 @@ class Tracker {
     }
     if (data.empty()) return set_all(n, State{});
     const std::string& op = n.op;
+    // One sample's rows cannot mix with others', whatever the op does: a fixed-batch-1 model run as
+    // sub-batches of one keeps samples apart through any reshape or reduction.
+    auto single = [&](std::size_t i, const State& st) {
+      if (st.axis == kSingle) return true;
+      const Shape& sh = shape(n.input(i));
+      return st.axis >= 0 && static_cast<std::size_t>(st.axis) < sh.size() && sh[static_cast<std::size_t>(st.axis)] == 1;
+    };
+    if (std::all_of(data.begin(), data.end(), [&](const auto& d) { return single(d.first, d.second); })) {
+      const int64_t s0 = data.front().second.first;
+      if (op == "Concat" && data.size() == n.inputs.size() && norm(n.get_int("axis", 0), rank(n.outputs[0])) == 0) {
+        // Sub-batches of one joined along axis 0, in sample order: a batch window again.
+        for (std::size_t k = 0; k < data.size(); ++k) {
+          const Shape& sh = shape(n.input(data[k].first));
+          if (sh.empty() || sh[0] != 1 || data[k].second.first != s0 + static_cast<int64_t>(k))
+            return mixed(n, "joins single samples out of order");
+        }
+        return set_all(n, State{0, "", s0});
+      }
+      for (const auto& d : data)
+        if (d.second.first != s0) return mixed(n, "combines rows of different samples");
+      return set_all(n, State{kSingle, "", s0});
+    }
+    for (const auto& d : data)
+      if (d.second.axis == kSingle) return mixed(n, "combines one sample with other samples");
     const std::size_t first = data.front().first;
     const int a = data.front().second.axis;
     first_ = data.front().second.first;
@@ -255,6 +280,9 @@ void check_batch_axis(const Graph& g, int64_t batch) {
     if (st.axis > 0)
       throw InputError(str(what, " holds the batch on axis ", st.axis, ", not axis 0", need,
                            " (end the model with a Transpose that moves it back)"));
+    if (st.axis == kSingle && st.first == 0 && !s.empty() && s[0] == batch && batch == 1) continue;
+    if (st.axis == kSingle)
+      throw InputError(str(what, " holds one sample where the batch of ", batch, " should be", need));
     if (st.axis == 0 && st.first != 0)
       throw InputError(str(what, " starts at sample ", st.first, ", not at the batch's first sample", need));
     if (s.empty() || s[0] != batch)

@@ -176,7 +176,9 @@ def test_one_error_line_and_one_status_on_every_rank(files, np_, case_id, status
     errors = [line for line in p.stderr.splitlines() if "error" in line.lower()]
     assert p.returncode == status, p.stderr
     assert len(errors) == 1 and errors[0].startswith("sluice: error: "), p.stderr
-    assert words in errors[0], errors[0]
+    hints = [line for line in p.stderr.splitlines() if line.startswith("sluice: hint: ")]
+    assert len(hints) <= 1, p.stderr  # one line, plus at most one hint line
+    assert words in errors[0] + " " + " ".join(hints), p.stderr
 
 
 def test_the_finished_folder_is_unchanged_by_the_refusals(files):
