@@ -1,4 +1,4 @@
-// The command line: `sluice run`, `sluice inspect`, `sluice forward`, `sluice --version`.
+// The command line: `sluice run`, `sluice inspect`, `sluice forward`, `sluice profile`, `sluice --version`.
 // Usage errors exit 2 with one line; every other failure is a sluice::Error whose exit code says
 // what kind it was (README, "Exit status").  Only rank 0 of a job prints usage errors, so an
 // mpirun of 8 ranks with a typo prints one line, not eight.
@@ -43,6 +43,7 @@ int cli_main(int argc, char** argv) {
   add_run_command(app, commands);
   add_inspect_command(app);
   add_forward_command(app);
+  add_profile_command(app);
 
   // Subcommands without MPI (inspect, forward) run inside parse() through their CLI11 callbacks and
   // report a non-zero status with CLI::RuntimeError; `run` runs after parsing (it needs argv for MPI).

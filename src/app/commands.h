@@ -22,5 +22,6 @@ struct Commands {
 void add_run_command(CLI::App& app, Commands& commands);   // app/cmd_run.cpp
 void add_inspect_command(CLI::App& app);                   // app/cmd_inspect.cpp
 void add_forward_command(CLI::App& app);                   // app/cmd_forward.cpp
+void add_profile_command(CLI::App& app);                   // app/cmd_profile.cpp
 
 }  // namespace sluice

@@ -1,4 +1,5 @@
 // The builder: graph values to tensor slots, nodes to steps (engine_internal.h).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -175,7 +176,7 @@ int Builder::transposed(int src, bool nhwc) {
   }
   const std::size_t es = dtype_size(s.dtype);
   add(s.name + (nhwc ? " to nhwc" : " to nchw"), {src, dst},
-      [=](Context&, const Bindings& bd, cudaStream_t st) { strided_copy(es, bd.at(src), bd.at(dst), cs, st); });
+      [=](Context&, const Bindings& bd, cudaStream_t st) { strided_copy(es, bd.at(src), bd.at(dst), cs, st); }, "Layout");
   return dst;
 }
 
@@ -303,7 +304,14 @@ void Builder::alias_or_copy(const Node& n, std::size_t out_index, int src) {
   ids_[name] = new_slot(std::move(s));
 }
 
-void Builder::add(std::unique_ptr<Step> step, std::vector<int> uses) {
+void Builder::add(std::unique_ptr<Step> step, std::vector<int> uses, const std::string& kind) {
+  step->kind = !kind.empty() ? kind : (current_ ? current_->op : "Copy");
+  std::vector<int> seen;
+  for (int id : uses) {
+    if (id < 0 || std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+    seen.push_back(id);
+    step->bytes += static_cast<double>(slot(id).bytes);
+  }
   steps.push_back(std::move(step));
   step_slots.push_back(std::move(uses));
 }
@@ -315,24 +323,38 @@ void Builder::copy_or_cast(const std::string& label, int src, int dst) {
     const std::size_t bytes = b.bytes;
     add(label, {src, dst}, [=](Context&, const Bindings& bd, cudaStream_t s) {
       CUDA_CHECK(cudaMemcpyAsync(bd.at(dst), bd.at(src), bytes, cudaMemcpyDeviceToDevice, s));
-    });
+    }, "Copy");
   } else {
     const DType from = a.dtype, to = b.dtype;
     const int64_t n = b.numel();
     add(label, {src, dst}, [=](Context&, const Bindings& bd, cudaStream_t s) {
       cast(from, to, bd.at(src), bd.at(dst), n, s);
-    });
+    }, "Convert");
   }
 }
 
 void Builder::lower_node(const Node& n) {
+  current_ = &n;
+  const std::size_t first = steps.size();
   const bool known = lower_conv(*this, n) || lower_gemm(*this, n) || lower_elementwise(*this, n) ||
                      lower_layout(*this, n) || lower_reduce(*this, n);
   if (!known)
     fail(n, "op ", n.domain.empty() ? "" : n.domain + ".", n.op, " is not implemented by the cuda engine");
+  // The node's FLOPs go to its main step: the first one named after it.
+  for (std::size_t i = first; i < steps.size(); ++i) {
+    if (steps[i]->label() != n.name) continue;
+    std::vector<Shape> in, out;
+    for (const auto& name : n.inputs) in.push_back(name.empty() ? Shape{} : (graph.value(name) ? graph.value(name)->shape : Shape{}));
+    for (const auto& name : n.outputs) out.push_back(name.empty() || !graph.value(name) ? Shape{} : graph.value(name)->shape);
+    for (std::size_t k = 0; k < in.size(); ++k)
+      if (in[k].empty() && !n.input(k).empty() && graph.constant(n.input(k))) in[k] = graph.constant(n.input(k))->shape;
+    steps[i]->flops = node_flops(n, in, out);
+    break;
+  }
   const auto pending = std::move(pending_casts_);
   pending_casts_.clear();
   for (const auto& [from, to] : pending) copy_or_cast("convert output " + slot(to).name, relayout(from, false), to);
+  current_ = nullptr;
 }
 
 void Builder::lower_all() {

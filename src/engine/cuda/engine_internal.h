@@ -70,6 +70,10 @@ class Step {
   explicit Step(std::string label) : label_(std::move(label)) {}
   virtual ~Step() = default;
   const std::string& label() const { return label_; }
+  // For the profile (engine/profile.h): what the step is, the bytes of the tensors it touches and
+  // its FLOPs.  The builder fills them in.
+  std::string kind;
+  double bytes = 0, flops = 0;
   // Workspace this step needs at most (before prepare: an upper bound it will not exceed).
   virtual std::size_t workspace_bytes() const { return 0; }
   // Called once after memory exists and before any capture: measure algorithms, check that the
@@ -129,9 +133,12 @@ class Builder {
   Tensor to_compute(const Tensor& t) const;
   // Output i shares src's bytes when it can (Reshape, Flatten, ...), else it is copied.
   void alias_or_copy(const Node& n, std::size_t out_index, int src);
-  // Appends a step that reads/writes `uses`.
-  void add(std::unique_ptr<Step> step, std::vector<int> uses);
-  void add(const std::string& label, std::vector<int> uses, StepFn fn) { add(make_step(label, std::move(fn)), std::move(uses)); }
+  // Appends a step that reads/writes `uses`.  `kind` names it in the profile; "" means the op of
+  // the node being lowered.
+  void add(std::unique_ptr<Step> step, std::vector<int> uses, const std::string& kind = "");
+  void add(const std::string& label, std::vector<int> uses, StepFn fn, const std::string& kind = "") {
+    add(make_step(label, std::move(fn)), std::move(uses), kind);
+  }
 
   const TensorSlot& slot(int id) const { return slots[static_cast<std::size_t>(id)]; }
   const ValueInfo& value(const std::string& name) const;
@@ -159,6 +166,7 @@ class Builder {
   int transposed(int src, bool nhwc);
 
   bool nhwc_ = false;
+  const Node* current_ = nullptr;                     // the node being lowered
   std::map<std::pair<int, bool>, int> relayouts_;     // (slot, layout) -> converted slot
 
   std::unordered_map<std::string, int> ids_;          // graph value -> slot

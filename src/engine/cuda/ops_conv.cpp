@@ -415,7 +415,8 @@ bool lower_atrous(Builder& b, const Node& n, const ConvGeom& g, const Shape& xs,
   const int yb = b.temp(t, {d * d * N, ys[1], hs, wsub}, n.name + " (atrous output)");
   b.slots[static_cast<std::size_t>(xb)].nhwc = nhwc;
   b.slots[static_cast<std::size_t>(yb)].nhwc = nhwc;
-  b.add(std::make_unique<AtrousStep>(n.name + " to batch", es, x, xb, AtrousShape{N, xs[1], H, W, d, nhwc}, true), {x, xb});
+  b.add(std::make_unique<AtrousStep>(n.name + " to batch", es, x, xb, AtrousShape{N, xs[1], H, W, d, nhwc}, true), {x, xb},
+        "Atrous");
 
   ConvGeom sub = g;
   sub.dilation = {1, 1};
@@ -428,7 +429,8 @@ bool lower_atrous(Builder& b, const Node& n, const ConvGeom& g, const Shape& xs,
   b.add(std::make_unique<ConvStep>(n.name, t, b.precision, b.slot(xb).shape, ws, b.slot(yb).shape, sub, xb, w,
                                    late ? -1 : bias, -1, yb, late ? ActParams{} : act, nhwc),
         uses);
-  b.add(std::make_unique<AtrousStep>(n.name + " from batch", es, yb, y, AtrousShape{N, ys[1], H, W, d, nhwc}, false), {yb, y});
+  b.add(std::make_unique<AtrousStep>(n.name + " from batch", es, yb, y, AtrousShape{N, ys[1], H, W, d, nhwc}, false), {yb, y},
+        "Atrous");
   if (late) {
     const int64_t channels = ys[1], outer = nhwc ? N * H * W : N, inner = nhwc ? 1 : H * W;
     std::vector<int> epi = {y, z};
@@ -490,7 +492,7 @@ void lower_conv_forward(Builder& b, const Node& n) {
     for (std::size_t d = 2; d < xs.size(); ++d) ps.begin[nhwc ? d - 1 : d] = g.pad_begin[d - 2];
     const std::size_t es = dtype_size(b.compute);
     const int src = x;
-    b.add(n.name + " pad", {src, xp}, [=](Context&, const Bindings& bd, cudaStream_t s) { pad(es, bd.at(src), bd.at(xp), ps, s); });
+    b.add(n.name + " pad", {src, xp}, [=](Context&, const Bindings& bd, cudaStream_t s) { pad(es, bd.at(src), bd.at(xp), ps, s); }, "Pad");
     x = xp;
     xs = padded;
     std::fill(g.pad_begin.begin(), g.pad_begin.end(), 0);
