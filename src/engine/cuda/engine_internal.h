@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -115,6 +116,12 @@ class Builder {
   // overrides, for measurements).
   bool nhwc_enabled() const { return nhwc_; }
   bool is_nhwc(int slot) const { return slots[static_cast<std::size_t>(slot)].nhwc; }
+  // Whether every reader of tensor `name` is a channels-last convolution (and it is no graph
+  // output): then its producer may as well write it channels-last.
+  bool consumers_want_nhwc(const std::string& name) const;
+  // Whether convolution node n runs channels-last: 2-D, ungrouped, constant weights, and the
+  // engine's layout is channels-last (cuDNN's tensor-core kernels work in NHWC natively).
+  bool conv_runs_nhwc(const Node& n) const;
   // An NCHW slot viewed channels-last, or the other way round: an alias when the bytes are already
   // in that order (C == 1, or H == W == 1), else a transposed copy (cached).
   int relayout(int slot, bool nhwc);
@@ -158,6 +165,15 @@ class Builder {
   // Lowers every node, then makes sure each graph output is written.
   void lower_all();
 
+  // For fusions that lower several nodes at once (the output tails): the slot of graph output
+  // `name` in its final type and layout, registered as that tensor (-1 when `name` is no graph
+  // output, or its slot exists already); and nodes whose work an earlier step does, skipped later.
+  int graph_output(const std::string& name);
+  void skip(const Node& n) { skipped_.insert(&n); }
+  // The nodes reading tensor `name`, and whether it is a graph output.
+  std::vector<const Node*> consumers(const std::string& name) const;
+  bool is_graph_output(const std::string& name) const;
+
  private:
   int new_slot(TensorSlot s);
   int graph_output_slot(std::size_t k);
@@ -167,6 +183,7 @@ class Builder {
 
   bool nhwc_ = false;
   const Node* current_ = nullptr;                     // the node being lowered
+  std::set<const Node*> skipped_;                     // lowered with an earlier node
   std::map<std::pair<int, bool>, int> relayouts_;     // (slot, layout) -> converted slot
 
   std::unordered_map<std::string, int> ids_;          // graph value -> slot
@@ -181,6 +198,7 @@ bool lower_gemm(Builder& b, const Node& n);
 bool lower_elementwise(Builder& b, const Node& n);
 bool lower_layout(Builder& b, const Node& n);
 bool lower_reduce(Builder& b, const Node& n);
+void lower_resize(Builder& b, const Node& n);   // Resize and Upsample (ops_resize.cpp)
 
 // cuDNN data type of a float dtype.
 cudnnDataType_t cudnn_type(DType t);

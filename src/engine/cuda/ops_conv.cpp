@@ -444,12 +444,8 @@ bool lower_atrous(Builder& b, const Node& n, const ConvGeom& g, const Shape& xs,
 
 void lower_conv_forward(Builder& b, const Node& n) {
   const bool fused_op = n.op == "FusedConv";
-  const ValueInfo& xv = b.value(n.input(0));
   const Tensor* wconst = b.const_input(n, 1);
-  // Channels-last for 2-D, ungrouped convolutions on constant weights when the engine runs
-  // fp16/bf16: cuDNN's tensor-core kernels work in NHWC natively.
-  const bool nhwc = b.nhwc_enabled() && xv.shape.size() == 4 && n.get_int("group", 1) == 1 && wconst != nullptr &&
-                    wconst->shape.size() == 4;
+  const bool nhwc = b.conv_runs_nhwc(n);
   int x = b.input_as(n, 0, nhwc);
   // Channels-last weights: the same values in K R S C order, permuted on the host.
   const int w = nhwc ? b.constant(n.input(1) + " (krsc)", to_krsc(b.to_compute(*wconst))) : b.input(n, 1);
