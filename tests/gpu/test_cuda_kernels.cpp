@@ -136,6 +136,88 @@ TEST_P(Kernels, ChannelsLastResizesMatchCpu) {
   }
 }
 
+// ---- depthwise convolutions (ops_depthwise.cpp) ------------------------------------------------------
+
+struct DwSpec {
+  int64_t c = 16, k = 3, stride = 1, dilation = 1;
+  std::vector<int64_t> pads = {1, 1, 1, 1};
+  std::string activation = "Relu";   // "" for none
+  bool residual = false;
+};
+
+// x [2, 6, 11, 13] -> 1x1 conv to c channels -> depthwise k x k (FusedConv) -> "y".
+Graph depthwise_graph(const DwSpec& s) {
+  const int64_t h = 11, w = 13;
+  const int64_t span = s.dilation * (s.k - 1) + 1;
+  const int64_t oh = (h + s.pads[0] + s.pads[2] - span) / s.stride + 1, ow = (w + s.pads[1] + s.pads[3] - span) / s.stride + 1;
+  GraphBuilder b({2, 6, h, w});
+  conv_to(b, 2, 6, s.c, h, w, 110);
+  b.random_f("Wd", {s.c, 1, s.k, s.k}, 112, -0.5f, 0.5f).random_f("Bd", {s.c}, 113);
+  std::vector<std::string> ins = {"c", "Wd", "Bd"};
+  if (s.residual) ins.push_back("c");
+  Node& d = b.node("FusedConv", ins, {f32("y", {2, s.c, oh, ow})}, "sluice");
+  set_int(d, "group", s.c);
+  set_ints(d, "kernel_shape", {s.k, s.k});
+  set_ints(d, "strides", {s.stride, s.stride});
+  set_ints(d, "dilations", {s.dilation, s.dilation});
+  set_ints(d, "pads", s.pads);
+  set_string(d, "activation", s.activation);
+  if (s.activation == "Clip") {   // ReLU6
+    set_float(d, "clip_min", 0.f);
+    set_float(d, "clip_max", 6.f);
+  }
+  b.output("y");
+  return b.g;
+}
+
+std::vector<DwSpec> depthwise_cases() {
+  std::vector<DwSpec> v;
+  for (int64_t c : {16, 12, 5}) {
+    DwSpec s;
+    s.c = c;
+    v.push_back(s);                                   // 3x3 stride 1, bias + ReLU
+    s.k = 5;
+    s.stride = 2;
+    s.pads = {2, 2, 2, 2};
+    s.activation = "";
+    v.push_back(s);                                   // 5x5 stride 2 (MobileNetV3, EfficientNet)
+    s.k = 3;
+    s.stride = 1;
+    s.dilation = 2;
+    s.pads = {2, 1, 2, 3};                            // dilated, uneven pads
+    s.activation = "Clip";
+    v.push_back(s);
+  }
+  DwSpec r;
+  r.residual = true;                                  // the same shape in and out: a residual
+  v.push_back(r);
+  return v;
+}
+
+TEST(DepthwiseLowering, ChannelsLastDepthwiseConvolutionsNeedNoTranspose) {
+  for (const DwSpec& s : depthwise_cases()) {
+    const Graph g = depthwise_graph(s);
+    cuda::Builder b(g, Precision::BF16);
+    b.lower_all();
+    int depthwise = 0, layout = 0;
+    for (const auto& st : b.steps) {
+      depthwise += st->kind == "Depthwise";
+      layout += st->kind == "Layout";
+    }
+    EXPECT_EQ(depthwise, cuda::fast_kernels() ? 1 : 0) << s.c << " channels, " << s.k << "x" << s.k;
+    // The only layout change is the NCHW graph output's.
+    EXPECT_LE(layout, 1);
+  }
+}
+
+TEST_P(Kernels, DepthwiseConvolutionsMatchCpu) {
+  for (const DwSpec& s : depthwise_cases()) {
+    SCOPED_TRACE(str(s.c, " channels, ", s.k, "x", s.k, " stride ", s.stride, " dilation ", s.dilation, " act '",
+                     s.activation, "'", s.residual ? ", residual" : ""));
+    expect_matches_cpu(depthwise_graph(s), GetParam());
+  }
+}
+
 std::string precision_param(const ::testing::TestParamInfo<Precision>& i) { return precision_name(i.param); }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, Kernels,

@@ -125,7 +125,8 @@ bool Builder::conv_runs_nhwc(const Node& n) const {
   if (!nhwc_ || !((n.op == "Conv" && n.domain.empty()) || (n.op == "FusedConv" && n.domain == "sluice"))) return false;
   const ValueInfo* x = graph.value(n.input(0));
   const Tensor* w = const_input(n, 1);
-  return x && x->shape.size() == 4 && n.get_int("group", 1) == 1 && w && w->shape.size() == 4;
+  if (!x || x->shape.size() != 4 || !w || w->shape.size() != 4) return false;
+  return n.get_int("group", 1) == 1 || (fast_kernels() && is_depthwise(*this, n));   // ops_depthwise.cpp
 }
 
 bool Builder::consumers_want_nhwc(const std::string& name) const {

@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "engine/cuda/cuda_engine.h"
+#include "engine/cuda/kernels.h"
 #include "engine/engine.h"
 #include "model/graph.h"
 
@@ -119,8 +120,9 @@ class Builder {
   // Whether every reader of tensor `name` is a channels-last convolution (and it is no graph
   // output): then its producer may as well write it channels-last.
   bool consumers_want_nhwc(const std::string& name) const;
-  // Whether convolution node n runs channels-last: 2-D, ungrouped, constant weights, and the
-  // engine's layout is channels-last (cuDNN's tensor-core kernels work in NHWC natively).
+  // Whether convolution node n runs channels-last: 2-D, constant weights, ungrouped (cuDNN's
+  // tensor-core kernels work in NHWC natively) or depthwise (the engine's own kernel), and the
+  // engine's layout is channels-last.
   bool conv_runs_nhwc(const Node& n) const;
   // An NCHW slot viewed channels-last, or the other way round: an alias when the bytes are already
   // in that order (C == 1, or H == W == 1), else a transposed copy (cached).
@@ -199,6 +201,21 @@ bool lower_elementwise(Builder& b, const Node& n);
 bool lower_layout(Builder& b, const Node& n);
 bool lower_reduce(Builder& b, const Node& n);
 void lower_resize(Builder& b, const Node& n);   // Resize and Upsample (ops_resize.cpp)
+
+// Spatial geometry of one convolution, every vector with one entry per spatial dim: the node's
+// attributes with auto_pad resolved (ops_conv.cpp).
+struct ConvGeom {
+  std::vector<int64_t> kernel, stride, dilation, pad_begin, pad_end;
+  int64_t groups = 1;
+  bool symmetric() const { return pad_begin == pad_end; }
+};
+ConvGeom conv_geometry(const Builder& b, const Node& n, const Shape& x, const Shape& w, const Shape& y, bool transpose);
+// The activation of a sluice.FusedConv node.
+ActParams fused_activation(const Builder& b, const Node& n);
+// Depthwise convolutions of channels-last tensors on the engine's own kernel (ops_depthwise.cpp);
+// false when n is no such convolution.
+bool lower_depthwise(Builder& b, const Node& n);
+bool is_depthwise(const Builder& b, const Node& n);
 
 // cuDNN data type of a float dtype.
 cudnnDataType_t cudnn_type(DType t);

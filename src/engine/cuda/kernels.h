@@ -15,6 +15,10 @@ namespace sluice::cuda {
 
 constexpr int kMaxRank = 8;
 
+// The vectorized kernels and the engine's own depthwise convolution are used unless
+// SLUICE_CUDA_FAST=0 (for comparing with the plain kernels and cuDNN).
+bool fast_kernels();
+
 enum class Act : int {
   Identity = 0, Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid, HardSwish, Exp, Log, Sqrt, Neg,
   Abs, Erf, Reciprocal, Floor, Ceil, Round, Elu, Softplus, Gelu, GeluTanh, Selu, Sin, Cos, Not
@@ -149,6 +153,16 @@ struct TailOutputs {
   int64_t k = 0;
 };
 void resize_tail(DType t, const void* x, const ResizeShape& s, bool nhwc, const TailOutputs& o, cudaStream_t st);
+
+// Depthwise 2-D convolution (one filter per channel) of channels-last tensors: x [n, h, w, c],
+// w [kh, kw, c], y and z [n, oh, ow, c]; y = act(conv + bias[c] + z), bias and z may be null.
+// ph, pw are the begin paddings (the end ones follow from the output size).
+struct DepthwiseShape {
+  int64_t n = 0, c = 0, h = 0, w = 0, oh = 0, ow = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0;
+};
+void depthwise_conv(DType t, const void* x, const void* w, const void* bias, const void* z, void* y,
+                    const DepthwiseShape& s, ActParams act, cudaStream_t st);
 
 // Max/average pooling over 1 to 3 spatial dims of [N, C, spatial...].
 struct PoolShape {

@@ -75,9 +75,6 @@ constexpr int kVec = 16 / sizeof(T) > 0 ? static_cast<int>(16 / sizeof(T)) : 1;
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// The vectorized kernels are on unless SLUICE_CUDA_FAST=0 (for comparing with the plain kernels).
-bool fast_kernels();
-
 // A grid for a grid-stride loop over n work items with `threads` per block, no larger than a few
 // waves of the GPU (extra blocks only add scheduling).
 unsigned waves_grid(int64_t n, int threads = kThreads);

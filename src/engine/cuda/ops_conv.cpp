@@ -16,14 +16,6 @@
 #include "engine/cuda/kernels.h"
 
 namespace sluice::cuda {
-namespace {
-
-// Spatial geometry of one convolution, every vector with one entry per spatial dim.
-struct ConvGeom {
-  std::vector<int64_t> kernel, stride, dilation, pad_begin, pad_end;
-  int64_t groups = 1;
-  bool symmetric() const { return pad_begin == pad_end; }
-};
 
 ConvGeom conv_geometry(const Builder& b, const Node& n, const Shape& x, const Shape& w, const Shape& y, bool transpose) {
   const std::size_t sp = x.size() - 2;
@@ -58,6 +50,8 @@ ConvGeom conv_geometry(const Builder& b, const Node& n, const Shape& x, const Sh
   }
   return g;
 }
+
+namespace {
 
 cudnnMathType_t math_type(Precision p) {
   switch (p) {
@@ -304,6 +298,8 @@ class ConvTransposeStep final : public Step {
   cudnnMathType_t math_ = CUDNN_DEFAULT_MATH;
 };
 
+}  // namespace
+
 ActParams fused_activation(const Builder& b, const Node& n) {
   ActParams p;
   const std::string a = n.get_string("activation", "");
@@ -314,6 +310,8 @@ ActParams fused_activation(const Builder& b, const Node& n) {
   else b.fail(n, "activation '", a, "' is not supported (Relu, Clip, LeakyRelu)");
   return p;
 }
+
+namespace {
 
 void check_float(const Builder& b, const Node& n, int slot) {
   if (b.slot(slot).dtype != b.compute)
@@ -443,6 +441,7 @@ bool lower_atrous(Builder& b, const Node& n, const ConvGeom& g, const Shape& xs,
 }
 
 void lower_conv_forward(Builder& b, const Node& n) {
+  if (lower_depthwise(b, n)) return;
   const bool fused_op = n.op == "FusedConv";
   const Tensor* wconst = b.const_input(n, 1);
   const bool nhwc = b.conv_runs_nhwc(n);
