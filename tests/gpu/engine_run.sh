@@ -16,7 +16,8 @@
 #   e2e      the issue's targets, `sluice run` end to end: DeepLabV3 b64 bf16 and tf32 with fp32 logits
 #            to pinned host memory (--sink null), bf16 with argmax stored; ResNet-50 b256 bf16, uint8
 #            in, top-5 stored
-#   models   `sluice profile` of EfficientNet-B0, MobileNetV3-Large (b256) and FCN-ResNet50 (b32 512)
+#   models   `sluice profile` of EfficientNet-B0, MobileNetV3-Large (b256) and FCN-ResNet50 (b32 512);
+#            ResNet-50 again with the stem's 3 channels unpadded and padded to 8 (default: 4)
 #   compare  tests/gpu/compare_torch.py (ResNet-50, DeepLabV3; fp32, tf32, bf16) against torch eager
 #   sanitizer compute-sanitizer memcheck on the tail and kernel tests (bf16), if time is left
 # The last lines are a table: images/s against the targets, and each profile's slowest steps with
@@ -126,6 +127,11 @@ if want models; then
   profile efficientnet_b0-bf16 efficientnet_b0 --batch-size 256 --sample-shape 3,224,224 --precision bf16 --outputs logits
   profile mobilenet_v3_large-bf16 mobilenet_v3_large --batch-size 256 --sample-shape 3,224,224 --precision bf16 --outputs logits
   profile fcn_resnet50-bf16 fcn_resnet50 --batch-size 32 --sample-shape 3,512,512 --precision bf16 --outputs argmax
+  # The stem convolution's input channels: 3 as they come, and padded to 8 (the default pads to 4).
+  for pad in 0 8; do
+    SLUICE_CUDA_STEM_PAD=$pad profile resnet50-bf16-stem$pad resnet50 --batch-size 256 --sample-shape 3,224,224 \
+        --input-dtype uint8 "${IMAGENET[@]}" --precision bf16 --outputs topk
+  done
 fi
 
 if want compare; then

@@ -4,6 +4,7 @@
 // element counts with a remainder after the packs; tensors larger than one wave of the grid-stride
 // loops; channels-last tensors (convolution outputs at tf32/fp16/bf16) and NCHW ones.
 #include "gpu_test_util.h"
+#include "test_models.h"
 
 using namespace sluice;
 using namespace sluice::gputest;
@@ -215,6 +216,23 @@ TEST_P(Kernels, DepthwiseConvolutionsMatchCpu) {
     SCOPED_TRACE(str(s.c, " channels, ", s.k, "x", s.k, " stride ", s.stride, " dilation ", s.dilation, " act '",
                      s.activation, "'", s.residual ? ", residual" : ""));
     expect_matches_cpu(depthwise_graph(s), GetParam());
+  }
+}
+
+// ---- the padded stem ---------------------------------------------------------------------------------
+
+TEST(StemLowering, ThreeChannelImagesReachTheStemConvolutionAsFour) {
+  // uint8 image -> Normalize -> 7x7 stem convolution (resnet_like); float image -> 3x3 (deeplab_like).
+  for (const Graph& g : {resnet_like(2, 32), deeplab_like(2, 32, false)}) {
+    cuda::Builder b(g, Precision::BF16);
+    b.lower_all();
+    bool stem_input = false, padded_weights = false;
+    for (const auto& s : b.slots) {
+      if (s.nhwc && s.shape.size() == 4 && s.shape[2] == 32 && s.shape[3] == 32) stem_input |= s.shape[1] == 4;
+      if (s.where == cuda::Where::Constant && s.name.find("(krsc, padded)") != std::string::npos)
+        padded_weights |= s.shape.size() == 4 && s.shape[1] == 4;
+    }
+    EXPECT_TRUE(stem_input && padded_weights);
   }
 }
 

@@ -143,6 +143,23 @@ bool Builder::consumers_want_nhwc(const std::string& name) const {
   return any;
 }
 
+int64_t Builder::stem_channels(const std::string& name) const {
+  const ValueInfo& v = value(name);
+  if (v.shape.size() != 4) return v.shape.empty() ? 0 : v.shape[1];
+  const int64_t c = v.shape[1];
+  static const int64_t pad = [] {
+    const char* e = std::getenv("SLUICE_CUDA_STEM_PAD");
+    if (!e || !*e) return int64_t{4};
+    const std::string s = e;
+    if (s != "0" && s != "4" && s != "8") throw UsageError(str("SLUICE_CUDA_STEM_PAD must be 0, 4 or 8, not '", s, "'"));
+    return static_cast<int64_t>(std::stoi(s));
+  }();
+  if (pad == 0 || c >= pad || !consumers_want_nhwc(name)) return c;
+  for (const Node* r : consumers(name))
+    if (r->get_int("group", 1) != 1) return c;
+  return (c + pad - 1) / pad * pad;
+}
+
 int Builder::input_raw(const Node& n, std::size_t i) {
   const std::string& name = n.input(i);
   if (name.empty()) fail(n, "input ", i, " is missing");
@@ -161,11 +178,14 @@ int Builder::input_as(const Node& n, std::size_t i, bool nhwc) {
     // A float graph input read channels-last first: converted to the compute type and transposed
     // in one pass (one read of the input, one write).
     const TensorSlot r = slot(raw->second);
-    const int id = temp(compute, r.shape, name + " (" + dtype_name(compute) + ", nhwc)");
+    Shape padded = r.shape;
+    padded[1] = stem_channels(name);
+    const int id = temp(compute, padded, name + " (" + dtype_name(compute) + ", nhwc)");
     slots[static_cast<std::size_t>(id)].nhwc = true;
     NormalizeShape ns;
     ns.n = r.shape[0];
-    ns.channels = ns.channels_out = r.shape[1];
+    ns.channels = r.shape[1];
+    ns.channels_out = padded[1];
     ns.inner = r.shape[2] * r.shape[3];
     ns.nhwc = true;
     const DType from = r.dtype, to = compute;

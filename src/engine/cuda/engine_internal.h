@@ -120,6 +120,12 @@ class Builder {
   // Whether every reader of tensor `name` is a channels-last convolution (and it is no graph
   // output): then its producer may as well write it channels-last.
   bool consumers_want_nhwc(const std::string& name) const;
+  // The channel count a channels-last image tensor (a graph input, or Normalize's output) is
+  // written with: its own, or rounded up to a multiple of SLUICE_CUDA_STEM_PAD (default 4, 0: off)
+  // with zero channels when only ungrouped convolutions read it, so that the stem convolution's
+  // 3 input channels meet cuDNN's tensor-core kernels in a shape they like.  The convolution pads
+  // its weights to match (ops_conv.cpp).
+  int64_t stem_channels(const std::string& name) const;
   // Whether convolution node n runs channels-last: 2-D, constant weights, ungrouped (cuDNN's
   // tensor-core kernels work in NHWC natively) or depthwise (the engine's own kernel), and the
   // engine's layout is channels-last.

@@ -319,6 +319,17 @@ void check_float(const Builder& b, const Node& n, int slot) {
            dtype_name(b.compute));
 }
 
+// [K, C, R, S] weights as [K, c, R, S], c > C, the extra input channels zero.
+Tensor pad_channels(const Tensor& w, int64_t c) {
+  const int64_t k = w.shape[0], c0 = w.shape[1], rs = w.shape[2] * w.shape[3];
+  Tensor out(w.dtype, {k, c, w.shape[2], w.shape[3]});   // zero-filled
+  const std::size_t es = dtype_size(w.dtype);
+  for (int64_t ki = 0; ki < k; ++ki)
+    std::memcpy(out.bytes.data() + static_cast<std::size_t>(ki * c * rs) * es,
+                w.bytes.data() + static_cast<std::size_t>(ki * c0 * rs) * es, static_cast<std::size_t>(c0 * rs) * es);
+  return out;
+}
+
 // [K, C, R, S] weights as K R S C bytes, for channels-last convolutions.
 Tensor to_krsc(const Tensor& w) {
   const int64_t k = w.shape[0], c = w.shape[1], r = w.shape[2], s = w.shape[3];
@@ -446,8 +457,13 @@ void lower_conv_forward(Builder& b, const Node& n) {
   const Tensor* wconst = b.const_input(n, 1);
   const bool nhwc = b.conv_runs_nhwc(n);
   int x = b.input_as(n, 0, nhwc);
-  // Channels-last weights: the same values in K R S C order, permuted on the host.
-  const int w = nhwc ? b.constant(n.input(1) + " (krsc)", to_krsc(b.to_compute(*wconst))) : b.input(n, 1);
+  // Channels-last weights: the same values in K R S C order, permuted on the host; with zero
+  // weights for the zero channels of a padded stem input (Builder::stem_channels).
+  const int64_t cin = b.slot(x).shape.size() == 4 ? b.slot(x).shape[1] : 0;
+  const bool padded = nhwc && cin > wconst->shape[1];
+  const int w = nhwc ? b.constant(n.input(1) + (padded ? " (krsc, padded)" : " (krsc)"),
+                                  to_krsc(padded ? pad_channels(b.to_compute(*wconst), cin) : b.to_compute(*wconst)))
+                     : b.input(n, 1);
   check_float(b, n, x);
   check_float(b, n, w);
   Shape xs = b.slot(x).shape;

@@ -225,6 +225,11 @@ void lower_normalize(Builder& b, const Node& n) {
   const Shape xs = b.slot(x).shape;
   const bool nhwc = xs.size() == 4 && b.consumers_want_nhwc(n.outputs.at(0));
   const int y = b.output(n, 0, nhwc);
+  if (nhwc) {   // the stem convolution's channels, padded with zeros (Builder::stem_channels)
+    TensorSlot& ys = b.slots[static_cast<std::size_t>(y)];
+    ys.shape[1] = b.stem_channels(n.outputs.at(0));
+    ys.bytes = static_cast<std::size_t>(shape_numel(ys.shape)) * dtype_size(ys.dtype);
+  }
   const DType in = b.slot(x).dtype, out = b.slot(y).dtype;
   if (in != DType::U8 && in != DType::F32 && in != DType::F16 && in != DType::BF16)
     b.fail(n, "input is ", dtype_name(in), "; Normalize reads uint8 or float");
@@ -234,7 +239,8 @@ void lower_normalize(Builder& b, const Node& n) {
   if (stddev.empty()) stddev = {1.f};
   NormalizeShape ns;
   ns.n = xs[0];
-  ns.channels = ns.channels_out = xs[1];
+  ns.channels = xs[1];
+  ns.channels_out = b.slot(y).shape[1];
   ns.scale = n.get_float("scale", 1.f);
   ns.nhwc = b.is_nhwc(y);
   ns.per_channel = mean.size() > 1 || stddev.size() > 1;
