@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -142,12 +143,12 @@ void print_row(const char* index, const std::string& name, const std::string& ki
               sig3(r.gbps).c_str(), 100.0 * r.bw_fraction, sig3(r.tflops).c_str(), 100.0 * r.flops_fraction);
 }
 
-void print_table(const ProfileCommandOptions& o, const EngineProfile& p) {
+void print_table(const ProfileCommandOptions& o, const EngineProfile& p, double build_s) {
   const double images = static_cast<double>(o.batch_size);
   std::printf("sluice profile: %s, batch %lld, sample %s %s, outputs %s\n", o.model.c_str(),
               static_cast<long long>(o.batch_size), shape_str(o.sample_shape).c_str(), o.input_dtype.c_str(),
               [&] { std::string s; for (const auto& x : o.outputs) s += (s.empty() ? "" : ",") + x; return s; }().c_str());
-  std::printf("engine: %s\n", p.engine.c_str());
+  std::printf("engine: %s, built in %.1f s (algorithm search or cache, CUDA graph capture)\n", p.engine.c_str(), build_s);
   if (p.peaks.bytes_per_s > 0)
     std::printf("ceilings: copy %s GB/s (%s); matrix product %s TFLOP/s (%s)\n", sig3(p.peaks.bytes_per_s / 1e9).c_str(),
                 p.peaks.bytes_how.c_str(), sig3(p.peaks.flops_per_s / 1e12).c_str(), p.peaks.flops_how.c_str());
@@ -245,16 +246,20 @@ void profile_command(const ProfileCommandOptions& o) {
   eo.cuda_graphs = !o.no_cuda_graphs;
   eo.threads = o.cpu_threads;
   log_info("profile: building the ", backend, " engine");
+  const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Engine> engine = create_engine(backend, graph, eo);
-  log_info("profile: ", engine->describe(), "; timing ", o.replays, " passes");
+  const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  log_info("profile: ", engine->describe(), " built in ", build_s, " s; timing ", o.replays, " passes");
   ProfileOptions pr;
   pr.replays = o.replays;
   pr.peaks = !o.no_peaks;
   const EngineProfile p = engine->profile(pr);
-  print_table(o, p);
+  print_table(o, p, build_s);
   if (!o.json.empty()) {
     std::ofstream out(o.json, std::ios::trunc);
-    out << to_json(o, p, backend).dump(1) << "\n";
+    nlohmann::json j = to_json(o, p, backend);
+    j["build_s"] = build_s;
+    out << j.dump(1) << "\n";
     out.flush();
     if (!out) throw InputError(str("--json: cannot write ", o.json));
   }

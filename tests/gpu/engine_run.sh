@@ -4,8 +4,9 @@
 #   cmake --build build-cuda --target sluice sluice_gpu_tests
 #   /work/shared/device/bundle.sh .devrt build-cuda/sluice build-cuda/tests/sluice_gpu_tests
 #   tar cJf devrt.tar.xz .devrt          # carried with the call, unpacked there first
-# there (one command, under 8 minutes):
-#   tar xJf devrt.tar.xz && bash tests/gpu/engine_run.sh 2>&1 | tail -60
+# there (two calls of under 8 minutes; the second exports again when the machine is a fresh one):
+#   tar xJf devrt.tar.xz && STEPS="export gtest profile e2e compare" bash tests/gpu/engine_run.sh 2>&1 | tail -70
+#   tar xJf devrt.tar.xz && STEPS="export models convgraph sanitizer" bash tests/gpu/engine_run.sh 2>&1 | tail -70
 # Steps (STEPS, default all), each under a timeout and all under one deadline (DEADLINE seconds,
 # default 470), most important first:
 #   export   data_tools/export_model.py: deeplabv3_resnet50 and fcn_resnet50 at 512x512, resnet50,
@@ -16,9 +17,11 @@
 #   e2e      the issue's targets, `sluice run` end to end: DeepLabV3 b64 bf16 and tf32 with fp32 logits
 #            to pinned host memory (--sink null), bf16 with argmax stored; ResNet-50 b256 bf16, uint8
 #            in, top-5 stored
+#   compare  tests/gpu/compare_torch.py (ResNet-50, DeepLabV3; fp32, tf32, bf16) against torch eager
 #   models   `sluice profile` of EfficientNet-B0, MobileNetV3-Large (b256) and FCN-ResNet50 (b32 512);
 #            ResNet-50 again with the stem's 3 channels unpadded and padded to 8 (default: 4)
-#   compare  tests/gpu/compare_torch.py (ResNet-50, DeepLabV3; fp32, tf32, bf16) against torch eager
+#   convgraph convolutions as cuDNN graphs: the conv/model tests with SLUICE_CUDA_CONV_GRAPH=force, then
+#            DeepLabV3 and ResNet-50 profiled with SLUICE_CUDA_CONV_GRAPH=1 (graph or legacy per layer)
 #   sanitizer compute-sanitizer memcheck on the tail and kernel tests (bf16), if time is left
 # The last lines are a table: images/s against the targets, and each profile's slowest steps with
 # their achieved fraction of the measured copy bandwidth (memory-bound) or GEMM rate (convolutions).
@@ -26,7 +29,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/sluice-device}
 mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-470}
-STEPS=${STEPS:-export gtest profile e2e models compare sanitizer}
+STEPS=${STEPS:-export gtest profile e2e compare models convgraph sanitizer}
 RT=${RT:-.devrt}
 R="$PWD/$RT/run"
 S="$PWD/$RT/bin/sluice"
@@ -123,6 +126,13 @@ if want e2e; then
       --batch-size 256 --samples 40960 --chunk-batches 4 --precision bf16 --outputs topk --top-k 5
 fi
 
+if want compare; then
+  wait_model resnet50 && wait_model deeplabv3_resnet50 &&
+    run compare_torch 150 python3 tests/gpu/compare_torch.py --sluice "$R $S" --workdir "$M" --reuse \
+        --models resnet50 deeplabv3_resnet50 --precisions fp32 tf32 bf16 > "$OUT/compare.log" 2>&1
+  grep -vE 'Warning|warn|_C\._jit|^\s*$' "$OUT/compare.log" | tail -12
+fi
+
 if want models; then
   profile efficientnet_b0-bf16 efficientnet_b0 --batch-size 256 --sample-shape 3,224,224 --precision bf16 --outputs logits
   profile mobilenet_v3_large-bf16 mobilenet_v3_large --batch-size 256 --sample-shape 3,224,224 --precision bf16 --outputs logits
@@ -134,11 +144,19 @@ if want models; then
   done
 fi
 
-if want compare; then
-  wait_model resnet50 && wait_model deeplabv3_resnet50 &&
-    run compare_torch 150 python3 tests/gpu/compare_torch.py --sluice "$R $S" --workdir "$M" --reuse \
-        --models resnet50 deeplabv3_resnet50 --precisions fp32 tf32 bf16 > "$OUT/compare.log" 2>&1
-  grep -vE 'Warning|warn|_C\._jit|^\s*$' "$OUT/compare.log" | tail -12
+if want convgraph; then
+  # Convolutions as cuDNN graphs (conv_graph.h): first forced wherever cuDNN builds one, checked against
+  # the CPU engine; then chosen per convolution against the legacy call (build time and speed).
+  set -f
+  SLUICE_CUDA_CONV_GRAPH=force run "gtest conv graphs" 120 "$R" "$T" --gtest_color=no \
+      --gtest_filter='Precisions/Conv.*:Precisions/Models.*:Precisions/Atrous.*:ModelsIndices.*' > "$OUT/gtest-convgraph.log" 2>&1
+  set +f
+  grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/gtest-convgraph.log" | sort | uniq -c
+  grep -B2 -A10 -E 'Failure$' "$OUT/gtest-convgraph.log" | head -40
+  SLUICE_CUDA_CONV_GRAPH=1 profile deeplabv3-bf16-convgraph deeplabv3_resnet50 --batch-size 64 --sample-shape 3,512,512 \
+      --precision bf16 --outputs logits
+  SLUICE_CUDA_CONV_GRAPH=1 profile resnet50-bf16-convgraph resnet50 --batch-size 256 --sample-shape 3,224,224 \
+      --input-dtype uint8 "${IMAGENET[@]}" --precision bf16 --outputs topk
 fi
 
 if want sanitizer; then

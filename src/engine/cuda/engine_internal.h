@@ -28,6 +28,7 @@
 namespace sluice::cuda {
 
 class AlgoCache;
+class GraphConv;
 
 enum class Where { Arena, Input, Output, Constant, Alias };
 
@@ -65,6 +66,8 @@ struct Context {
   AlgoCache* cache = nullptr;
   std::string cache_prefix;   // GPU, cuDNN version and precision: the part of every cache key they share
   EngineStats* stats = nullptr;
+  // cuDNN graphs of fused convolutions, shared by the steps of identical convolutions (conv_graph.h).
+  std::map<std::string, std::shared_ptr<GraphConv>> graph_convs;
 };
 
 class Step {
@@ -218,6 +221,13 @@ struct ConvGeom {
 ConvGeom conv_geometry(const Builder& b, const Node& n, const Shape& x, const Shape& w, const Shape& y, bool transpose);
 // The activation of a sluice.FusedConv node.
 ActParams fused_activation(const Builder& b, const Node& n);
+// A cuDNN convolution step (ops_conv.cpp): y = act(conv(x, w) + bias + z), bias and z optional (-1).
+std::unique_ptr<Step> make_conv_step(std::string label, DType t, Precision p, const Shape& xs, const Shape& ws,
+                                     const Shape& ys, const ConvGeom& g, int x, int w, int bias, int z, int y, ActParams act,
+                                     bool nhwc);
+// Lowers the convolution the atrous way when it qualifies (ops_atrous.cpp); false otherwise.
+bool lower_atrous(Builder& b, const Node& n, const ConvGeom& g, const Shape& xs, const Shape& ws, const Shape& ys, int x,
+                  int w, int bias, int z, int y, const ActParams& act, bool nhwc);
 // Depthwise convolutions of channels-last tensors on the engine's own kernel (ops_depthwise.cpp);
 // false when n is no such convolution.
 bool lower_depthwise(Builder& b, const Node& n);
