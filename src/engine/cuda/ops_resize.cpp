@@ -160,6 +160,7 @@ std::string stored_index(const Builder& b, const std::string& name, const Node**
 bool lower_tail(Builder& b, const Node& n, int x, const ResizeShape& rs) {
   if (!fuse_tails() || rs.rank != 4 || !keeps(rs, 0) || !keeps(rs, 1) || (keeps(rs, 2) && keeps(rs, 3))) return false;
   if (rs.mode != ResizeMode::Linear && rs.mode != ResizeMode::Nearest) return false;
+  if (b.slot(x).dtype != b.compute) return false;   // the kernel reads the float compute type
   const std::string& yname = n.outputs.at(0);
   std::vector<const Node*> fused;
   std::string logits, argmax, softmax, values, indices;
