@@ -137,6 +137,25 @@ TEST_P(Kernels, ChannelsLastResizesMatchCpu) {
   }
 }
 
+TEST_P(Kernels, AlignedConcatInOneLaunchMatchesCpu) {
+  // Channels-last pieces of 16, 8 and 24 channels: whole 16-byte units at every precision (at fp32,
+  // NCHW: pieces of 16 * 5 * 7 floats and more, also whole units).
+  GraphBuilder b({2, 6, 5, 7});
+  std::vector<std::string> parts;
+  uint32_t seed = 120;
+  for (int64_t c : {16, 8, 24}) {
+    const std::string w = "W" + std::to_string(c), name = "p" + std::to_string(c);
+    b.random_f(w, {c, 6, 1, 1}, seed++, -0.5f, 0.5f);
+    b.node("Conv", {"x", w}, {f32(name, {2, c, 5, 7})});
+    parts.push_back(name);
+  }
+  Node& cat = b.node("Concat", parts, {f32("cat", {2, 48, 5, 7})});
+  set_int(cat, "axis", 1);
+  b.node("Relu", {"cat"}, {f32("y", {2, 48, 5, 7})});
+  b.output("y");
+  expect_matches_cpu(b.g, GetParam());
+}
+
 // ---- depthwise convolutions (ops_depthwise.cpp) ------------------------------------------------------
 
 struct DwSpec {

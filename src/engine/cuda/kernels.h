@@ -84,6 +84,17 @@ struct CopyShape {
 };
 void strided_copy(std::size_t elem_size, const void* x, void* y, const CopyShape& shape, cudaStream_t s);
 
+// Several 2-D copies (height rows of width bytes, with their own pitches) in one launch of 16-byte
+// accesses: Concat, Split and Gather pieces.  Returns false, copying nothing, when a size, pitch or
+// address is not a multiple of 16 bytes or there are more than kMaxCopyBlocks blocks.
+constexpr int kMaxCopyBlocks = 16;
+struct CopyBlock {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  std::size_t src_pitch = 0, dst_pitch = 0, width = 0, height = 0;
+};
+bool copy_blocks16(const CopyBlock* blocks, int count, cudaStream_t s);
+
 // y[b][c][r] = x[b][r][c] for `batch` planes of rows x cols: NCHW <-> NHWC (batch = N, and rows,
 // cols = C, H*W one way, H*W, C the other).  batch <= 65535.
 void transpose_last2(std::size_t elem_size, const void* x, void* y, int64_t batch, int64_t rows, int64_t cols,

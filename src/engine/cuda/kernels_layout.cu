@@ -78,6 +78,30 @@ void launch_strided_copy(const void* xv, void* yv, int64_t n, const CopyShape& s
   else strided_copy_kernel<U, 1><<<waves_grid(n), kThreads, 0, st>>>(x, y, static_cast<uint32_t>(n), c);
 }
 
+// ---- 2-D block copies in one launch ------------------------------------------------------------------
+
+struct Blocks16 {
+  int count = 0;
+  const uint4* src[kMaxCopyBlocks] = {};
+  uint4* dst[kMaxCopyBlocks] = {};
+  uint32_t src_pitch[kMaxCopyBlocks] = {}, dst_pitch[kMaxCopyBlocks] = {};   // in 16-byte units
+  FastDiv width[kMaxCopyBlocks];                                             // units per row
+  uint32_t first[kMaxCopyBlocks + 1] = {};   // the first unit of each block; first[count] = total
+};
+
+// One 16-byte unit per thread and step; the block of a unit is found by a scan of the prefix table
+// (a few entries, in the kernel's parameters).
+__global__ void copy_blocks_kernel(Blocks16 b) {
+  const uint32_t total = b.first[b.count];
+  for (uint32_t u = blockIdx.x * blockDim.x + threadIdx.x; u < total; u += gridDim.x * blockDim.x) {
+    int k = 0;
+    while (u >= b.first[k + 1]) ++k;
+    uint32_t col;
+    const uint32_t row = b.width[k].divmod(u - b.first[k], &col);
+    b.dst[k][static_cast<size_t>(row) * b.dst_pitch[k] + col] = b.src[k][static_cast<size_t>(row) * b.src_pitch[k] + col];
+  }
+}
+
 // ---- transpose of the last two dims (NCHW <-> NHWC) -------------------------------------------------
 // y[b][c][r] = x[b][r][c].  A 32x32 tile goes through shared memory so that both the reads and the
 // writes are coalesced rows; values are staged as 32-bit (or 64-bit) words, one per bank, with the
@@ -266,6 +290,37 @@ void strided_copy(std::size_t elem_size, const void* x, void* y, const CopyShape
   if (n <= 0) return;
   dispatch_size(elem_size, [&](auto tag) { launch_strided_copy<decltype(tag)>(x, y, n, shape, s); });
   CUDA_CHECK_LAUNCH();
+}
+
+bool copy_blocks16(const CopyBlock* blocks, int count, cudaStream_t s) {
+  if (!fast_kernels() || count < 1 || count > kMaxCopyBlocks) return false;
+  Blocks16 b;
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    const CopyBlock& k = blocks[i];
+    const auto multiple = [](std::size_t v) { return v % 16 == 0; };
+    if (!aligned16(k.src) || !aligned16(k.dst) || !multiple(k.width) || (k.height > 1 && (!multiple(k.src_pitch) || !multiple(k.dst_pitch))))
+      return false;
+    const int64_t units = static_cast<int64_t>(k.width / 16) * static_cast<int64_t>(k.height);
+    if (!fits_int32(total + units) || !fits_int32(static_cast<int64_t>(k.src_pitch / 16)) ||
+        !fits_int32(static_cast<int64_t>(k.dst_pitch / 16)))
+      return false;
+    b.src[b.count] = static_cast<const uint4*>(k.src);
+    b.dst[b.count] = static_cast<uint4*>(k.dst);
+    b.src_pitch[b.count] = static_cast<uint32_t>(k.src_pitch / 16);
+    b.dst_pitch[b.count] = static_cast<uint32_t>(k.dst_pitch / 16);
+    b.width[b.count] = FastDiv(std::max<int64_t>(1, static_cast<int64_t>(k.width / 16)));
+    b.first[b.count] = static_cast<uint32_t>(total);
+    if (units > 0) {
+      total += units;
+      ++b.count;
+    }
+  }
+  b.first[b.count] = static_cast<uint32_t>(total);
+  if (total == 0) return true;
+  copy_blocks_kernel<<<waves_grid(total), kThreads, 0, s>>>(b);
+  CUDA_CHECK_LAUNCH();
+  return true;
 }
 
 void transpose_last2(std::size_t elem_size, const void* x, void* y, int64_t batch, int64_t rows, int64_t cols,
