@@ -136,11 +136,19 @@ std::string sig3(double v) {
   return buf;
 }
 
+std::string percent(double fraction, bool known) {
+  if (!known) return "-";
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * fraction);
+  return buf;
+}
+
 void print_row(const char* index, const std::string& name, const std::string& kind, double ms, double share, double bytes,
-               double flops, const Rates& r) {
-  std::printf("%5s  %-48s %-12s %9.3f %6.1f%% %9s %9s %8s %5.0f%% %8s %5.0f%%\n", index, fit(name, 48).c_str(),
+               double flops, const Rates& r, const DevicePeaks& peaks) {
+  std::printf("%5s  %-48s %-12s %9.3f %6.1f%% %9s %9s %8s %6s %8s %6s\n", index, fit(name, 48).c_str(),
               fit(kind, 12).c_str(), ms, 100.0 * share, sig3(bytes / 1e6).c_str(), sig3(flops / 1e9).c_str(),
-              sig3(r.gbps).c_str(), 100.0 * r.bw_fraction, sig3(r.tflops).c_str(), 100.0 * r.flops_fraction);
+              sig3(r.gbps).c_str(), percent(r.bw_fraction, peaks.bytes_per_s > 0).c_str(), sig3(r.tflops).c_str(),
+              percent(r.flops_fraction, peaks.flops_per_s > 0).c_str());
 }
 
 void print_table(const ProfileCommandOptions& o, const EngineProfile& p, double build_s) {
@@ -164,14 +172,14 @@ void print_table(const ProfileCommandOptions& o, const EngineProfile& p, double 
   for (std::size_t j = 0; j < shown; ++j) {
     const StepProfile& s = p.steps[order[j]];
     print_row(std::to_string(order[j]).c_str(), s.name, s.kind, s.ms, p.steps_ms > 0 ? s.ms / p.steps_ms : 0, s.bytes,
-              s.flops, rates(s.ms, s.bytes, s.flops, p.peaks));
+              s.flops, rates(s.ms, s.bytes, s.flops, p.peaks), p.peaks);
   }
   if (shown < order.size()) std::printf("  ... %zu faster steps (--top 0 shows all)\n", order.size() - shown);
   std::printf("\n%5s  %-48s %-12s %9s %7s %9s %9s %8s %6s %8s %6s\n", "steps", "by kind", "", "ms", "share", "MB", "GFLOP",
               "GB/s", "bw", "TFLOP/s", "peak");
   for (const KindTotal& k : by_kind(p))
     print_row(std::to_string(k.steps).c_str(), k.kind, "", k.ms, p.steps_ms > 0 ? k.ms / p.steps_ms : 0, k.bytes, k.flops,
-              rates(k.ms, k.bytes, k.flops, p.peaks));
+              rates(k.ms, k.bytes, k.flops, p.peaks), p.peaks);
   std::fflush(stdout);
 }
 
