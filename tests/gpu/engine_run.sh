@@ -168,4 +168,10 @@ fi
 
 for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
 echo "=== done after $SECONDS s"
-python3 tests/gpu/engine_summary.py "$OUT"
+python3 tests/gpu/engine_summary.py "$OUT" | tee "$OUT/engine-summary.txt"
+# At most 8 files come back from $OUT: this script's logs and JSON travel as one archive.
+(
+  cd "$OUT" || exit
+  files=$(ls export.log gtest*.log profile-*.txt profile-*.json e2e-*.log report-*.json compare.log sanitizer.log 2>/dev/null)
+  [ -n "$files" ] && tar czf engine-run.tgz $files && rm -f $files
+)
