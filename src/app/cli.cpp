@@ -1,5 +1,5 @@
-// The command line: `sluice run`, `sluice inspect`, `sluice export`, `sluice forward`, `sluice mpirun`, `sluice srun`,
-// `sluice explain-job`, `sluice --version`.
+// The command line: `sluice run`, `sluice inspect`, `sluice export`, `sluice forward`, `sluice profile`,
+// `sluice mpirun`, `sluice srun`, `sluice explain-job`, `sluice --version`.
 // Usage errors exit 2 with one line; every other failure is a sluice::Error whose exit code says
 // what kind it was (README, "Exit status").  Only rank 0 of a job prints usage errors, so an
 // mpirun of 8 ranks with a typo prints one line, not eight.
@@ -102,6 +102,7 @@ int cli_main(int argc, char** argv) {
   add_forward_command(app);
   add_export_command(app);
   add_launch_commands(app);
+  add_profile_command(app);
 
   // Subcommands without MPI (inspect, export, forward) run inside parse() through their CLI11 callbacks and
   // report a non-zero status with CLI::RuntimeError; `run` runs after parsing (it needs argv for MPI).

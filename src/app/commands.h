@@ -25,5 +25,6 @@ void add_forward_command(CLI::App& app);                   // app/cmd_forward.cp
 void add_export_command(CLI::App& app);                    // app/cmd_export.cpp
 void add_launch_commands(CLI::App& app);                   // app/cmd_launch.cpp: mpirun, srun (help only)
 int launch_command(const std::string& launcher, int argc, char** argv);  // the arguments after it
+void add_profile_command(CLI::App& app);                   // app/cmd_profile.cpp
 
 }  // namespace sluice

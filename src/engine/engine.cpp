@@ -22,6 +22,10 @@ Precision precision_from_name(const std::string& n) {
   throw UsageError(str("unknown precision '", n, "' (expected fp32, tf32, fp16 or bf16)"));
 }
 
+EngineProfile Engine::profile(const ProfileOptions&) {
+  throw UsageError(str("engine '", describe(), "' cannot be profiled"));
+}
+
 std::unique_ptr<Engine> create_engine(const std::string& backend, const Graph& graph, const EngineOptions& options) {
   if (backend == "cpu") return create_cpu_engine(graph, options);
 #ifdef SLUICE_HAVE_CUDA

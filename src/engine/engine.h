@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/profile.h"
 #include "model/graph.h"
 
 namespace sluice {
@@ -40,6 +41,10 @@ class Engine {
   virtual void* output_buffer(int set, int output) = 0;
   // Runs (cpu) or enqueues on `stream` (cuda: a cudaStream_t) one forward pass of set `set`.
   virtual void forward(int set, void* stream) = 0;
+  // Times every step of a forward pass over `o.replays` passes and measures the device's ceilings
+  // (engine/profile.h).  Synchronous; uses io set 0, whose buffers it overwrites.  Not while the
+  // pipeline runs.
+  virtual EngineProfile profile(const ProfileOptions& o);
 };
 
 // backend: "cpu" or "cuda".  The graph must come from prepare_graph().  Weights may be replaced

@@ -28,6 +28,10 @@ class CudaDevice final : public Device {
     // Non-blocking streams do not serialize with the legacy default stream, which libraries may
     // use behind our back.
     for (auto& s : streams_) s = cuda::make_stream();
+    // The copy stream also decodes images (nvJPEG's kernels, the resize kernel): at high priority
+    // those small kernels start as soon as SMs free up instead of queueing behind a whole forward
+    // pass on the compute stream, so decoding the next batch overlaps the model.
+    streams_[index(StreamKind::Copy)] = cuda::make_priority_stream();
   }
 
   ~CudaDevice() override {

@@ -11,8 +11,8 @@
 #              background while the gtest step runs (bench and compare wait for it)
 #   gtest      the whole suite in groups, then the conv/op/model tests in the layouts that are not the
 #              default of their precision (SLUICE_CUDA_LAYOUT)
-#   bench      the engine alone: BENCH_DEEPLAB / BENCH_RESNET list precision:layout[:atrous] configs;
-#              PROFILE=N prints the N slowest steps of each build
+#   bench      the engine alone: BENCH_DEEPLAB / BENCH_RESNET list precision:layout[:atrous] configs
+#              (per-step times: `sluice profile`, tests/gpu/engine_run.sh)
 #   torch      PyTorch eager on DeepLabV3 (TORCH_CONFIGS), then ResNet-50 (TORCH_RESNET, may be empty)
 #   compare    compare_torch.py on the exported models (COMPARE_ARGS, e.g. --models deeplabv3_resnet50)
 #   mpi        the MPI/NCCL weight broadcast with 1 and 2 ranks
@@ -89,7 +89,7 @@ bench() {   # bench MODEL SHAPE BATCH HEAD LIMIT CONFIGS...
   shift 5
   [ -f "$CT/$model.onnx" ] || { echo "no $CT/$model.onnx for the benchmark"; return; }
   SLUICE_BENCH_MODEL=$CT/$model.onnx SLUICE_BENCH_SHAPE=$shape SLUICE_BENCH_BATCH=$batch SLUICE_BENCH_HEAD=$head \
-  SLUICE_BENCH_CONFIGS="$*" SLUICE_CUDA_PROFILE=${PROFILE:-0} \
+  SLUICE_BENCH_CONFIGS="$*" \
     run "bench $model" "$limit" "$R" "$T" --gtest_also_run_disabled_tests --gtest_filter='Bench.*' >> "$OUT/bench.log" 2>&1
   grep -E '^\[ bench|Failure|what' "$OUT/bench.log" | tail -12
 }

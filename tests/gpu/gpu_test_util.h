@@ -72,6 +72,27 @@ struct CompareOptions {
   bool exact_ints = true;      // integer outputs must match exactly (else 99 % agreement)
 };
 
+// Sets an environment variable for one scope and restores the previous value.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      had_ = true;
+      old_ = old;
+    }
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
 // Runs `g` on the CPU engine and on the CUDA engine at precision `p` on the same random input and
 // checks every output.  Skips without a GPU (after the CPU-side checks in CPU-check mode).
 void expect_matches_cpu(const Graph& g, Precision p, const CompareOptions& c = {});

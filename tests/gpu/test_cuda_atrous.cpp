@@ -14,27 +14,6 @@ using namespace sluice::gputest;
 
 namespace {
 
-// Sets an environment variable for one scope and restores the previous value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      had_ = true;
-      old_ = old;
-    }
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
-    else unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
 struct DilatedSpec {
   Shape x;                      // [N, C, H, W]
   int64_t k = 7, kh = 3, kw = 3, d = 4;

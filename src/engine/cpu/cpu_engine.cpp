@@ -6,6 +6,8 @@
 // Everything is allocated when the engine is built: one arena for the intermediate tensors (offsets
 // from memory_plan), one scratch buffer shared by the kernels (they run one after the other), and
 // io_sets input/output buffers.  forward() only reads precomputed pointer tables.
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -17,6 +19,7 @@
 #include "engine/cpu/gemm.h"
 #include "engine/cpu/kernel.h"
 #include "engine/cpu/memory_plan.h"
+#include "engine/cpu/peaks.h"
 #include "engine/engine.h"
 
 namespace sluice {
@@ -129,6 +132,7 @@ class CpuEngine final : public Engine {
         ready.insert(out);
       }
       step.kernel = make_kernel(init);
+      step.cost = step_cost(node, init);
       scratch = std::max(scratch, step.kernel->scratch_bytes(pool_.size()));
       steps_.push_back(std::move(step));
     }
@@ -186,11 +190,64 @@ class CpuEngine final : public Engine {
 
   const MemoryPlan& plan() const { return plan_; }
 
+  // Each kernel timed with the host clock around its run, over `replays` passes after a warm-up.
+  EngineProfile profile(const ProfileOptions& o) override {
+    using Clock = std::chrono::steady_clock;
+    const int replays = std::max(1, o.replays);
+    EngineProfile p;
+    p.engine = describe();
+    p.precision = "fp32";
+    p.replays = replays;
+    if (o.peaks) p.peaks = measure_host_peaks(pool_);
+    IoSet& io = io_.at(0);
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<double> total(steps_.size(), 0.0), passes;
+    for (int r = 0; r <= replays; ++r) {   // pass 0 warms up
+      const auto pass0 = Clock::now();
+      for (std::size_t i = 0; i < steps_.size(); ++i) {
+        const KernelArgs args{io.in_ptrs[i].data(), io.out_ptrs[i].data(), scratch_.data(), pool_};
+        const auto t0 = Clock::now();
+        steps_[i].kernel->run(args);
+        if (r > 0) total[i] += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      }
+      if (r > 0) passes.push_back(std::chrono::duration<double, std::milli>(Clock::now() - pass0).count());
+    }
+    std::sort(passes.begin(), passes.end());
+    p.forward_ms = passes[passes.size() / 2];
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      StepProfile sp = steps_[i].cost;
+      sp.ms = total[i] / replays;
+      p.steps_ms += sp.ms;
+      p.steps.push_back(std::move(sp));
+    }
+    return p;
+  }
+
  private:
   struct Step {
     std::unique_ptr<Kernel> kernel;
     std::vector<Place> in, out;
+    StepProfile cost;   // name, kind, bytes and FLOPs (no time)
   };
+
+  // Every distinct tensor the node reads or writes counted once, at its size (float32 here).
+  static StepProfile step_cost(const Node& node, const KernelInit& init) {
+    StepProfile c;
+    c.name = node.name;
+    c.kind = node.op;
+    std::vector<Shape> in, out;
+    std::unordered_set<std::string> seen;
+    for (std::size_t i = 0; i < init.in.size(); ++i) {
+      in.push_back(init.in[i] ? init.in[i]->shape : Shape{});
+      if (init.in[i] && seen.insert(node.inputs[i]).second) c.bytes += static_cast<double>(init.in[i]->bytes());
+    }
+    for (std::size_t i = 0; i < init.out.size(); ++i) {
+      out.push_back(init.out[i] ? init.out[i]->shape : Shape{});
+      if (init.out[i] && seen.insert(node.outputs[i]).second) c.bytes += static_cast<double>(init.out[i]->bytes());
+    }
+    c.flops = node_flops(node, in, out);
+    return c;
+  }
   struct IoSet {
     AlignedBuffer input;
     std::vector<AlignedBuffer> outputs;

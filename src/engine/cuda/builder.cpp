@@ -1,4 +1,5 @@
 // The builder: graph values to tensor slots, nodes to steps (engine_internal.h).
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -17,6 +18,8 @@ class FnStep final : public Step {
  private:
   StepFn fn_;
 };
+
+bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 DType compute_type(Precision p) {
   switch (p) {
@@ -118,6 +121,45 @@ std::vector<float> Builder::const_floats(const Node& n, std::size_t i, const cha
   return require_const(n, i, what).as_float();
 }
 
+bool Builder::conv_runs_nhwc(const Node& n) const {
+  if (!nhwc_ || !((n.op == "Conv" && n.domain.empty()) || (n.op == "FusedConv" && n.domain == "sluice"))) return false;
+  const ValueInfo* x = graph.value(n.input(0));
+  const Tensor* w = const_input(n, 1);
+  if (!x || x->shape.size() != 4 || !w || w->shape.size() != 4) return false;
+  return n.get_int("group", 1) == 1 || (fast_kernels() && is_depthwise(*this, n));   // ops_depthwise.cpp
+}
+
+bool Builder::consumers_want_nhwc(const std::string& name) const {
+  if (!nhwc_) return false;
+  for (const auto& o : graph.outputs)
+    if (o.name == name) return false;
+  bool any = false;
+  for (const Node& c : graph.nodes)
+    for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+      if (c.inputs[i] != name) continue;
+      if (i != 0 || !conv_runs_nhwc(c)) return false;
+      any = true;
+    }
+  return any;
+}
+
+int64_t Builder::stem_channels(const std::string& name) const {
+  const ValueInfo& v = value(name);
+  if (v.shape.size() != 4) return v.shape.empty() ? 0 : v.shape[1];
+  const int64_t c = v.shape[1];
+  static const int64_t pad = [] {
+    const char* e = std::getenv("SLUICE_CUDA_STEM_PAD");
+    if (!e || !*e) return int64_t{4};
+    const std::string s = e;
+    if (s != "0" && s != "4" && s != "8") throw UsageError(str("SLUICE_CUDA_STEM_PAD must be 0, 4 or 8, not '", s, "'"));
+    return static_cast<int64_t>(std::stoi(s));
+  }();
+  if (pad == 0 || c >= pad || !consumers_want_nhwc(name)) return c;
+  for (const Node* r : consumers(name))
+    if (r->get_int("group", 1) != 1) return c;
+  return (c + pad - 1) / pad * pad;
+}
+
 int Builder::input_raw(const Node& n, std::size_t i) {
   const std::string& name = n.input(i);
   if (name.empty()) fail(n, "input ", i, " is missing");
@@ -129,6 +171,30 @@ int Builder::input_raw(const Node& n, std::size_t i) {
 int Builder::input(const Node& n, std::size_t i) { return input_as(n, i, false); }
 
 int Builder::input_as(const Node& n, std::size_t i, bool nhwc) {
+  const std::string& name = n.input(i);
+  const auto raw = raw_inputs_.find(name);
+  if (nhwc && raw != raw_inputs_.end() && !ids_.count(name) && slot(raw->second).shape.size() == 4 &&
+      is_float(slot(raw->second).dtype)) {
+    // A float graph input read channels-last first: converted to the compute type and transposed
+    // in one pass (one read of the input, one write).
+    const TensorSlot r = slot(raw->second);
+    Shape padded = r.shape;
+    padded[1] = stem_channels(name);
+    const int id = temp(compute, padded, name + " (" + dtype_name(compute) + ", nhwc)");
+    slots[static_cast<std::size_t>(id)].nhwc = true;
+    NormalizeShape ns;
+    ns.n = r.shape[0];
+    ns.channels = r.shape[1];
+    ns.channels_out = padded[1];
+    ns.inner = r.shape[2] * r.shape[3];
+    ns.nhwc = true;
+    const DType from = r.dtype, to = compute;
+    const int src = raw->second;
+    add("convert input " + name + " to nhwc", {src, id}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+      normalize(from, to, bd.at(src), bd.at(id), ns, nullptr, nullptr, s);
+    }, "Convert");
+    return ids_[name] = id;
+  }
   const int id = input_any(n, i);
   if (slot(id).shape.size() != 4 || slot(id).nhwc == nhwc) return id;
   return relayout(id, nhwc);
@@ -161,21 +227,22 @@ int Builder::transposed(int src, bool nhwc) {
   const TensorSlot s = slot(src);
   const int dst = temp(s.dtype, s.shape, s.name + (nhwc ? " (nhwc)" : " (nchw)"));
   slots[static_cast<std::size_t>(dst)].nhwc = nhwc;
-  const Shape& l = s.shape;   // N C H W
-  CopyShape cs;
-  cs.rank = 4;
-  // Output dims in memory order; strides of the source's memory order, per logical dim.
-  const int64_t n = l[0], c = l[1], h = l[2], w = l[3];
-  if (nhwc) {   // NCHW -> NHWC: out [N,H,W,C], source strides (C*H*W, W, 1, H*W)
-    const int64_t od[4] = {n, h, w, c}, st[4] = {c * h * w, w, 1, h * w};
-    for (int d = 0; d < 4; ++d) { cs.out[d] = od[d]; cs.in_dim[d] = od[d]; cs.in_stride[d] = st[d]; }
-  } else {      // NHWC -> NCHW: out [N,C,H,W], source strides (H*W*C, 1, W*C, C)
-    const int64_t od[4] = {n, c, h, w}, st[4] = {h * w * c, 1, w * c, c};
-    for (int d = 0; d < 4; ++d) { cs.out[d] = od[d]; cs.in_dim[d] = od[d]; cs.in_stride[d] = st[d]; }
-  }
+  // One batched transpose of [C, H*W] planes (or [H*W, C] ones back).
+  const int64_t n = s.shape[0], c = s.shape[1], hw = s.shape[2] * s.shape[3];
+  const int64_t rows = nhwc ? c : hw, cols = nhwc ? hw : c;
   const std::size_t es = dtype_size(s.dtype);
-  add(s.name + (nhwc ? " to nhwc" : " to nchw"), {src, dst},
-      [=](Context&, const Bindings& bd, cudaStream_t st) { strided_copy(es, bd.at(src), bd.at(dst), cs, st); });
+  if (n > 65535 || (rows + 31) / 32 > 65535) {
+    CopyShape cs;   // beyond the transpose kernel's grid: the general strided copy: out [N, cols, rows] from in [N, rows, cols]
+    cs.rank = 3;
+    const int64_t od[3] = {n, cols, rows}, st[3] = {rows * cols, 1, cols};
+    for (int d = 0; d < 3; ++d) { cs.out[d] = od[d]; cs.in_dim[d] = od[d]; cs.in_stride[d] = st[d]; }
+    add(s.name + (nhwc ? " to nhwc" : " to nchw"), {src, dst},
+        [=](Context&, const Bindings& bd, cudaStream_t st) { strided_copy(es, bd.at(src), bd.at(dst), cs, st); }, "Layout");
+  } else {
+    add(s.name + (nhwc ? " to nhwc" : " to nchw"), {src, dst},
+        [=](Context&, const Bindings& bd, cudaStream_t st) { transpose_last2(es, bd.at(src), bd.at(dst), n, rows, cols, st); },
+        "Layout");
+  }
   return dst;
 }
 
@@ -303,7 +370,14 @@ void Builder::alias_or_copy(const Node& n, std::size_t out_index, int src) {
   ids_[name] = new_slot(std::move(s));
 }
 
-void Builder::add(std::unique_ptr<Step> step, std::vector<int> uses) {
+void Builder::add(std::unique_ptr<Step> step, std::vector<int> uses, const std::string& kind) {
+  step->kind = !kind.empty() ? kind : (current_ ? current_->op : "Copy");
+  std::vector<int> seen;
+  for (int id : uses) {
+    if (id < 0 || std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+    seen.push_back(id);
+    step->bytes += static_cast<double>(slot(id).bytes);
+  }
   steps.push_back(std::move(step));
   step_slots.push_back(std::move(uses));
 }
@@ -315,24 +389,65 @@ void Builder::copy_or_cast(const std::string& label, int src, int dst) {
     const std::size_t bytes = b.bytes;
     add(label, {src, dst}, [=](Context&, const Bindings& bd, cudaStream_t s) {
       CUDA_CHECK(cudaMemcpyAsync(bd.at(dst), bd.at(src), bytes, cudaMemcpyDeviceToDevice, s));
-    });
+    }, "Copy");
   } else {
     const DType from = a.dtype, to = b.dtype;
     const int64_t n = b.numel();
     add(label, {src, dst}, [=](Context&, const Bindings& bd, cudaStream_t s) {
       cast(from, to, bd.at(src), bd.at(dst), n, s);
-    });
+    }, "Convert");
   }
 }
 
+int Builder::graph_output(const std::string& name) {
+  for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
+    if (graph.outputs[k].name != name || output_slots_[k] != -1) continue;
+    if (ids_.count(name)) return -1;
+    return ids_[name] = graph_output_slot(k);
+  }
+  return -1;
+}
+
+std::vector<const Node*> Builder::consumers(const std::string& name) const {
+  std::vector<const Node*> out;
+  for (const Node& c : graph.nodes)
+    for (const auto& in : c.inputs)
+      if (in == name) {
+        out.push_back(&c);
+        break;
+      }
+  return out;
+}
+
+bool Builder::is_graph_output(const std::string& name) const {
+  for (const auto& o : graph.outputs)
+    if (o.name == name) return true;
+  return false;
+}
+
 void Builder::lower_node(const Node& n) {
+  if (skipped_.count(&n)) return;
+  current_ = &n;
+  const std::size_t first = steps.size();
   const bool known = lower_conv(*this, n) || lower_gemm(*this, n) || lower_elementwise(*this, n) ||
                      lower_layout(*this, n) || lower_reduce(*this, n);
   if (!known)
     fail(n, "op ", n.domain.empty() ? "" : n.domain + ".", n.op, " is not implemented by the cuda engine");
+  // The node's FLOPs go to its main step: the first one named after it.
+  for (std::size_t i = first; i < steps.size(); ++i) {
+    if (steps[i]->label() != n.name) continue;
+    std::vector<Shape> in, out;
+    for (const auto& name : n.inputs) in.push_back(name.empty() ? Shape{} : (graph.value(name) ? graph.value(name)->shape : Shape{}));
+    for (const auto& name : n.outputs) out.push_back(name.empty() || !graph.value(name) ? Shape{} : graph.value(name)->shape);
+    for (std::size_t k = 0; k < in.size(); ++k)
+      if (in[k].empty() && !n.input(k).empty() && graph.constant(n.input(k))) in[k] = graph.constant(n.input(k))->shape;
+    steps[i]->flops = node_flops(n, in, out);
+    break;
+  }
   const auto pending = std::move(pending_casts_);
   pending_casts_.clear();
   for (const auto& [from, to] : pending) copy_or_cast("convert output " + slot(to).name, relayout(from, false), to);
+  current_ = nullptr;
 }
 
 void Builder::lower_all() {

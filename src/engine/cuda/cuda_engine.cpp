@@ -15,6 +15,7 @@
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/memory_plan.h"
+#include "engine/cuda/peaks.h"
 
 namespace sluice::cuda {
 namespace {
@@ -138,8 +139,6 @@ class CudaEngine final : public Engine {
     // ---- a first run per set (loads the kernels' modules), then capture ----
     for (int s = 0; s < options.io_sets; ++s) run_steps(s, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (const char* prof = std::getenv("SLUICE_CUDA_PROFILE"); prof && *prof && std::string(prof) != "0")
-      profile(static_cast<std::size_t>(std::max(12, std::atoi(prof))));
     if (options.cuda_graphs) {
       NvtxRange r("engine capture");
       for (int s = 0; s < options.io_sets; ++s) capture(s);
@@ -148,7 +147,8 @@ class CudaEngine final : public Engine {
     }
     log_debug("cuda engine: ", steps_.size(), " steps, activations ", gib(plan.arena_bytes), " (", gib(plan.naive_bytes),
               " unplanned), weights ", gib(weight_bytes), ", workspace ", gib(workspace), ", algorithms measured ",
-              stats_.algos_measured, ", cached ", stats_.algos_cached);
+              stats_.algos_measured, ", cached ", stats_.algos_cached, ", convolutions as cuDNN graphs ",
+              stats_.graph_convolutions);
   }
 
   ~CudaEngine() override {
@@ -189,6 +189,67 @@ class CudaEngine final : public Engine {
   }
 
   const EngineStats& stats() const { return stats_; }
+
+  // Steps run eagerly with an event after each, `replays` times; the whole pass as forward() runs
+  // it (the captured graph) timed separately.  Everything on the engine's own stream, then idle.
+  EngineProfile profile(const ProfileOptions& o) override {
+    DeviceScope scope(options_.device);
+    const int replays = std::max(1, o.replays);
+    if (ran_) CUDA_CHECK(cudaEventSynchronize(done_));
+    bind_stream(stream_);
+    EngineProfile p;
+    p.engine = description_;
+    p.precision = precision_name(options_.precision);
+    p.replays = replays;
+    if (o.peaks) p.peaks = measure_device_peaks(cublas_, stream_, options_.precision);
+
+    const Bindings& bd = bindings_[0];
+    std::vector<Event> ev;
+    for (std::size_t i = 0; i <= steps_.size(); ++i) ev.push_back(make_event(true));
+    std::vector<double> total(steps_.size(), 0.0);
+    run_steps(0, stream_);   // warm-up
+    for (int r = 0; r < replays; ++r) {
+      CUDA_CHECK(cudaEventRecord(ev[0], stream_));
+      for (std::size_t i = 0; i < steps_.size(); ++i) {
+        steps_[i]->run(ctx_, bd, stream_);
+        CUDA_CHECK(cudaEventRecord(ev[i + 1], stream_));
+      }
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      for (std::size_t i = 0; i < steps_.size(); ++i) {
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+        total[i] += ms;
+      }
+    }
+    for (std::size_t i = 0; i < steps_.size(); ++i) {
+      StepProfile sp;
+      sp.name = steps_[i]->label();
+      sp.kind = steps_[i]->kind;
+      sp.bytes = steps_[i]->bytes;
+      sp.flops = steps_[i]->flops;
+      sp.ms = total[i] / replays;
+      p.steps_ms += sp.ms;
+      p.steps.push_back(std::move(sp));
+    }
+
+    std::vector<float> passes;
+    for (int r = 0; r <= replays; ++r) {
+      CUDA_CHECK(cudaEventRecord(ev[0], stream_));
+      if (!execs_.empty()) CUDA_CHECK(cudaGraphLaunch(execs_[0], stream_));
+      else run_steps(0, stream_);
+      CUDA_CHECK(cudaEventRecord(ev[1], stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+      if (r > 0) passes.push_back(ms);   // the first pass warms up
+    }
+    std::sort(passes.begin(), passes.end());
+    p.forward_ms = passes[passes.size() / 2];
+    last_stream_ = stream_;
+    CUDA_CHECK(cudaEventRecord(done_, stream_));
+    ran_ = true;
+    return p;
+  }
 
  private:
   int check_set(int set) const {
@@ -261,39 +322,6 @@ class CudaEngine final : public Engine {
   void run_steps(int set, cudaStream_t s) {
     const Bindings& bd = bindings_[static_cast<std::size_t>(set)];
     for (auto& step : steps_) step->run(ctx_, bd, s);
-  }
-
-  // SLUICE_CUDA_PROFILE=1: one eager pass with an event after each step; prints the slowest steps
-  // (12, or SLUICE_CUDA_PROFILE of them when that is a larger number) and the time per kind of step to
-  // stderr (start-up only; for finding what to optimize).
-  void profile(std::size_t top) {
-    std::vector<Event> ev;
-    for (std::size_t i = 0; i <= steps_.size(); ++i) ev.push_back(make_event(true));
-    const Bindings& bd = bindings_[0];
-    CUDA_CHECK(cudaEventRecord(ev[0], stream_));
-    for (std::size_t i = 0; i < steps_.size(); ++i) {
-      steps_[i]->run(ctx_, bd, stream_);
-      CUDA_CHECK(cudaEventRecord(ev[i + 1], stream_));
-    }
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::vector<std::pair<float, std::string>> times;
-    std::map<std::string, float> kinds;
-    float total = 0;
-    for (std::size_t i = 0; i < steps_.size(); ++i) {
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
-      const std::string& l = steps_[i]->label();
-      const auto slash = l.find_last_of('/');
-      const std::string kind = slash != std::string::npos ? l.substr(slash + 1) : l.substr(l.find_last_of(' ') + 1);
-      kinds[kind] += ms;
-      total += ms;
-      times.emplace_back(ms, l);
-    }
-    std::sort(times.rbegin(), times.rend());
-    std::fprintf(stderr, "[ profile  ] %s: %.2f ms in %zu steps\n", description_.c_str(), total, steps_.size());
-    for (std::size_t i = 0; i < times.size() && i < top; ++i)
-      std::fprintf(stderr, "[ profile  ]   %8.3f ms  %s\n", times[i].first, times[i].second.c_str());
-    for (const auto& [k, ms] : kinds) std::fprintf(stderr, "[ profile  ]   kind %-22s %8.3f ms\n", k.c_str(), ms);
   }
 
   void capture(int set) {

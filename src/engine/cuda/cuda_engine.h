@@ -13,6 +13,7 @@ struct EngineStats {
   int steps = 0;            // enqueued operations per forward pass
   int convolutions = 0;     // cuDNN convolution steps
   int atrous_convolutions = 0;   // dilated convolutions run by space-to-batch (ops_conv.cpp)
+  int graph_convolutions = 0;    // convolutions run as a cuDNN graph (conv_graph.h)
   int algos_measured = 0;   // convolution algorithms found by measurement at this start
   int algos_cached = 0;     // ... and read from the algorithm cache
   std::size_t arena_bytes = 0;   // activation arena after the memory plan

@@ -14,18 +14,21 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
 #include "engine/cuda/cuda_engine.h"
+#include "engine/cuda/kernels.h"
 #include "engine/engine.h"
 #include "model/graph.h"
 
 namespace sluice::cuda {
 
 class AlgoCache;
+class GraphConv;
 
 enum class Where { Arena, Input, Output, Constant, Alias };
 
@@ -63,6 +66,8 @@ struct Context {
   AlgoCache* cache = nullptr;
   std::string cache_prefix;   // GPU, cuDNN version and precision: the part of every cache key they share
   EngineStats* stats = nullptr;
+  // cuDNN graphs of fused convolutions, shared by the steps of identical convolutions (conv_graph.h).
+  std::map<std::string, std::shared_ptr<GraphConv>> graph_convs;
 };
 
 class Step {
@@ -70,6 +75,10 @@ class Step {
   explicit Step(std::string label) : label_(std::move(label)) {}
   virtual ~Step() = default;
   const std::string& label() const { return label_; }
+  // For the profile (engine/profile.h): what the step is, the bytes of the tensors it touches and
+  // its FLOPs.  The builder fills them in.
+  std::string kind;
+  double bytes = 0, flops = 0;
   // Workspace this step needs at most (before prepare: an upper bound it will not exceed).
   virtual std::size_t workspace_bytes() const { return 0; }
   // Called once after memory exists and before any capture: measure algorithms, check that the
@@ -111,6 +120,19 @@ class Builder {
   // overrides, for measurements).
   bool nhwc_enabled() const { return nhwc_; }
   bool is_nhwc(int slot) const { return slots[static_cast<std::size_t>(slot)].nhwc; }
+  // Whether every reader of tensor `name` is a channels-last convolution (and it is no graph
+  // output): then its producer may as well write it channels-last.
+  bool consumers_want_nhwc(const std::string& name) const;
+  // The channel count a channels-last image tensor (a graph input, or Normalize's output) is
+  // written with: its own, or rounded up to a multiple of SLUICE_CUDA_STEM_PAD (default 4, 0: off)
+  // with zero channels when only ungrouped convolutions read it, so that the stem convolution's
+  // 3 input channels meet cuDNN's tensor-core kernels in a shape they like.  The convolution pads
+  // its weights to match (ops_conv.cpp).
+  int64_t stem_channels(const std::string& name) const;
+  // Whether convolution node n runs channels-last: 2-D, constant weights, ungrouped (cuDNN's
+  // tensor-core kernels work in NHWC natively) or depthwise (the engine's own kernel), and the
+  // engine's layout is channels-last.
+  bool conv_runs_nhwc(const Node& n) const;
   // An NCHW slot viewed channels-last, or the other way round: an alias when the bytes are already
   // in that order (C == 1, or H == W == 1), else a transposed copy (cached).
   int relayout(int slot, bool nhwc);
@@ -129,9 +151,12 @@ class Builder {
   Tensor to_compute(const Tensor& t) const;
   // Output i shares src's bytes when it can (Reshape, Flatten, ...), else it is copied.
   void alias_or_copy(const Node& n, std::size_t out_index, int src);
-  // Appends a step that reads/writes `uses`.
-  void add(std::unique_ptr<Step> step, std::vector<int> uses);
-  void add(const std::string& label, std::vector<int> uses, StepFn fn) { add(make_step(label, std::move(fn)), std::move(uses)); }
+  // Appends a step that reads/writes `uses`.  `kind` names it in the profile; "" means the op of
+  // the node being lowered.
+  void add(std::unique_ptr<Step> step, std::vector<int> uses, const std::string& kind = "");
+  void add(const std::string& label, std::vector<int> uses, StepFn fn, const std::string& kind = "") {
+    add(make_step(label, std::move(fn)), std::move(uses), kind);
+  }
 
   const TensorSlot& slot(int id) const { return slots[static_cast<std::size_t>(id)]; }
   const ValueInfo& value(const std::string& name) const;
@@ -151,6 +176,15 @@ class Builder {
   // Lowers every node, then makes sure each graph output is written.
   void lower_all();
 
+  // For fusions that lower several nodes at once (the output tails): the slot of graph output
+  // `name` in its final type and layout, registered as that tensor (-1 when `name` is no graph
+  // output, or its slot exists already); and nodes whose work an earlier step does, skipped later.
+  int graph_output(const std::string& name);
+  void skip(const Node& n) { skipped_.insert(&n); }
+  // The nodes reading tensor `name`, and whether it is a graph output.
+  std::vector<const Node*> consumers(const std::string& name) const;
+  bool is_graph_output(const std::string& name) const;
+
  private:
   int new_slot(TensorSlot s);
   int graph_output_slot(std::size_t k);
@@ -159,6 +193,8 @@ class Builder {
   int transposed(int src, bool nhwc);
 
   bool nhwc_ = false;
+  const Node* current_ = nullptr;                     // the node being lowered
+  std::set<const Node*> skipped_;                     // lowered with an earlier node
   std::map<std::pair<int, bool>, int> relayouts_;     // (slot, layout) -> converted slot
 
   std::unordered_map<std::string, int> ids_;          // graph value -> slot
@@ -173,6 +209,29 @@ bool lower_gemm(Builder& b, const Node& n);
 bool lower_elementwise(Builder& b, const Node& n);
 bool lower_layout(Builder& b, const Node& n);
 bool lower_reduce(Builder& b, const Node& n);
+void lower_resize(Builder& b, const Node& n);   // Resize and Upsample (ops_resize.cpp)
+
+// Spatial geometry of one convolution, every vector with one entry per spatial dim: the node's
+// attributes with auto_pad resolved (ops_conv.cpp).
+struct ConvGeom {
+  std::vector<int64_t> kernel, stride, dilation, pad_begin, pad_end;
+  int64_t groups = 1;
+  bool symmetric() const { return pad_begin == pad_end; }
+};
+ConvGeom conv_geometry(const Builder& b, const Node& n, const Shape& x, const Shape& w, const Shape& y, bool transpose);
+// The activation of a sluice.FusedConv node.
+ActParams fused_activation(const Builder& b, const Node& n);
+// A cuDNN convolution step (ops_conv.cpp): y = act(conv(x, w) + bias + z), bias and z optional (-1).
+std::unique_ptr<Step> make_conv_step(std::string label, DType t, Precision p, const Shape& xs, const Shape& ws,
+                                     const Shape& ys, const ConvGeom& g, int x, int w, int bias, int z, int y, ActParams act,
+                                     bool nhwc);
+// Lowers the convolution the atrous way when it qualifies (ops_atrous.cpp); false otherwise.
+bool lower_atrous(Builder& b, const Node& n, const ConvGeom& g, const Shape& xs, const Shape& ws, const Shape& ys, int x,
+                  int w, int bias, int z, int y, const ActParams& act, bool nhwc);
+// Depthwise convolutions of channels-last tensors on the engine's own kernel (ops_depthwise.cpp);
+// false when n is no such convolution.
+bool lower_depthwise(Builder& b, const Node& n);
+bool is_depthwise(const Builder& b, const Node& n);
 
 // cuDNN data type of a float dtype.
 cudnnDataType_t cudnn_type(DType t);

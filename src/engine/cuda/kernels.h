@@ -15,6 +15,10 @@ namespace sluice::cuda {
 
 constexpr int kMaxRank = 8;
 
+// The vectorized kernels and the engine's own depthwise convolution are used unless
+// SLUICE_CUDA_FAST=0 (for comparing with the plain kernels and cuDNN).
+bool fast_kernels();
+
 enum class Act : int {
   Identity = 0, Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid, HardSwish, Exp, Log, Sqrt, Neg,
   Abs, Erf, Reciprocal, Floor, Ceil, Round, Elu, Softplus, Gelu, GeluTanh, Selu, Sin, Cos, Not
@@ -56,11 +60,19 @@ void channel_affine(DType t, const void* x, void* y, const float* scale, const f
 // like a C cast; to bool: x != 0).
 void cast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t s);
 
-// y = (float(x) * scale - mean[c]) / std[c], x uint8 or float type, y float type.  mean/std are
-// device arrays of `channels` floats, or of 1 float when per_channel is false.
-void normalize(DType in, DType out, const void* x, void* y, int64_t outer, int64_t channels,
-               int64_t inner, float scale, const float* mean, const float* stddev, bool per_channel,
-               cudaStream_t s);
+// y = (float(x) * scale - mean[c]) / std[c], x uint8 or float type [n, channels, inner], y float
+// type.  mean/std are device arrays of `channels` floats, or of 1 float when per_channel is false;
+// null means 0 and 1 (a plain conversion).  With nhwc, y is [n, inner, channels_out] (channels-last,
+// channels past `channels` zero: the padded stem of a convolution).
+struct NormalizeShape {
+  int64_t n = 0, channels = 0, inner = 1;
+  int64_t channels_out = 0;   // nhwc only; >= channels
+  bool nhwc = false;
+  float scale = 1.f;
+  bool per_channel = false;
+};
+void normalize(DType in, DType out, const void* x, void* y, const NormalizeShape& shape, const float* mean,
+               const float* stddev, cudaStream_t s);
 
 // y[i] = x[sum_d (i_d % in_dim[d]) * in_stride[d]] for each output multi-index i: Transpose,
 // Slice (x already offset, strides scaled by steps, possibly negative), Expand, Tile.
@@ -71,6 +83,22 @@ struct CopyShape {
   int64_t in_stride[kMaxRank] = {};
 };
 void strided_copy(std::size_t elem_size, const void* x, void* y, const CopyShape& shape, cudaStream_t s);
+
+// Several 2-D copies (height rows of width bytes, with their own pitches) in one launch of 16-byte
+// accesses: Concat, Split and Gather pieces.  Returns false, copying nothing, when a size, pitch or
+// address is not a multiple of 16 bytes or there are more than kMaxCopyBlocks blocks.
+constexpr int kMaxCopyBlocks = 16;
+struct CopyBlock {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  std::size_t src_pitch = 0, dst_pitch = 0, width = 0, height = 0;
+};
+bool copy_blocks16(const CopyBlock* blocks, int count, cudaStream_t s);
+
+// y[b][c][r] = x[b][r][c] for `batch` planes of rows x cols: NCHW <-> NHWC (batch = N, and rows,
+// cols = C, H*W one way, H*W, C the other).  batch <= 65535.
+void transpose_last2(std::size_t elem_size, const void* x, void* y, int64_t batch, int64_t rows, int64_t cols,
+                     cudaStream_t s);
 
 // Atrous convolution by space-to-batch: a stride-1 convolution with dilation d and "same" padding
 // equals an undilated one over the d*d interleaved sub-images x_rs[u, v] = x[r + d*u, s + d*v],
@@ -115,6 +143,37 @@ struct ResizeShape {
   bool exclude_outside = false;
 };
 void resize(DType t, const void* x, void* y, const ResizeShape& shape, cudaStream_t s);
+
+// The fused output tail: a 2-D linear or nearest Resize of x (logical [N, C, H, W] in `s`, stored
+// NCHW or channels-last) evaluated per output pixel, writing straight into the graph outputs that
+// are not null: logits [N, C, OH, OW] (NCHW) in logits_type, argmax [N, OH, OW] over C, softmax
+// over C [N, C, OH, OW], top-k over C (largest first, ties to the lower index) values and indices
+// [N, k, OH, OW].  Index outputs are U8, I32 or I64; float outputs F32, F16 or BF16.
+struct TailOutputs {
+  void* logits = nullptr;
+  DType logits_type = DType::F32;
+  void* argmax = nullptr;
+  DType argmax_type = DType::I64;
+  bool argmax_select_last = false;
+  void* softmax = nullptr;
+  DType softmax_type = DType::F32;
+  void* topk_values = nullptr;
+  DType values_type = DType::F32;
+  void* topk_indices = nullptr;
+  DType indices_type = DType::I64;
+  int64_t k = 0;
+};
+void resize_tail(DType t, const void* x, const ResizeShape& s, bool nhwc, const TailOutputs& o, cudaStream_t st);
+
+// Depthwise 2-D convolution (one filter per channel) of channels-last tensors: x [n, h, w, c],
+// w [kh, kw, c], y and z [n, oh, ow, c]; y = act(conv + bias[c] + z), bias and z may be null.
+// ph, pw are the begin paddings (the end ones follow from the output size).
+struct DepthwiseShape {
+  int64_t n = 0, c = 0, h = 0, w = 0, oh = 0, ow = 0;
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0;
+};
+void depthwise_conv(DType t, const void* x, const void* w, const void* bias, const void* z, void* y,
+                    const DepthwiseShape& s, ActParams act, cudaStream_t st);
 
 // Max/average pooling over 1 to 3 spatial dims of [N, C, spatial...].
 struct PoolShape {

@@ -36,6 +36,49 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);     \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
+// ---- fast integer division -------------------------------------------------------------------
+// Index arithmetic dominates the instruction count of the memory-bound kernels: a 64-bit division
+// is a long software sequence, a 32-bit one still tens of instructions.  A divisor fixed at launch
+// becomes a multiply-high, an add and a shift (Granlund and Montgomery's method): q = (umulhi(n, m)
+// + n) >> s with s = ceil(log2(d)) and m = floor(2^32 (2^s - d) / d) + 1, exact for n < 2^31.
+struct FastDiv {
+  uint32_t d = 1, mul = 0, shift = 0;
+  FastDiv() = default;
+  explicit FastDiv(int64_t divisor) {
+    SLUICE_CHECK(divisor >= 1 && divisor < (int64_t{1} << 31), "FastDiv: divisor ", divisor, " out of range");
+    d = static_cast<uint32_t>(divisor);
+    while ((uint64_t{1} << shift) < d) ++shift;
+    mul = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - d)) / d + 1);
+  }
+  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, mul) + n) >> shift; }
+  // n = q * d + r
+  __device__ __forceinline__ uint32_t divmod(uint32_t n, uint32_t* r) const {
+    const uint32_t q = div(n);
+    *r = n - q * d;
+    return q;
+  }
+};
+
+// Whether 32-bit index arithmetic covers n items (the fast kernels' precondition).
+inline bool fits_int32(int64_t n) { return n >= 0 && n < (int64_t{1} << 31); }
+
+// ---- vectors of elements --------------------------------------------------------------------------
+// K elements of T loaded or stored as one access of K * sizeof(T) bytes (4, 8 or 16): the widest
+// access a thread can make, which is what keeps enough bytes in flight to reach HBM bandwidth.
+template <typename T, int K>
+struct alignas(sizeof(T) * K) Pack {
+  T v[K];
+};
+// Elements of T in a 16-byte access.
+template <typename T>
+constexpr int kVec = 16 / sizeof(T) > 0 ? static_cast<int>(16 / sizeof(T)) : 1;
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// A grid for a grid-stride loop over n work items with `threads` per block, no larger than a few
+// waves of the GPU (extra blocks only add scheduling).
+unsigned waves_grid(int64_t n, int threads = kThreads);
+
 // Calls f(T{}) with T the storage type of a float dtype.
 template <typename F>
 void dispatch_float(DType t, F&& f) {

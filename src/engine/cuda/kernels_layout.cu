@@ -1,14 +1,21 @@
-// Kernels that move elements without arithmetic (strided copies, padding, the atrous rearrangements)
-// and Resize.  The copies work on raw element sizes so one instantiation serves every dtype of that
-// width.
+// Kernels that move elements without arithmetic: strided copies (Transpose, Slice, Expand, Tile),
+// the NCHW <-> channels-last transpose, padding and the atrous rearrangements.  They work on raw
+// element sizes so one instantiation serves every dtype of that width.  Index arithmetic is 32-bit
+// with precomputed divisors where the sizes allow (FastDiv), 64-bit otherwise.
+#include <algorithm>
+#include <cstdlib>
+#include <type_traits>
+
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/kernels_common.cuh"
 
 namespace sluice::cuda {
 namespace {
 
+// ---- strided copy ----------------------------------------------------------------------------------
+
 template <typename U>
-__global__ void strided_copy_kernel(const U* x, U* y, int64_t n, CopyShape s) {
+__global__ void strided_copy_kernel64(const U* x, U* y, int64_t n, CopyShape s) {
   SLUICE_GRID_STRIDE(i, n) {
     int64_t rem = i, off = 0;
     for (int d = s.rank - 1; d >= 0; --d) {
@@ -20,6 +27,112 @@ __global__ void strided_copy_kernel(const U* x, U* y, int64_t n, CopyShape s) {
     y[i] = x[off];
   }
 }
+
+struct Copy32 {
+  int rank = 0;
+  FastDiv out[kMaxRank], in_dim[kMaxRank];
+  int32_t in_stride[kMaxRank] = {};   // in elements; negative for reversed slices
+};
+
+// K consecutive outputs of the innermost dim per thread (K > 1 only when that dim is copied
+// contiguously and every pack starts 16-byte aligned on both sides).
+template <typename U, int K>
+__global__ void strided_copy_kernel(const U* x, U* y, uint32_t packs, Copy32 s) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += gridDim.x * blockDim.x) {
+    uint32_t rem = i * K;
+    int32_t off = 0;
+    for (int d = s.rank - 1; d >= 0; --d) {
+      uint32_t idx;
+      rem = s.out[d].divmod(rem, &idx);
+      if (s.in_dim[d].d != s.out[d].d) s.in_dim[d].divmod(idx, &idx);
+      off += static_cast<int32_t>(idx) * s.in_stride[d];
+    }
+    if (K == 1) y[i] = x[off];
+    else reinterpret_cast<Pack<U, K>*>(y)[i] = *reinterpret_cast<const Pack<U, K>*>(x + off);
+  }
+}
+
+template <typename U>
+void launch_strided_copy(const void* xv, void* yv, int64_t n, const CopyShape& shape, cudaStream_t st) {
+  const U* x = static_cast<const U*>(xv);
+  U* y = static_cast<U*>(yv);
+  int64_t reach = 0;   // the largest |offset| read
+  for (int d = 0; d < shape.rank; ++d) reach += (std::min(shape.out[d], shape.in_dim[d]) - 1) * std::abs(shape.in_stride[d]);
+  if (!fast_kernels() || !fits_int32(n) || !fits_int32(reach)) {
+    strided_copy_kernel64<U><<<grid_for(n), kThreads, 0, st>>>(x, y, n, shape);
+    return;
+  }
+  Copy32 c;
+  c.rank = shape.rank;
+  for (int d = 0; d < shape.rank; ++d) {
+    c.out[d] = FastDiv(shape.out[d]);
+    c.in_dim[d] = FastDiv(shape.in_dim[d]);
+    c.in_stride[d] = static_cast<int32_t>(shape.in_stride[d]);
+  }
+  constexpr int K = kVec<U>;
+  const int last = shape.rank - 1;
+  bool packs = K > 1 && shape.in_stride[last] == 1 && shape.in_dim[last] == shape.out[last] && shape.out[last] % K == 0 &&
+               aligned16(x) && aligned16(y);
+  for (int d = 0; d < last && packs; ++d) packs = shape.in_stride[d] % K == 0;
+  if (packs) strided_copy_kernel<U, K><<<waves_grid(n / K), kThreads, 0, st>>>(x, y, static_cast<uint32_t>(n / K), c);
+  else strided_copy_kernel<U, 1><<<waves_grid(n), kThreads, 0, st>>>(x, y, static_cast<uint32_t>(n), c);
+}
+
+// ---- 2-D block copies in one launch ------------------------------------------------------------------
+
+struct Blocks16 {
+  int count = 0;
+  const uint4* src[kMaxCopyBlocks] = {};
+  uint4* dst[kMaxCopyBlocks] = {};
+  uint32_t src_pitch[kMaxCopyBlocks] = {}, dst_pitch[kMaxCopyBlocks] = {};   // in 16-byte units
+  FastDiv width[kMaxCopyBlocks];                                             // units per row
+  uint32_t first[kMaxCopyBlocks + 1] = {};   // the first unit of each block; first[count] = total
+};
+
+// One 16-byte unit per thread and step; the block of a unit is found by a scan of the prefix table
+// (a few entries, in the kernel's parameters).
+__global__ void copy_blocks_kernel(Blocks16 b) {
+  const uint32_t total = b.first[b.count];
+  for (uint32_t u = blockIdx.x * blockDim.x + threadIdx.x; u < total; u += gridDim.x * blockDim.x) {
+    int k = 0;
+    while (u >= b.first[k + 1]) ++k;
+    uint32_t col;
+    const uint32_t row = b.width[k].divmod(u - b.first[k], &col);
+    b.dst[k][static_cast<size_t>(row) * b.dst_pitch[k] + col] = b.src[k][static_cast<size_t>(row) * b.src_pitch[k] + col];
+  }
+}
+
+// ---- transpose of the last two dims (NCHW <-> NHWC) -------------------------------------------------
+// y[b][c][r] = x[b][r][c].  A 32x32 tile goes through shared memory so that both the reads and the
+// writes are coalesced rows; values are staged as 32-bit (or 64-bit) words, one per bank, with the
+// row padded by one word against bank conflicts on the column-wise reads.
+constexpr int kTile = 32, kTileRows = 8;
+
+template <typename U>
+__global__ void transpose_kernel(const U* __restrict__ x, U* __restrict__ y, uint32_t rows, uint32_t cols) {
+  using W = typename std::conditional<sizeof(U) <= 4, uint32_t, uint64_t>::type;
+  __shared__ W tile[kTile][kTile + 1];
+  const size_t plane = static_cast<size_t>(rows) * cols;
+  const U* xb = x + blockIdx.z * plane;
+  U* yb = y + blockIdx.z * plane;
+  const uint32_t c = blockIdx.x * kTile + threadIdx.x;
+  const uint32_t r0 = blockIdx.y * kTile;
+#pragma unroll
+  for (int j = 0; j < kTile; j += kTileRows) {
+    const uint32_t r = r0 + threadIdx.y + j;
+    if (r < rows && c < cols) tile[threadIdx.y + j][threadIdx.x] = static_cast<W>(xb[static_cast<size_t>(r) * cols + c]);
+  }
+  __syncthreads();
+  const uint32_t r = r0 + threadIdx.x;   // the output row is the input column
+  const uint32_t c0 = blockIdx.x * kTile;
+#pragma unroll
+  for (int j = 0; j < kTile; j += kTileRows) {
+    const uint32_t cc = c0 + threadIdx.y + j;
+    if (cc < cols && r < rows) yb[static_cast<size_t>(cc) * rows + r] = static_cast<U>(tile[threadIdx.x][threadIdx.y + j]);
+  }
+}
+
+// ---- padding ---------------------------------------------------------------------------------------
 
 __device__ __forceinline__ int64_t pad_source(int64_t j, int64_t len, PadMode mode) {
   if (j >= 0 && j < len) return j;
@@ -58,17 +171,50 @@ __global__ void pad_kernel(const U* x, U* y, int64_t n, PadShape s, U value) {
 // ---- Atrous convolution by space-to-batch ---------------------------------------------------------
 
 // Sizes in units of U: for channels-last tensors c counts vectors of several channels.
-template <typename I>
 struct AtrousDims {
-  I n, c, h, w, d, hs, ws;
+  FastDiv c, ws, hs, n, d;
+  uint32_t h, w;
 };
 
 // One thread per unit of the batched tensor, in its memory order: [d, d, n, c, hs, ws] or
 // [d, d, n, hs, ws, c].  Both directions walk the batched side so the channels-last case reads and
 // writes whole rows of channels; the batched side is the larger one (its padding), and every space
 // position belongs to exactly one batched position.
+template <typename U>
+__global__ void atrous_kernel(const U* __restrict__ src, U* __restrict__ dst, uint32_t total, AtrousDims s, bool nhwc,
+                              bool to_batch) {
+  const uint32_t step = gridDim.x * blockDim.x;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
+    uint32_t rem = i, c, u, v, n, sub;
+    if (nhwc) {
+      rem = s.c.divmod(rem, &c);
+      rem = s.ws.divmod(rem, &v);
+      rem = s.hs.divmod(rem, &u);
+    } else {
+      rem = s.ws.divmod(rem, &v);
+      rem = s.hs.divmod(rem, &u);
+      rem = s.c.divmod(rem, &c);
+    }
+    sub = s.n.divmod(rem, &n);   // sub-image r * d + t
+    uint32_t t;
+    const uint32_t r = s.d.divmod(sub, &t);
+    const uint32_t h = r + s.d.d * u, w = t + s.d.d * v;
+    const bool inside = h < s.h && w < s.w;
+    const size_t at = nhwc ? ((static_cast<size_t>(n) * s.h + h) * s.w + w) * s.c.d + c
+                           : ((static_cast<size_t>(n) * s.c.d + c) * s.h + h) * s.w + w;
+    if (to_batch) dst[i] = inside ? src[at] : U{};
+    else if (inside) dst[at] = src[i];
+  }
+}
+
+template <typename I>
+struct AtrousDims64 {
+  I n, c, h, w, d, hs, ws;
+};
+
+// The same with 64-bit indices, for tensors of 2^31 units or more.
 template <typename U, typename I>
-__global__ void atrous_kernel(const U* __restrict__ src, U* __restrict__ dst, I total, AtrousDims<I> s, bool nhwc,
+__global__ void atrous_kernel64(const U* __restrict__ src, U* __restrict__ dst, I total, AtrousDims64<I> s, bool nhwc,
                               bool to_batch) {
   const I step = static_cast<I>(gridDim.x) * blockDim.x;
   for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
@@ -97,20 +243,19 @@ void launch_atrous(const void* src, void* dst, int64_t c_units, const AtrousShap
   const int64_t hs = (a.h + a.d - 1) / a.d, ws = (a.w + a.d - 1) / a.d;
   const int64_t total = a.d * a.d * a.n * c_units * hs * ws;
   if (total <= 0) return;
-  // 32-bit index arithmetic when it fits: the divisions dominate the kernel's instructions.
-  if (total < (int64_t{1} << 31)) {
-    const AtrousDims<uint32_t> d{static_cast<uint32_t>(a.n), static_cast<uint32_t>(c_units), static_cast<uint32_t>(a.h),
-                                 static_cast<uint32_t>(a.w), static_cast<uint32_t>(a.d), static_cast<uint32_t>(hs),
-                                 static_cast<uint32_t>(ws)};
-    atrous_kernel<U, uint32_t><<<grid_for(total), kThreads, 0, st>>>(static_cast<const U*>(src), static_cast<U*>(dst),
-                                                                    static_cast<uint32_t>(total), d, a.nhwc, to_batch);
-  } else {
-    const AtrousDims<uint64_t> d{static_cast<uint64_t>(a.n), static_cast<uint64_t>(c_units), static_cast<uint64_t>(a.h),
-                                 static_cast<uint64_t>(a.w), static_cast<uint64_t>(a.d), static_cast<uint64_t>(hs),
-                                 static_cast<uint64_t>(ws)};
-    atrous_kernel<U, uint64_t><<<grid_for(total), kThreads, 0, st>>>(static_cast<const U*>(src), static_cast<U*>(dst),
-                                                                    static_cast<uint64_t>(total), d, a.nhwc, to_batch);
+  if (!fast_kernels() || !fits_int32(total) || !fits_int32(a.n * c_units * a.h * a.w)) {
+    const AtrousDims64<uint64_t> d{static_cast<uint64_t>(a.n), static_cast<uint64_t>(c_units), static_cast<uint64_t>(a.h),
+                                   static_cast<uint64_t>(a.w), static_cast<uint64_t>(a.d), static_cast<uint64_t>(hs),
+                                   static_cast<uint64_t>(ws)};
+    atrous_kernel64<U, uint64_t><<<grid_for(total), kThreads, 0, st>>>(static_cast<const U*>(src), static_cast<U*>(dst),
+                                                                      static_cast<uint64_t>(total), d, a.nhwc, to_batch);
+    CUDA_CHECK_LAUNCH();
+    return;
   }
+  AtrousDims d{FastDiv(c_units), FastDiv(ws), FastDiv(hs), FastDiv(a.n), FastDiv(a.d), static_cast<uint32_t>(a.h),
+               static_cast<uint32_t>(a.w)};
+  atrous_kernel<U><<<waves_grid(total), kThreads, 0, st>>>(static_cast<const U*>(src), static_cast<U*>(dst),
+                                                          static_cast<uint32_t>(total), d, a.nhwc, to_batch);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -137,140 +282,59 @@ void atrous(std::size_t es, const void* src, void* dst, const AtrousShape& a, bo
   }
 }
 
-// ---- Resize --------------------------------------------------------------------------------------
-
-__device__ __forceinline__ float original_coordinate(int64_t x, int d, const ResizeShape& s) {
-  const float scale = s.scale[d];
-  const float xr = static_cast<float>(x);
-  const float in = static_cast<float>(s.in[d]);
-  const float out = static_cast<float>(s.out[d]);
-  switch (s.coord) {
-    case CoordMode::HalfPixel: return (xr + 0.5f) / scale - 0.5f;
-    case CoordMode::PytorchHalfPixel: return s.out[d] > 1 ? (xr + 0.5f) / scale - 0.5f : 0.f;
-    case CoordMode::AlignCorners: return s.out[d] == 1 ? 0.f : xr * (in - 1.f) / (out - 1.f);
-    case CoordMode::Asymmetric: return xr / scale;
-    case CoordMode::TfHalfPixelForNearest: return (xr + 0.5f) / scale;
-    case CoordMode::HalfPixelSymmetric: {
-      const float adjustment = out / (scale * in);
-      const float center = in / 2.f;
-      const float offset = center * (1.f - adjustment);
-      return offset + (xr + 0.5f) / scale - 0.5f;
-    }
-  }
-  return 0.f;
-}
-
-__device__ __forceinline__ int64_t nearest_index(float xo, NearestMode m, int64_t len, float scale) {
-  float r;
-  switch (m) {
-    case NearestMode::Simple: r = scale < 1.f ? ceilf(xo) : truncf(xo); break;
-    case NearestMode::RoundPreferFloor: r = (xo - floorf(xo) == 0.5f) ? floorf(xo) : roundf(xo); break;
-    case NearestMode::RoundPreferCeil: r = (xo - floorf(xo) == 0.5f) ? ceilf(xo) : roundf(xo); break;
-    case NearestMode::Floor: r = floorf(xo); break;
-    case NearestMode::Ceil: r = ceilf(xo); break;
-    default: r = xo; break;
-  }
-  int64_t j = static_cast<int64_t>(r);
-  return j < 0 ? 0 : (j >= len ? len - 1 : j);
-}
-
-__device__ __forceinline__ void cubic_coeffs(float r, float a, float c[4]) {
-  const float t0 = r + 1.f, t3 = 2.f - r, t2 = 1.f - r;
-  c[0] = ((a * t0 - 5.f * a) * t0 + 8.f * a) * t0 - 4.f * a;
-  c[1] = ((a + 2.f) * r - (a + 3.f)) * r * r + 1.f;
-  c[2] = ((a + 2.f) * t2 - (a + 3.f)) * t2 * t2 + 1.f;
-  c[3] = ((a * t3 - 5.f * a) * t3 + 8.f * a) * t3 - 4.f * a;
-}
-
-template <typename T>
-__global__ void resize_kernel(const T* x, T* y, int64_t n, ResizeShape s) {
-  SLUICE_GRID_STRIDE(i, n) {
-    int64_t idx[kMaxRank];
-    int64_t rem = i;
-    for (int d = s.rank - 1; d >= 0; --d) {
-      const int64_t q = rem / s.out[d];
-      idx[d] = rem - q * s.out[d];
-      rem = q;
-    }
-    if (s.mode == ResizeMode::Nearest) {
-      int64_t off = 0;
-      for (int d = 0; d < s.rank; ++d) {
-        // Axes that keep their size and scale are copied, whatever the coordinate mode (as the
-        // CPU engine and ONNX Runtime do; tf_half_pixel_for_nn would otherwise shift them by one).
-        const int64_t j = (s.in[d] == s.out[d] && s.scale[d] == 1.f)
-                              ? idx[d]
-                              : nearest_index(original_coordinate(idx[d], d, s), s.nearest, s.in[d], s.scale[d]);
-        off = off * s.in[d] + j;
-      }
-      y[i] = x[off];
-      continue;
-    }
-    // Linear or cubic: the taps of each interpolated dim, the others pass through.
-    const int taps = s.mode == ResizeMode::Linear ? 2 : 4;
-    int interp[3];
-    int ni = 0;
-    int64_t base[3];
-    float w[3][4];
-    for (int d = 0; d < s.rank; ++d) {
-      if (s.in[d] == s.out[d] && s.scale[d] == 1.f) continue;
-      const float xo = original_coordinate(idx[d], d, s);
-      const float fl = floorf(xo);
-      const float r = xo - fl;
-      interp[ni] = d;
-      if (taps == 2) {
-        base[ni] = static_cast<int64_t>(fl);
-        w[ni][0] = 1.f - r;
-        w[ni][1] = r;
-      } else {
-        base[ni] = static_cast<int64_t>(fl) - 1;
-        cubic_coeffs(r, s.cubic_a, w[ni]);
-        if (s.exclude_outside) {
-          float sum = 0.f;
-          for (int t = 0; t < 4; ++t) {
-            const int64_t j = base[ni] + t;
-            if (j < 0 || j >= s.in[d]) w[ni][t] = 0.f;
-            sum += w[ni][t];
-          }
-          for (int t = 0; t < 4; ++t) w[ni][t] = sum != 0.f ? w[ni][t] / sum : 0.f;
-        }
-      }
-      ++ni;
-    }
-    int combos = 1;
-    for (int k = 0; k < ni; ++k) combos *= taps;
-    float acc = 0.f;
-    for (int c = 0; c < combos; ++c) {
-      int code = c;
-      float weight = 1.f;
-      int64_t src[kMaxRank];
-      for (int d = 0; d < s.rank; ++d) src[d] = idx[d];
-      for (int k = 0; k < ni; ++k) {
-        const int t = code % taps;
-        code /= taps;
-        weight *= w[k][t];
-        int64_t j = base[k] + t;
-        const int64_t len = s.in[interp[k]];
-        j = j < 0 ? 0 : (j >= len ? len - 1 : j);   // edge padding, as the ONNX reference does
-        src[interp[k]] = j;
-      }
-      if (weight == 0.f) continue;
-      int64_t off = 0;
-      for (int d = 0; d < s.rank; ++d) off = off * s.in[d] + src[d];
-      acc += weight * to_f(x[off]);
-    }
-    y[i] = from_f<T>(acc);
-  }
-}
-
 }  // namespace
 
 void strided_copy(std::size_t elem_size, const void* x, void* y, const CopyShape& shape, cudaStream_t s) {
   int64_t n = 1;
   for (int d = 0; d < shape.rank; ++d) n *= shape.out[d];
   if (n <= 0) return;
+  dispatch_size(elem_size, [&](auto tag) { launch_strided_copy<decltype(tag)>(x, y, n, shape, s); });
+  CUDA_CHECK_LAUNCH();
+}
+
+bool copy_blocks16(const CopyBlock* blocks, int count, cudaStream_t s) {
+  if (!fast_kernels() || count < 1 || count > kMaxCopyBlocks) return false;
+  Blocks16 b;
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    const CopyBlock& k = blocks[i];
+    const auto multiple = [](std::size_t v) { return v % 16 == 0; };
+    if (!aligned16(k.src) || !aligned16(k.dst) || !multiple(k.width) || (k.height > 1 && (!multiple(k.src_pitch) || !multiple(k.dst_pitch))))
+      return false;
+    const int64_t units = static_cast<int64_t>(k.width / 16) * static_cast<int64_t>(k.height);
+    if (!fits_int32(total + units) || !fits_int32(static_cast<int64_t>(k.src_pitch / 16)) ||
+        !fits_int32(static_cast<int64_t>(k.dst_pitch / 16)))
+      return false;
+    b.src[b.count] = static_cast<const uint4*>(k.src);
+    b.dst[b.count] = static_cast<uint4*>(k.dst);
+    b.src_pitch[b.count] = static_cast<uint32_t>(k.src_pitch / 16);
+    b.dst_pitch[b.count] = static_cast<uint32_t>(k.dst_pitch / 16);
+    b.width[b.count] = FastDiv(std::max<int64_t>(1, static_cast<int64_t>(k.width / 16)));
+    b.first[b.count] = static_cast<uint32_t>(total);
+    if (units > 0) {
+      total += units;
+      ++b.count;
+    }
+  }
+  b.first[b.count] = static_cast<uint32_t>(total);
+  if (total == 0) return true;
+  copy_blocks_kernel<<<waves_grid(total), kThreads, 0, s>>>(b);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+void transpose_last2(std::size_t elem_size, const void* x, void* y, int64_t batch, int64_t rows, int64_t cols,
+                     cudaStream_t s) {
+  if (batch * rows * cols <= 0) return;
+  SLUICE_CHECK(batch <= 65535 && fits_int32(rows) && fits_int32(cols), "transpose: ", batch, " planes of ", rows, "x", cols,
+               " exceed the kernel's grid");
+  const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile), static_cast<unsigned>((rows + kTile - 1) / kTile),
+                  static_cast<unsigned>(batch));
+  SLUICE_CHECK(grid.y <= 65535, "transpose: ", rows, " rows exceed the kernel's grid");
   dispatch_size(elem_size, [&](auto tag) {
     using U = decltype(tag);
-    strided_copy_kernel<U><<<grid_for(n), kThreads, 0, s>>>(static_cast<const U*>(x), static_cast<U*>(y), n, shape);
+    transpose_kernel<U><<<grid, dim3(kTile, kTileRows), 0, s>>>(static_cast<const U*>(x), static_cast<U*>(y),
+                                                                static_cast<uint32_t>(rows), static_cast<uint32_t>(cols));
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -293,34 +357,6 @@ void space_to_batch(std::size_t elem_size, const void* x, void* xb, const Atrous
 
 void batch_to_space(std::size_t elem_size, const void* yb, void* y, const AtrousShape& shape, cudaStream_t s) {
   atrous(elem_size, yb, y, shape, false, s);
-}
-
-void resize(DType t, const void* x, void* y, const ResizeShape& shape, cudaStream_t s) {
-  int64_t n = 1;
-  int interpolated = 0;
-  for (int d = 0; d < shape.rank; ++d) {
-    n *= shape.out[d];
-    if (!(shape.in[d] == shape.out[d] && shape.scale[d] == 1.f)) ++interpolated;
-  }
-  if (shape.mode == ResizeMode::Linear && interpolated > 3)
-    SLUICE_THROW("cuda resize: linear interpolation over ", interpolated, " dims (at most 3 are supported)");
-  if (shape.mode == ResizeMode::Cubic && interpolated > 2)
-    SLUICE_THROW("cuda resize: cubic interpolation over ", interpolated, " dims (at most 2 are supported)");
-  if (n <= 0) return;
-  if (shape.mode == ResizeMode::Nearest) {
-    // Nearest only moves elements: run it on the bit pattern (the interpolating branch of the
-    // kernel is never taken).
-    dispatch_size(dtype_size(t), [&](auto tag) {
-      using U = decltype(tag);
-      resize_kernel<U><<<grid_for(n), kThreads, 0, s>>>(static_cast<const U*>(x), static_cast<U*>(y), n, shape);
-    });
-  } else {
-    dispatch_float(t, [&](auto tag) {
-      using T = decltype(tag);
-      resize_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n, shape);
-    });
-  }
-  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace sluice::cuda

@@ -1,7 +1,9 @@
-// Kernels that reduce: pooling windows, reductions along one axis, softmax, argmax and top-k.
+// Kernels that reduce along one axis: reductions, softmax, argmax and top-k (pooling windows:
+// kernels_pool.cu).
 // Rows along the last axis (inner == 1) get one warp each so the reads are coalesced; reductions
 // over a middle axis give one thread to each (outer, inner) pair, whose reads are coalesced across
 // the threads of a warp.
+#include <algorithm>
 #include <cfloat>
 
 #include "engine/cuda/kernels.h"
@@ -19,53 +21,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
   return v;
-}
-
-// ---- pooling -------------------------------------------------------------------------------------
-
-template <typename T>
-__global__ void pool_kernel(const T* x, T* y, int64_t n, PoolShape s) {
-  SLUICE_GRID_STRIDE(i, n) {
-    int64_t o[3];
-    int64_t rem = i, c = 0;
-    if (s.channels_last) {
-      c = rem % s.c;
-      rem /= s.c;
-    }
-    for (int d = s.dims - 1; d >= 0; --d) {
-      const int64_t q = rem / s.out[d];
-      o[d] = rem - q * s.out[d];
-      rem = q;
-    }
-    // rem is now n * C + c (channels first) or n (channels last).
-    int64_t in_plane = 1;
-    for (int d = 0; d < s.dims; ++d) in_plane *= s.in[d];
-    const T* xp = s.channels_last ? x + rem * in_plane * s.c + c : x + rem * in_plane;
-    const int64_t step = s.channels_last ? s.c : 1;
-    float acc = s.is_max ? -INFINITY : 0.f;
-    int64_t count = 0;
-    int64_t k[3] = {0, 0, 0};
-    const int64_t k0 = s.kernel[0], k1 = s.dims > 1 ? s.kernel[1] : 1, k2 = s.dims > 2 ? s.kernel[2] : 1;
-    for (k[0] = 0; k[0] < k0; ++k[0])
-      for (k[1] = 0; k[1] < k1; ++k[1])
-        for (k[2] = 0; k[2] < k2; ++k[2]) {
-          int64_t off = 0;
-          bool inside = true, in_padded = true;
-          for (int d = 0; d < s.dims; ++d) {
-            const int64_t j = o[d] * s.stride[d] - s.pad[d] + k[d] * s.dilation[d];
-            if (j < 0 || j >= s.in[d]) inside = false;
-            if (j < -s.pad[d] || j >= s.in[d] + s.pad_end[d]) in_padded = false;
-            off = off * s.in[d] + j;
-          }
-          if (inside) {
-            const float v = to_f(xp[off * step]);
-            acc = s.is_max ? fmaxf(acc, v) : acc + v;
-          }
-          if (s.count_include_pad ? in_padded : inside) ++count;
-        }
-    if (!s.is_max) acc = count > 0 ? acc / static_cast<float>(count) : 0.f;
-    y[i] = from_f<T>(acc);
-  }
 }
 
 // ---- reductions ----------------------------------------------------------------------------------
@@ -170,6 +125,65 @@ __global__ void reduce_mid_kernel(const T* x, T* y, int64_t outer, int64_t r, in
     }
     y[i] = from_f<T>(out);
   }
+}
+
+// Reductions over the middle axis of [outer, r, inner] with inner > 1 (a channels-last global pool:
+// [N, H*W, C]).  Each thread owns K adjacent columns (one 16-byte access per row) of one `outer`
+// slice and a 1/by share of the rows; the block's by partial results are combined in shared memory.
+// A block covers bx column packs; the grid covers (column packs / bx, outer).
+template <typename T, int K>
+__global__ void reduce_cols_kernel(const T* __restrict__ x, T* __restrict__ y, uint32_t r, uint32_t inner,
+                                   uint32_t packs, RedOp op) {
+  extern __shared__ float partial[];   // [by][bx][K]
+  const uint32_t cp = blockIdx.x * blockDim.x + threadIdx.x;
+  const uint32_t o = blockIdx.y;
+  float acc[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) acc[k] = red_init(op);
+  if (cp < packs) {
+    const T* col = x + static_cast<size_t>(o) * r * inner + cp * K;
+#pragma unroll 4
+    for (uint32_t j = threadIdx.y; j < r; j += blockDim.y) {
+      const Pack<T, K> v = *reinterpret_cast<const Pack<T, K>*>(col + static_cast<size_t>(j) * inner);
+#pragma unroll
+      for (int k = 0; k < K; ++k) acc[k] = red_step(op, acc[k], to_f(v.v[k]));
+    }
+  }
+  float* mine = partial + (threadIdx.y * blockDim.x + threadIdx.x) * K;
+#pragma unroll
+  for (int k = 0; k < K; ++k) mine[k] = acc[k];
+  __syncthreads();
+  if (threadIdx.y != 0 || cp >= packs) return;
+  for (uint32_t t = 1; t < blockDim.y; ++t) {
+    const float* other = partial + (t * blockDim.x + threadIdx.x) * K;
+#pragma unroll
+    for (int k = 0; k < K; ++k) acc[k] = red_combine(op, acc[k], other[k]);
+  }
+  Pack<T, K> out;
+#pragma unroll
+  for (int k = 0; k < K; ++k) out.v[k] = from_f<T>(red_final(op, acc[k], r));
+  *reinterpret_cast<Pack<T, K>*>(y + static_cast<size_t>(o) * inner + cp * K) = out;
+}
+
+// Launches the column kernel when it applies (not LogSumExp, 32-bit sizes); false otherwise.
+template <typename T>
+bool launch_reduce_cols(const T* x, T* y, int64_t outer, int64_t r, int64_t inner, RedOp op, cudaStream_t s) {
+  if (!fast_kernels() || op == RedOp::LogSumExp || !fits_int32(outer * r * inner) || outer > 65535) return false;
+  constexpr int K = kVec<T>;
+  const bool packed = inner % K == 0 && aligned16(x) && aligned16(y);
+  const int64_t packs = packed ? inner / K : inner;
+  unsigned bx = 1;
+  while (bx < 32 && bx < packs) bx *= 2;
+  const unsigned by = std::max(1u, kThreads / bx);
+  const dim3 grid(static_cast<unsigned>((packs + bx - 1) / bx), static_cast<unsigned>(outer));
+  const std::size_t shared = static_cast<std::size_t>(bx) * by * (packed ? K : 1) * sizeof(float);
+  if (packed)
+    reduce_cols_kernel<T, K><<<grid, dim3(bx, by), shared, s>>>(x, y, static_cast<uint32_t>(r), static_cast<uint32_t>(inner),
+                                                                static_cast<uint32_t>(packs), op);
+  else
+    reduce_cols_kernel<T, 1><<<grid, dim3(bx, by), shared, s>>>(x, y, static_cast<uint32_t>(r), static_cast<uint32_t>(inner),
+                                                                static_cast<uint32_t>(packs), op);
+  return true;
 }
 
 // ---- softmax -------------------------------------------------------------------------------------
@@ -331,17 +345,6 @@ unsigned warp_grid(int64_t rows) {
 
 }  // namespace
 
-void pool(DType t, const void* x, void* y, const PoolShape& shape, cudaStream_t s) {
-  int64_t n = shape.n * shape.c;
-  for (int d = 0; d < shape.dims; ++d) n *= shape.out[d];
-  if (n <= 0) return;
-  dispatch_float(t, [&](auto tag) {
-    using T = decltype(tag);
-    pool_kernel<T><<<grid_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n, shape);
-  });
-  CUDA_CHECK_LAUNCH();
-}
-
 void reduce(DType t, RedOp op, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, cudaStream_t s) {
   if (outer * inner <= 0) return;
   dispatch_float(t, [&](auto tag) {
@@ -349,7 +352,7 @@ void reduce(DType t, RedOp op, const void* x, void* y, int64_t outer, int64_t r,
     if (inner == 1)
       reduce_rows_kernel<T><<<warp_grid(outer), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), outer,
                                                                   r, op);
-    else
+    else if (!launch_reduce_cols(static_cast<const T*>(x), static_cast<T*>(y), outer, r, inner, op, s))
       reduce_mid_kernel<T><<<grid_for(outer * inner), kThreads, 0, s>>>(static_cast<const T*>(x),
                                                                         static_cast<T*>(y), outer, r, inner, op);
   });

@@ -1,4 +1,5 @@
-// Convolutions on cuDNN's legacy API: Conv and sluice.FusedConv through
+// Convolutions on cuDNN's legacy API (or as a cuDNN graph where that measured faster: conv_graph.h;
+// dilated ones by space-to-batch: ops_atrous.cpp; depthwise ones: ops_depthwise.cpp): Conv and sluice.FusedConv through
 // cudnnConvolutionBiasActivationForward (ReLU, bias and residual in one call) or
 // cudnnConvolutionForward plus one epilogue kernel, ConvTranspose through
 // cudnnConvolutionBackwardData.  Algorithms are measured once at start-up (cudnnFind*Ex) and kept
@@ -11,19 +12,12 @@
 
 #include "core/log.h"
 #include "engine/cuda/algo_cache.h"
+#include "engine/cuda/conv_graph.h"
 #include "engine/cuda/cuda_raii.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
 
 namespace sluice::cuda {
-namespace {
-
-// Spatial geometry of one convolution, every vector with one entry per spatial dim.
-struct ConvGeom {
-  std::vector<int64_t> kernel, stride, dilation, pad_begin, pad_end;
-  int64_t groups = 1;
-  bool symmetric() const { return pad_begin == pad_end; }
-};
 
 ConvGeom conv_geometry(const Builder& b, const Node& n, const Shape& x, const Shape& w, const Shape& y, bool transpose) {
   const std::size_t sp = x.size() - 2;
@@ -58,6 +52,8 @@ ConvGeom conv_geometry(const Builder& b, const Node& n, const Shape& x, const Sh
   }
   return g;
 }
+
+namespace {
 
 cudnnMathType_t math_type(Precision p) {
   switch (p) {
@@ -147,10 +143,52 @@ class ConvStep final : public Step {
     fusable_ = act.act == Act::Relu || act.act == Act::Identity;
     CUDNN_CHECK(cudnnSetActivationDescriptor(act_desc_, act.act == Act::Relu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
                                              CUDNN_PROPAGATE_NAN, 0.0));
+    // The same convolution as a cuDNN graph, for the start-up comparison (channels-last 2-D only).
+    if (nhwc && xs.size() == 4 && g.groups == 1 && g.symmetric()) {
+      spec_.t = t;
+      spec_.precision = p;
+      spec_.x.assign(xs.begin(), xs.end());
+      spec_.w.assign(ws.begin(), ws.end());
+      spec_.y.assign(ys.begin(), ys.end());
+      spec_.pad = g.pad_begin;
+      spec_.stride = g.stride;
+      spec_.dilation = g.dilation;
+      spec_.bias = bias >= 0;
+      spec_.residual = z >= 0;
+      spec_.act = act;
+      graph_candidate_ = graph_conv_supports(spec_);
+    }
   }
 
   void prepare(Context& ctx, const Bindings& b) override {
     ctx.stats->convolutions++;
+    choose_legacy(ctx, b);
+    if (!graph_candidate_) return;
+    spec_.deterministic = ctx.deterministic;
+    const std::string key = str(ctx.cache_prefix, "|convgraph|", d_.key, bias_ >= 0 ? "|bias" : "", z_ >= 0 ? "|z" : "",
+                                "|act", static_cast<int>(act_.act), ",", act_.a, ",", act_.b);
+    const GraphChoice c = choose_graph_conv(ctx, spec_, key, buffers(b), [&](cudaStream_t s) { run_legacy(ctx, b, s); });
+    graph_ = c.graph;
+    plan_ = c.plan;
+  }
+
+  void run(Context& ctx, const Bindings& b, cudaStream_t s) override {
+    if (graph_) {
+      if (!graph_->run(ctx.cudnn, buffers(b), ctx.workspace, plan_))
+        SLUICE_THROW("cuDNN refused the graph plan it accepted at start-up for convolution ", label(), " (", d_.key, ")");
+      return;
+    }
+    run_legacy(ctx, b, s);
+  }
+
+ private:
+  GraphConvBuffers buffers(const Bindings& b) const {
+    return {b.at(x_), b.at(w_), bias_ >= 0 ? b.at(bias_) : nullptr, z_ >= 0 ? b.at(z_) : nullptr, b.at(y_)};
+  }
+
+  // The legacy API: an algorithm found by measurement (or read from the cache), fused with the
+  // epilogue in one call when cuDNN allows it.
+  void choose_legacy(Context& ctx, const Bindings& b) {
     const std::string key = str(ctx.cache_prefix, "|conv|", d_.key, bias_ >= 0 ? "|bias" : "", z_ >= 0 ? "|z" : "",
                                 "|act", static_cast<int>(act_.act));
     if (auto hit = ctx.cache->get(key)) {
@@ -191,14 +229,13 @@ class ConvStep final : public Step {
     ctx.cache->put(key, str(static_cast<int>(algo_), " ", static_cast<int>(math_), " ", fused_ ? 1 : 0));
   }
 
-  void run(Context& ctx, const Bindings& b, cudaStream_t s) override {
+  void run_legacy(Context& ctx, const Bindings& b, cudaStream_t s) {
     CUDNN_CHECK(enqueue(ctx, b, algo_, fused_));
     if (!fused_ && (bias_ >= 0 || z_ >= 0 || act_.act != Act::Identity))
       bias_act(t_, b.at(y_), bias_ >= 0 ? b.at(bias_) : nullptr, z_ >= 0 ? b.at(z_) : nullptr, outer_, channels_, inner_,
                act_, s);
   }
 
- private:
   cudnnMathType_t math_for(cudnnMathType_t found) const { return p_ == Precision::FP32 ? CUDNN_FMA_MATH : found; }
 
   cudnnStatus_t enqueue(Context& ctx, const Bindings& b, cudnnConvolutionFwdAlgo_t algo, bool fused) {
@@ -239,6 +276,10 @@ class ConvStep final : public Step {
   cudnnConvolutionFwdAlgo_t algo_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
   cudnnMathType_t math_ = CUDNN_DEFAULT_MATH;
   bool fused_ = false;
+  GraphConvSpec spec_;
+  bool graph_candidate_ = false;
+  std::shared_ptr<GraphConv> graph_;   // set when the graph won at start-up
+  int64_t plan_ = -1;
 };
 
 class ConvTransposeStep final : public Step {
@@ -304,6 +345,8 @@ class ConvTransposeStep final : public Step {
   cudnnMathType_t math_ = CUDNN_DEFAULT_MATH;
 };
 
+}  // namespace
+
 ActParams fused_activation(const Builder& b, const Node& n) {
   ActParams p;
   const std::string a = n.get_string("activation", "");
@@ -315,10 +358,23 @@ ActParams fused_activation(const Builder& b, const Node& n) {
   return p;
 }
 
+namespace {
+
 void check_float(const Builder& b, const Node& n, int slot) {
   if (b.slot(slot).dtype != b.compute)
     b.fail(n, "tensor '", b.slot(slot).name, "' is ", dtype_name(b.slot(slot).dtype), "; convolutions run on ",
            dtype_name(b.compute));
+}
+
+// [K, C, R, S] weights as [K, c, R, S], c > C, the extra input channels zero.
+Tensor pad_channels(const Tensor& w, int64_t c) {
+  const int64_t k = w.shape[0], c0 = w.shape[1], rs = w.shape[2] * w.shape[3];
+  Tensor out(w.dtype, {k, c, w.shape[2], w.shape[3]});   // zero-filled
+  const std::size_t es = dtype_size(w.dtype);
+  for (int64_t ki = 0; ki < k; ++ki)
+    std::memcpy(out.bytes.data() + static_cast<std::size_t>(ki * c * rs) * es,
+                w.bytes.data() + static_cast<std::size_t>(ki * c0 * rs) * es, static_cast<std::size_t>(c0 * rs) * es);
+  return out;
 }
 
 // [K, C, R, S] weights as K R S C bytes, for channels-last convolutions.
@@ -335,122 +391,19 @@ Tensor to_krsc(const Tensor& w) {
   return out;
 }
 
-// ---- atrous convolution by space-to-batch ------------------------------------------------------
-// cuDNN's legacy API has no fast fp32/tf32 channels-last kernel for large dilations (DeepLabV3's
-// ASPP convolutions with dilation 12/24/36 took 0.98/0.73/0.50 s at tf32 on the H200, the rest of
-// the net 24 ms).  A stride-1 convolution with dilation d and "same" padding d*(k-1)/2 is exactly an
-// undilated one with padding (k-1)/2 over the d*d interleaved sub-images of the zero-padded input,
-// stacked along the batch: each output pixel sees the same taps, and taps outside the image read
-// zeros on both sides.  Cost: one pass over the input and one over the output, plus the ~(1 + d/H)^2
-// extra work of the padding.  Measured on the H200 (DeepLabV3, batch 16, 512x512): each ASPP conv
-// 1.85 ms + 0.31 ms rearranging at tf32, 0.9 ms + 0.15 ms at bf16 (direct 1.2-1.3 ms); the d=4
-// convs of layer4 no slower.  NCHW convolutions keep the direct call: there cuDNN's undilated
-// kernels on the small sub-images were slower than its dilated ones (ASPP 28-31 ms vs 24-25 ms).
-
-// Channels-last convolutions with a dilation from this value on take the atrous path.
-constexpr int64_t kAtrousMinDilation = 4;
-
-struct AtrousPolicy {
-  int64_t min_dilation = kAtrousMinDilation;   // 0: never
-  bool nchw = false;                           // NCHW convolutions too
-};
-
-// SLUICE_CUDA_ATROUS (for measurements and tests): off (or 0) disables the path, D sets the smallest
-// dilation, D:all also sends NCHW convolutions that way.
-AtrousPolicy atrous_policy() {
-  AtrousPolicy p;
-  const char* v = std::getenv("SLUICE_CUDA_ATROUS");
-  if (!v || !*v) return p;
-  const std::string s = v;
-  if (s == "off" || s == "0") return AtrousPolicy{0, false};
-  char* end = nullptr;
-  const long d = std::strtol(s.c_str(), &end, 10);
-  const std::string rest = end;
-  if (end == s.c_str() || d < 2 || !(rest.empty() || rest == ":all"))
-    throw UsageError(str("SLUICE_CUDA_ATROUS must be off, a dilation >= 2, or a dilation followed by :all, not '", s, "'"));
-  return AtrousPolicy{d, rest == ":all"};
-}
-
-// The batched layout's rearrangement steps; prepare() counts the convolutions that take this path.
-class AtrousStep final : public Step {
- public:
-  AtrousStep(std::string label, std::size_t es, int src, int dst, AtrousShape shape, bool to_batch)
-      : Step(std::move(label)), es_(es), src_(src), dst_(dst), shape_(shape), to_batch_(to_batch) {}
-  void prepare(Context& ctx, const Bindings&) override {
-    if (to_batch_) ctx.stats->atrous_convolutions++;
-  }
-  void run(Context&, const Bindings& b, cudaStream_t s) override {
-    if (to_batch_) space_to_batch(es_, b.at(src_), b.at(dst_), shape_, s);
-    else batch_to_space(es_, b.at(src_), b.at(dst_), shape_, s);
-  }
-
- private:
-  std::size_t es_;
-  int src_, dst_;
-  AtrousShape shape_;
-  bool to_batch_;
-};
-
-// Lowers the convolution the atrous way when it qualifies (channels-last unless SLUICE_CUDA_ATROUS
-// says otherwise, 2-D, stride 1, one group, equal dilations at the threshold or above, odd kernel,
-// symmetric "same" padding); false otherwise.
-bool lower_atrous(Builder& b, const Node& n, const ConvGeom& g, const Shape& xs, const Shape& ws, const Shape& ys, int x,
-                  int w, int bias, int z, int y, const ActParams& act, bool nhwc) {
-  const AtrousPolicy policy = atrous_policy();
-  if (policy.min_dilation == 0 || (!nhwc && !policy.nchw)) return false;
-  if (xs.size() != 4 || g.groups != 1 || !g.symmetric()) return false;
-  const int64_t d = g.dilation[0];
-  if (d < policy.min_dilation || g.dilation[1] != d || g.stride[0] != 1 || g.stride[1] != 1) return false;
-  for (std::size_t i = 0; i < 2; ++i)
-    if (g.kernel[i] % 2 == 0 || g.pad_begin[i] != d * (g.kernel[i] - 1) / 2) return false;
-  if (g.kernel[0] == 1 && g.kernel[1] == 1) return false;   // a 1x1 kernel ignores the dilation
-  const int64_t N = xs[0], H = xs[2], W = xs[3], hs = (H + d - 1) / d, wsub = (W + d - 1) / d;
-  // Past 2x the work of the direct convolution (d far above the image size) it is not worth it.
-  if (hs * wsub * d * d > 2 * H * W) return false;
-  if (ys[2] != H || ys[3] != W) return false;
-
-  const DType t = b.compute;
-  const std::size_t es = dtype_size(t);
-  const int xb = b.temp(t, {d * d * N, xs[1], hs, wsub}, n.name + " (atrous input)");
-  const int yb = b.temp(t, {d * d * N, ys[1], hs, wsub}, n.name + " (atrous output)");
-  b.slots[static_cast<std::size_t>(xb)].nhwc = nhwc;
-  b.slots[static_cast<std::size_t>(yb)].nhwc = nhwc;
-  b.add(std::make_unique<AtrousStep>(n.name + " to batch", es, x, xb, AtrousShape{N, xs[1], H, W, d, nhwc}, true), {x, xb});
-
-  ConvGeom sub = g;
-  sub.dilation = {1, 1};
-  for (std::size_t i = 0; i < 2; ++i) sub.pad_begin[i] = sub.pad_end[i] = (g.kernel[i] - 1) / 2;
-  // Bias and activation commute with the rearrangement and stay in the convolution (fused where
-  // cuDNN allows); a residual is added after the way back, with bias and activation then.
-  const bool late = z >= 0;
-  std::vector<int> uses = {xb, w, yb};
-  if (bias >= 0 && !late) uses.push_back(bias);
-  b.add(std::make_unique<ConvStep>(n.name, t, b.precision, b.slot(xb).shape, ws, b.slot(yb).shape, sub, xb, w,
-                                   late ? -1 : bias, -1, yb, late ? ActParams{} : act, nhwc),
-        uses);
-  b.add(std::make_unique<AtrousStep>(n.name + " from batch", es, yb, y, AtrousShape{N, ys[1], H, W, d, nhwc}, false), {yb, y});
-  if (late) {
-    const int64_t channels = ys[1], outer = nhwc ? N * H * W : N, inner = nhwc ? 1 : H * W;
-    std::vector<int> epi = {y, z};
-    if (bias >= 0) epi.push_back(bias);
-    b.add(n.name + " epilogue", epi, [=](Context&, const Bindings& bd, cudaStream_t s) {
-      bias_act(t, bd.at(y), bias >= 0 ? bd.at(bias) : nullptr, bd.at(z), outer, channels, inner, act, s);
-    });
-  }
-  return true;
-}
-
 void lower_conv_forward(Builder& b, const Node& n) {
+  if (lower_depthwise(b, n)) return;
   const bool fused_op = n.op == "FusedConv";
-  const ValueInfo& xv = b.value(n.input(0));
   const Tensor* wconst = b.const_input(n, 1);
-  // Channels-last for 2-D, ungrouped convolutions on constant weights when the engine runs
-  // fp16/bf16: cuDNN's tensor-core kernels work in NHWC natively.
-  const bool nhwc = b.nhwc_enabled() && xv.shape.size() == 4 && n.get_int("group", 1) == 1 && wconst != nullptr &&
-                    wconst->shape.size() == 4;
+  const bool nhwc = b.conv_runs_nhwc(n);
   int x = b.input_as(n, 0, nhwc);
-  // Channels-last weights: the same values in K R S C order, permuted on the host.
-  const int w = nhwc ? b.constant(n.input(1) + " (krsc)", to_krsc(b.to_compute(*wconst))) : b.input(n, 1);
+  // Channels-last weights: the same values in K R S C order, permuted on the host; with zero
+  // weights for the zero channels of a padded stem input (Builder::stem_channels).
+  const int64_t cin = b.slot(x).shape.size() == 4 ? b.slot(x).shape[1] : 0;
+  const bool padded = nhwc && cin > wconst->shape[1];
+  const int w = nhwc ? b.constant(n.input(1) + (padded ? " (krsc, padded)" : " (krsc)"),
+                                  to_krsc(padded ? pad_channels(b.to_compute(*wconst), cin) : b.to_compute(*wconst)))
+                     : b.input(n, 1);
   check_float(b, n, x);
   check_float(b, n, w);
   Shape xs = b.slot(x).shape;
@@ -472,7 +425,7 @@ void lower_conv_forward(Builder& b, const Node& n) {
     Tensor zeros(b.compute, {ys[1]});
     bias = b.constant(n.name + " (zero bias)", zeros);
   }
-  if (lower_atrous(b, n, g, xs, ws, ys, x, w, bias, z, y, act, nhwc)) return;
+  if (lower_atrous(b, n, g, xs, ws, ys, x, w, bias, z, y, act, nhwc)) return;   // ops_atrous.cpp
   if (!g.symmetric()) {
     // cuDNN pads symmetrically: pad explicitly first (e.g. TensorFlow's SAME_UPPER exports).  The
     // pad kernel works on the dims in memory order.
@@ -490,7 +443,7 @@ void lower_conv_forward(Builder& b, const Node& n) {
     for (std::size_t d = 2; d < xs.size(); ++d) ps.begin[nhwc ? d - 1 : d] = g.pad_begin[d - 2];
     const std::size_t es = dtype_size(b.compute);
     const int src = x;
-    b.add(n.name + " pad", {src, xp}, [=](Context&, const Bindings& bd, cudaStream_t s) { pad(es, bd.at(src), bd.at(xp), ps, s); });
+    b.add(n.name + " pad", {src, xp}, [=](Context&, const Bindings& bd, cudaStream_t s) { pad(es, bd.at(src), bd.at(xp), ps, s); }, "Pad");
     x = xp;
     xs = padded;
     std::fill(g.pad_begin.begin(), g.pad_begin.end(), 0);
@@ -556,6 +509,12 @@ void lower_conv_transpose(Builder& b, const Node& n) {
 }
 
 }  // namespace
+
+std::unique_ptr<Step> make_conv_step(std::string label, DType t, Precision p, const Shape& xs, const Shape& ws,
+                                     const Shape& ys, const ConvGeom& g, int x, int w, int bias, int z, int y, ActParams act,
+                                     bool nhwc) {
+  return std::make_unique<ConvStep>(std::move(label), t, p, xs, ws, ys, g, x, w, bias, z, y, act, nhwc);
+}
 
 bool lower_conv(Builder& b, const Node& n) {
   if (n.op == "Conv" && n.domain.empty()) lower_conv_forward(b, n);

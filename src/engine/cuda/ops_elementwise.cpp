@@ -218,33 +218,43 @@ void lower_cast(Builder& b, const Node& n) {
   b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { cast(from, to, bd.at(x), bd.at(y), count, s); });
 }
 
+// Normalize writes channels-last straight away when convolutions are what reads it (the usual
+// image model), saving a transpose of the input.
 void lower_normalize(Builder& b, const Node& n) {
   const int x = b.input_raw(n, 0);
-  const int y = b.output(n, 0);
   const Shape xs = b.slot(x).shape;
+  const bool nhwc = xs.size() == 4 && b.consumers_want_nhwc(n.outputs.at(0));
+  const int y = b.output(n, 0, nhwc);
+  if (nhwc) {   // the stem convolution's channels, padded with zeros (Builder::stem_channels)
+    TensorSlot& ys = b.slots[static_cast<std::size_t>(y)];
+    ys.shape[1] = b.stem_channels(n.outputs.at(0));
+    ys.bytes = static_cast<std::size_t>(shape_numel(ys.shape)) * dtype_size(ys.dtype);
+  }
   const DType in = b.slot(x).dtype, out = b.slot(y).dtype;
   if (in != DType::U8 && in != DType::F32 && in != DType::F16 && in != DType::BF16)
     b.fail(n, "input is ", dtype_name(in), "; Normalize reads uint8 or float");
   if (xs.size() < 2) b.fail(n, "input ", shape_str(xs), " has no channel axis");
-  const float scale = n.get_float("scale", 1.f);
   std::vector<float> mean = n.get_floats("mean", {0.f}), stddev = n.get_floats("std", {1.f});
   if (mean.empty()) mean = {0.f};
   if (stddev.empty()) stddev = {1.f};
-  const int64_t channels = xs[1];
-  const bool per_channel = mean.size() > 1 || stddev.size() > 1;
-  if (per_channel) {
-    if (mean.size() == 1) mean.assign(static_cast<std::size_t>(channels), mean[0]);
-    if (stddev.size() == 1) stddev.assign(static_cast<std::size_t>(channels), stddev[0]);
-    if (static_cast<int64_t>(mean.size()) != channels || static_cast<int64_t>(stddev.size()) != channels)
-      b.fail(n, "mean/std have ", mean.size(), "/", stddev.size(), " values for ", channels, " channels");
+  NormalizeShape ns;
+  ns.n = xs[0];
+  ns.channels = xs[1];
+  ns.channels_out = b.slot(y).shape[1];
+  ns.scale = n.get_float("scale", 1.f);
+  ns.nhwc = b.is_nhwc(y);
+  ns.per_channel = mean.size() > 1 || stddev.size() > 1;
+  if (ns.per_channel) {
+    if (mean.size() == 1) mean.assign(static_cast<std::size_t>(ns.channels), mean[0]);
+    if (stddev.size() == 1) stddev.assign(static_cast<std::size_t>(ns.channels), stddev[0]);
+    if (static_cast<int64_t>(mean.size()) != ns.channels || static_cast<int64_t>(stddev.size()) != ns.channels)
+      b.fail(n, "mean/std have ", mean.size(), "/", stddev.size(), " values for ", ns.channels, " channels");
   }
   const int mid = b.constant(n.name + " (mean)", Tensor::from(DType::F32, {static_cast<int64_t>(mean.size())}, mean));
   const int sid = b.constant(n.name + " (std)", Tensor::from(DType::F32, {static_cast<int64_t>(stddev.size())}, stddev));
-  int64_t inner = 1;
-  for (std::size_t d = 2; d < xs.size(); ++d) inner *= xs[d];
-  const int64_t outer = xs[0];
+  for (std::size_t d = 2; d < xs.size(); ++d) ns.inner *= xs[d];
   b.add(n.name, {x, y, mid, sid}, [=](Context&, const Bindings& bd, cudaStream_t s) {
-    normalize(in, out, bd.at(x), bd.at(y), outer, channels, inner, scale, bd.at<float>(mid), bd.at<float>(sid), per_channel, s);
+    normalize(in, out, bd.at(x), bd.at(y), ns, bd.at<float>(mid), bd.at<float>(sid), s);
   });
 }
 

@@ -1,6 +1,6 @@
 // Ops that move data: views (Reshape & co share their input's bytes), Transpose, Concat, Split,
-// Slice, Gather, Pad, Expand, Tile and Resize.  Contiguous blocks go through cudaMemcpy2DAsync;
-// the rest through the strided-copy, pad and resize kernels.
+// Slice, Gather, Pad, Expand and Tile (Resize: ops_resize.cpp).  Contiguous blocks go through
+// cudaMemcpy2DAsync; the rest through the strided-copy and pad kernels.
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -36,8 +36,19 @@ struct Block2D {
   std::size_t src_offset = 0, dst_offset = 0, src_pitch = 0, dst_pitch = 0, width = 0, height = 0;
 };
 
+// One launch of the block-copy kernel when every piece is 16-byte aligned (channels-last Concat of
+// channel counts that are multiples of 8 halves, e.g. DeepLabV3's ASPP); else a copy call per piece.
 void add_blocks(Builder& b, const Node& n, const std::vector<Block2D>& blocks, std::vector<int> uses) {
   b.add(n.name, std::move(uses), [=](Context&, const Bindings& bd, cudaStream_t s) {
+    if (blocks.size() <= static_cast<std::size_t>(kMaxCopyBlocks)) {
+      CopyBlock packed[kMaxCopyBlocks];
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        const Block2D& k = blocks[i];
+        packed[i] = {static_cast<const char*>(bd.at(k.src)) + k.src_offset, static_cast<char*>(bd.at(k.dst)) + k.dst_offset,
+                     k.src_pitch, k.dst_pitch, k.width, k.height};
+      }
+      if (copy_blocks16(packed, static_cast<int>(blocks.size()), s)) return;
+    }
     for (const auto& k : blocks) {
       if (k.width == 0 || k.height == 0) continue;
       if (k.height == 1) {   // a plain copy: no pitch limits
@@ -273,97 +284,6 @@ void lower_repeat(Builder& b, const Node& n) {
   b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { strided_copy(es, bd.at(x), bd.at(y), cs, s); });
 }
 
-CoordMode coord_mode(const Builder& b, const Node& n, const std::string& m) {
-  if (m == "half_pixel") return CoordMode::HalfPixel;
-  if (m == "pytorch_half_pixel") return CoordMode::PytorchHalfPixel;
-  if (m == "align_corners") return CoordMode::AlignCorners;
-  if (m == "asymmetric") return CoordMode::Asymmetric;
-  if (m == "tf_half_pixel_for_nn") return CoordMode::TfHalfPixelForNearest;
-  if (m == "half_pixel_symmetric") return CoordMode::HalfPixelSymmetric;
-  b.fail(n, "coordinate_transformation_mode '", m, "' is not supported");
-}
-
-void lower_resize(Builder& b, const Node& n) {
-  // A channels-last input is resized channels-last: the kernel works on the dims in memory order.
-  const int any = b.input_any(n, 0);
-  const bool nhwc = b.is_nhwc(any);
-  const int x = nhwc ? any : b.input(n, 0);
-  const int y = b.output(n, 0, nhwc);
-  const Shape xs = b.slot(x).shape, ys = b.slot(y).shape;
-  check_rank(b, n, xs);
-  if (ys.size() != xs.size()) b.fail(n, "output ", shape_str(ys), " and input ", shape_str(xs), " differ in rank");
-  const std::size_t r = xs.size();
-  const bool legacy = n.op == "Upsample" || b.graph.opset < 11;
-  ResizeShape rs;
-  rs.rank = static_cast<int>(r);
-  const std::string mode = n.get_string("mode", "nearest");
-  if (mode == "nearest") rs.mode = ResizeMode::Nearest;
-  else if (mode == "linear" || mode == "bilinear") rs.mode = ResizeMode::Linear;
-  else if (mode == "cubic") rs.mode = ResizeMode::Cubic;
-  else b.fail(n, "mode '", mode, "' is not supported");
-  rs.coord = coord_mode(b, n, legacy ? "asymmetric" : n.get_string("coordinate_transformation_mode", "half_pixel"));
-  const std::string nearest = legacy ? "simple" : n.get_string("nearest_mode", "round_prefer_floor");
-  if (nearest == "round_prefer_floor") rs.nearest = NearestMode::RoundPreferFloor;
-  else if (nearest == "round_prefer_ceil") rs.nearest = NearestMode::RoundPreferCeil;
-  else if (nearest == "floor") rs.nearest = NearestMode::Floor;
-  else if (nearest == "ceil") rs.nearest = NearestMode::Ceil;
-  else if (nearest == "simple") rs.nearest = NearestMode::Simple;
-  else b.fail(n, "nearest_mode '", nearest, "' is unknown");
-  if (n.get_int("antialias", 0) != 0) b.fail(n, "antialias=1 is not supported");
-  rs.cubic_a = n.get_float("cubic_coeff_a", -0.75f);
-  rs.exclude_outside = n.get_int("exclude_outside", 0) != 0;
-  if (rs.mode != ResizeMode::Nearest && b.slot(x).dtype != b.compute) b.fail(n, "interpolating Resize needs a float input");
-
-  // Scales per axis, with the ONNX rules: the scales input, else sizes / input (opset-18 axes and
-  // keep_aspect_ratio_policy included), else output / input.
-  std::vector<int64_t> axes(r);
-  for (std::size_t d = 0; d < r; ++d) axes[d] = static_cast<int64_t>(d);
-  if (n.has("axes")) {
-    axes = n.get_ints("axes");
-    for (auto& a : axes) a = b.axis(n, a, static_cast<int64_t>(r));
-  }
-  std::vector<float> scales(r, 1.f), given;
-  std::vector<int64_t> sizes;
-  if (n.op == "Upsample" && b.graph.opset < 9) {
-    given = n.get_floats("scales");
-  } else {
-    const std::size_t si = legacy ? 1 : 2;
-    if (b.has_input(n, si) && b.require_const(n, si, "scales").numel() > 0) given = b.const_floats(n, si, "scales");
-    if (!legacy && b.has_input(n, 3) && b.require_const(n, 3, "sizes").numel() > 0) sizes = b.const_ints(n, 3, "sizes");
-  }
-  if (!given.empty()) {
-    if (given.size() != axes.size()) b.fail(n, "scales has ", given.size(), " values for ", axes.size(), " axes");
-    for (std::size_t i = 0; i < axes.size(); ++i) {
-      if (!(given[i] > 0.f)) b.fail(n, "scales must be positive");
-      scales[static_cast<std::size_t>(axes[i])] = given[i];
-    }
-  } else if (!sizes.empty()) {
-    if (sizes.size() != axes.size()) b.fail(n, "sizes has ", sizes.size(), " values for ", axes.size(), " axes");
-    const std::string policy = n.get_string("keep_aspect_ratio_policy", "stretch");
-    float keep = policy == "not_larger" ? 1e30f : 0.f;
-    for (std::size_t i = 0; i < axes.size(); ++i) {
-      const float s = static_cast<float>(sizes[i]) / static_cast<float>(xs[static_cast<std::size_t>(axes[i])]);
-      scales[static_cast<std::size_t>(axes[i])] = s;
-      keep = policy == "not_larger" ? std::min(keep, s) : std::max(keep, s);
-    }
-    if (policy != "stretch") {
-      if (policy != "not_larger" && policy != "not_smaller") b.fail(n, "keep_aspect_ratio_policy '", policy, "' is unknown");
-      for (auto a : axes) scales[static_cast<std::size_t>(a)] = keep;
-    }
-  } else {
-    for (std::size_t d = 0; d < r; ++d) scales[d] = static_cast<float>(ys[d]) / static_cast<float>(xs[d]);
-  }
-  for (std::size_t d = 0; d < r; ++d) {
-    // Channels-last: memory dim d holds logical dim (0, 2, 3, 1)[d].
-    const std::size_t l = nhwc ? (d == 0 ? 0 : (d == 3 ? 1 : d + 1)) : d;
-    rs.in[d] = xs[l];
-    rs.out[d] = ys[l];
-    rs.scale[d] = scales[l];
-  }
-  const DType t = b.slot(x).dtype;
-  b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { resize(t, bd.at(x), bd.at(y), rs, s); });
-}
-
 }  // namespace
 
 bool lower_layout(Builder& b, const Node& n) {
@@ -379,7 +299,7 @@ bool lower_layout(Builder& b, const Node& n) {
   else if (op == "Gather") lower_gather(b, n);
   else if (op == "Pad") lower_pad(b, n);
   else if (op == "Expand" || op == "Tile") lower_repeat(b, n);
-  else if (op == "Resize" || op == "Upsample") lower_resize(b, n);
+  else if (op == "Resize" || op == "Upsample") lower_resize(b, n);   // ops_resize.cpp
   else return false;
   return true;
 }

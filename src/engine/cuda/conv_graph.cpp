@@ -1,0 +1,257 @@
+// The fused convolution as a cuDNN graph (conv_graph.h): conv_fprop -> ADD bias -> ADD residual ->
+// RELU, every intermediate virtual and in float, the ends in the engine's type and channels-last.
+// Plans come from heuristics modes A and FALLBACK; every plan that builds is kept so that the
+// caller can time them all on the real buffers (finalizing compiles runtime-fusion kernels with
+// NVRTC: done once, at start-up, never per call).
+#include "engine/cuda/conv_graph.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "engine/cuda/algo_cache.h"
+#include "engine/cuda/cuda_raii.h"
+#include "engine/cuda/engine_internal.h"
+
+#ifdef SLUICE_HAVE_CUDNN_FRONTEND
+#include <cudnn_frontend.h>
+#endif
+
+namespace sluice::cuda {
+
+namespace {
+// SLUICE_CUDA_CONV_GRAPH: unset or 0 off, 1 the faster of graph and legacy, force the graph whenever
+// cuDNN builds one (for testing it).
+int graph_mode() {
+#ifdef SLUICE_HAVE_CUDNN_FRONTEND
+  static const int mode = [] {
+    const char* v = std::getenv("SLUICE_CUDA_CONV_GRAPH");
+    if (!v || !*v || std::strcmp(v, "0") == 0) return 0;
+    if (std::strcmp(v, "1") == 0) return 1;
+    if (std::strcmp(v, "force") == 0) return 2;
+    throw UsageError(str("SLUICE_CUDA_CONV_GRAPH must be 0, 1 or force, not '", v, "'"));
+  }();
+  return mode;
+#else
+  return 0;
+#endif
+}
+}  // namespace
+
+bool graph_conv_enabled() { return graph_mode() != 0; }
+
+bool graph_conv_supports(const GraphConvSpec& s) {
+  if (!graph_conv_enabled() || s.x.size() != 4 || s.w.size() != 4 || s.y.size() != 4) return false;
+  if (s.precision == Precision::FP32) return false;   // TF32-free fp32 stays on the legacy FMA kernels
+  if (s.pad.size() != 2 || s.stride.size() != 2 || s.dilation.size() != 2) return false;
+  if (s.x[1] != s.w[1]) return false;   // ungrouped only
+  switch (s.act.act) {
+    case Act::Identity:
+    case Act::Relu: return true;
+    case Act::Clip: return s.act.a == 0.f;   // ReLU with an upper clip (ReLU6)
+    default: return false;
+  }
+}
+
+#ifdef SLUICE_HAVE_CUDNN_FRONTEND
+namespace {
+
+namespace fe = cudnn_frontend;
+
+enum Uid : int64_t { kX = 1, kW = 2, kBias = 3, kZ = 4, kY = 5 };
+
+fe::DataType_t fe_type(DType t) {
+  switch (t) {
+    case DType::F16: return fe::DataType_t::HALF;
+    case DType::BF16: return fe::DataType_t::BFLOAT16;
+    default: return fe::DataType_t::FLOAT;
+  }
+}
+
+// Strides of a channels-last tensor with logical dims [N, C, H, W].
+std::vector<int64_t> nhwc_strides(const std::vector<int64_t>& d) { return {d[1] * d[2] * d[3], 1, d[1] * d[3], d[1]}; }
+
+class FrontendConv final : public GraphConv {
+ public:
+  explicit FrontendConv(std::shared_ptr<fe::graph::Graph> g) : g_(std::move(g)) {}
+
+  int64_t plans() const override { return g_->get_execution_plan_count(); }
+
+  std::size_t workspace_bytes(int64_t plan) const override {
+    int64_t ws = 0;
+    if (g_->get_workspace_size_plan_at_index(plan, ws).is_bad() || ws < 0) return std::numeric_limits<std::size_t>::max();
+    return static_cast<std::size_t>(ws);
+  }
+
+  bool run(cudnnHandle_t h, const GraphConvBuffers& b, void* workspace, int64_t plan) override {
+    std::unordered_map<int64_t, void*> pack = {{kX, b.x}, {kW, b.w}, {kY, b.y}};
+    if (b.bias) pack[kBias] = b.bias;
+    if (b.z) pack[kZ] = b.z;
+    return g_->execute_plan_at_index(h, pack, workspace, plan).is_good();
+  }
+
+  std::string plan_name(int64_t plan) const override {
+    std::string name;
+    if (g_->get_plan_name_at_index(plan, name).is_bad()) return "?";
+    return name;
+  }
+
+ private:
+  std::shared_ptr<fe::graph::Graph> g_;
+};
+
+}  // namespace
+#endif
+
+std::unique_ptr<GraphConv> GraphConv::create(cudnnHandle_t h, const GraphConvSpec& s, std::string* why) {
+#ifndef SLUICE_HAVE_CUDNN_FRONTEND
+  (void)h;
+  (void)s;
+  *why = "built without the cuDNN frontend";
+  return nullptr;
+#else
+  if (!graph_conv_supports(s)) {
+    *why = "not a graph the engine builds";
+    return nullptr;
+  }
+  try {
+    auto g = std::make_shared<fe::graph::Graph>();
+    const fe::DataType_t io = fe_type(s.t);
+    g->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
+    auto x = g->tensor(fe::graph::Tensor_attributes().set_name("x").set_uid(kX).set_dim(s.x).set_stride(nhwc_strides(s.x)));
+    auto w = g->tensor(fe::graph::Tensor_attributes().set_name("w").set_uid(kW).set_dim(s.w).set_stride(nhwc_strides(s.w)));
+    auto conv = fe::graph::Conv_fprop_attributes()
+                    .set_padding(s.pad)
+                    .set_stride(s.stride)
+                    .set_dilation(s.dilation)
+                    .set_compute_data_type(fe::DataType_t::FLOAT);
+    auto cur = g->conv_fprop(x, w, conv);
+    if (s.bias) {
+      const int64_t k = s.y[1];
+      auto b = g->tensor(
+          fe::graph::Tensor_attributes().set_name("bias").set_uid(kBias).set_dim({1, k, 1, 1}).set_stride({k, 1, k, k}));
+      cur = g->pointwise(cur, b, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD)
+                                     .set_compute_data_type(fe::DataType_t::FLOAT));
+    }
+    if (s.residual) {
+      auto z = g->tensor(fe::graph::Tensor_attributes().set_name("z").set_uid(kZ).set_dim(s.y).set_stride(nhwc_strides(s.y)));
+      cur = g->pointwise(cur, z, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD)
+                                     .set_compute_data_type(fe::DataType_t::FLOAT));
+    }
+    if (s.act.act != Act::Identity) {
+      auto relu = fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::RELU_FWD)
+                      .set_compute_data_type(fe::DataType_t::FLOAT);
+      if (s.act.act == Act::Clip) relu.set_relu_lower_clip(0.f).set_relu_upper_clip(s.act.b);
+      cur = g->pointwise(cur, relu);
+    }
+    cur->set_output(true).set_uid(kY).set_data_type(io).set_dim(s.y).set_stride(nhwc_strides(s.y));
+
+    auto failed = [&](const char* stage, fe::error_t e) {
+      *why = str(stage, ": ", e.get_message());
+      return nullptr;
+    };
+    if (auto e = g->validate(); e.is_bad()) return failed("validate", e);
+    if (auto e = g->build_operation_graph(h); e.is_bad()) return failed("operation graph", e);
+    if (auto e = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); e.is_bad())
+      return failed("heuristics", e);
+    if (s.deterministic) g->deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
+    if (auto e = g->check_support(h); e.is_bad()) return failed("support", e);
+    if (auto e = g->build_plans(h, fe::BuildPlanPolicy_t::ALL); e.is_bad()) return failed("plans", e);
+    if (g->get_execution_plan_count() < 1) {
+      *why = "no execution plan";
+      return nullptr;
+    }
+    return std::make_unique<FrontendConv>(std::move(g));
+  } catch (const std::exception& e) {   // the frontend throws for shapes it cannot describe
+    *why = e.what();
+    return nullptr;
+  }
+#endif
+}
+
+namespace {
+
+// Median time of f() over 5 runs after 2 warm-ups, on stream s, in ms.
+float time_ms(cudaStream_t s, const std::function<void()>& f) {
+  Event a = make_event(true), b = make_event(true);
+  f();
+  f();
+  std::vector<float> t;
+  for (int r = 0; r < 5; ++r) {
+    CUDA_CHECK(cudaEventRecord(a, s));
+    f();
+    CUDA_CHECK(cudaEventRecord(b, s));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  return t[2];
+}
+
+}  // namespace
+
+GraphChoice choose_graph_conv(Context& ctx, const GraphConvSpec& spec, const std::string& measured_key,
+                              const GraphConvBuffers& b, const std::function<void(cudaStream_t)>& legacy) {
+  GraphChoice none;
+  if (!graph_conv_supports(spec)) return none;
+  // A forced choice was not measured against the legacy call: it is cached apart.
+  const std::string key = graph_mode() == 2 ? measured_key + "|force" : measured_key;
+  const auto hit = ctx.cache->get(key);
+  if (hit && *hit == "legacy") return none;
+  std::shared_ptr<GraphConv>& g = ctx.graph_convs[key];
+  if (!g) {
+    std::string why;
+    g = GraphConv::create(ctx.cudnn, spec, &why);
+    if (!g) {
+      log_debug("cuda engine: no cuDNN graph for ", key, ": ", why);
+      ctx.cache->put(key, "legacy");
+      return none;
+    }
+  }
+  cudaStream_t s = nullptr;
+  CUDNN_CHECK(cudnnGetStream(ctx.cudnn, &s));
+  auto usable = [&](int64_t plan) {
+    return plan >= 0 && plan < g->plans() && g->workspace_bytes(plan) <= ctx.workspace_bytes &&
+           g->run(ctx.cudnn, b, ctx.workspace, plan) && cudaStreamSynchronize(s) == cudaSuccess;
+  };
+  long long cached = -1;
+  if (hit && std::sscanf(hit->c_str(), "graph %lld", &cached) == 1 && usable(cached) &&
+      hit->substr(hit->find(' ', 6) + 1) == g->plan_name(cached)) {
+    ctx.stats->graph_convolutions++;
+    return {g, cached};
+  }
+  (void)cudaGetLastError();
+  // Measure: the legacy call as the step runs it, then every plan that fits the workspace.
+  const float legacy_ms = graph_mode() == 2 ? std::numeric_limits<float>::infinity() : time_ms(s, [&] { legacy(s); });
+  float best_ms = legacy_ms;
+  int64_t best = -1;
+  for (int64_t p = 0; p < g->plans(); ++p) {
+    if (!usable(p)) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    const float ms = time_ms(s, [&] { g->run(ctx.cudnn, b, ctx.workspace, p); });
+    if (ms < best_ms) {
+      best_ms = ms;
+      best = p;
+    }
+  }
+  ctx.stats->algos_measured++;
+  if (best < 0) {
+    ctx.cache->put(key, "legacy");
+    return none;
+  }
+  log_debug("cuda engine: cuDNN graph plan ", g->plan_name(best), " ", best_ms, " ms against the legacy call's ", legacy_ms,
+            " ms for ", key);
+  ctx.cache->put(key, str("graph ", best, " ", g->plan_name(best)));
+  ctx.stats->graph_convolutions++;
+  return {g, best};
+}
+
+}  // namespace sluice::cuda

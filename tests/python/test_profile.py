@@ -1,0 +1,106 @@
+"""`sluice profile` on the CPU engine: the table and the JSON agree with each other and with counts
+made here by hand from the model's shapes.
+
+The timings themselves are never asserted (they depend on the machine); what is checked is the
+bookkeeping around them: every node of the prepared model has a step, the shares add up to 100 %,
+the steps' times add up to the reported total, and the bytes and FLOPs of a convolution and a Gemm
+are exactly what their shapes say.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from support.sluice_test import BIN, ROOT, sluice  # noqa: E402
+
+if not os.access(BIN, os.X_OK):
+    pytest.skip(f"no sluice binary at {BIN} (set SLUICE_BIN)", allow_module_level=True)
+
+QUICKSTART_MODEL = os.path.join(ROOT, "jobs", "models", "quickstart.onnx")
+
+
+def profile(tmp_path, *args):
+    out = tmp_path / "profile.json"
+    p = sluice("profile", "--device", "cpu", "--cpu-threads", "2", "--replays", "2", "--json", out, *args,
+               timeout=120)
+    assert p.returncode == 0, p.stderr
+    with open(out) as f:
+        return p.stdout, json.load(f)
+
+
+def test_quickstart_profile_covers_every_node_and_adds_up(tmp_path):
+    stdout, j = profile(tmp_path, "--model", QUICKSTART_MODEL, "--batch-size", "4", "--sample-shape", "3,64,64",
+                        "--outputs", "logits,argmax", "--top", "0")
+    steps = j["steps"]
+    names = {s["name"] for s in steps}
+    # Every convolution of the model is a step of its own (fused with its BatchNorm and ReLU, under the
+    # Conv's name); the other op kinds of the model show up too.
+    model = onnx.load(QUICKSTART_MODEL)
+    convs = [n.name for n in model.graph.node if n.op_type == "Conv"]
+    assert convs and set(convs) <= names, set(convs) - names
+    kinds = {s["kind"] for s in steps}
+    assert {"FusedConv", "MaxPool", "Concat", "Resize", "ArgMaxCast"} <= kinds, kinds
+    # The bookkeeping.
+    assert abs(sum(s["share"] for s in steps) - 1.0) < 1e-6
+    assert abs(sum(s["ms"] for s in steps) - j["steps_ms"]) < 1e-6 * max(1.0, j["steps_ms"])
+    assert abs(sum(k["ms"] for k in j["kinds"]) - j["steps_ms"]) < 1e-6 * max(1.0, j["steps_ms"])
+    assert sum(k["steps"] for k in j["kinds"]) == len(steps)
+    assert all(s["ms"] >= 0 and s["bytes"] > 0 for s in steps)
+    assert j["forward_ms"] > 0 and j["replays"] == 2 and j["batch_size"] == 4
+    assert j["peaks"]["copy_bytes_per_s"] > 0 and j["peaks"]["matmul_flops_per_s"] > 0
+    for s in steps:
+        if s["ms"] > 0:
+            assert s["bandwidth_fraction"] == pytest.approx(s["bytes"] / (s["ms"] * 1e-3) / j["peaks"]["copy_bytes_per_s"])
+    # The table lists every step (--top 0) and the totals by kind.
+    for s in steps:
+        assert s["name"][-40:] in stdout
+    assert "by kind" in stdout and "ceilings: copy" in stdout
+
+
+def conv_gemm_model(path):
+    """x [B,3,16,16] -> Conv 8x3x3x3 stride 2 pad 1 (+bias) -> Relu -> GlobalAveragePool -> Flatten -> Gemm 10x8."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in [("W", (8, 3, 3, 3)), ("B", (8,)), ("W2", (10, 8)), ("C", (10,))]]
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1], strides=[2, 2],
+                         kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["r"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["f", "W2", "C"], ["y"], name="fc", transB=1),
+    ]
+    graph = helper.make_graph(nodes, "conv_gemm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_conv_and_gemm_bytes_and_flops_match_hand_counts(tmp_path):
+    model = tmp_path / "m.onnx"
+    conv_gemm_model(str(model))
+    b = 5
+    _, j = profile(tmp_path, "--model", model, "--batch-size", b, "--sample-shape", "3,16,16")
+    steps = {s["name"]: s for s in j["steps"]}
+    conv, fc = steps["conv"], steps["fc"]
+    assert conv["kind"] == "FusedConv" and fc["kind"] == "Gemm"
+    # Conv: input, weights, bias and output once each, float32; 2 FLOPs per multiply-add, each of the
+    # B*8*8*8 outputs a dot product over 3*3*3 taps.
+    assert conv["bytes"] == 4 * (b * 3 * 16 * 16 + 8 * 3 * 3 * 3 + 8 + b * 8 * 8 * 8)
+    assert conv["flops"] == 2 * (b * 8 * 8 * 8) * (3 * 3 * 3)
+    # Gemm: A [B,8], W2 [10,8], C [10], Y [B,10]; M*N outputs with K = 8.
+    assert fc["bytes"] == 4 * (b * 8 + 10 * 8 + 10 + b * 10)
+    assert fc["flops"] == 2 * b * 10 * 8
+
+
+def test_bad_arguments_give_one_clear_error(tmp_path):
+    p = sluice("profile", "--model", QUICKSTART_MODEL, "--device", "cpu", "--replays", "0")
+    assert p.returncode == 2 and "--replays" in p.stderr
+    p = sluice("profile", "--model", QUICKSTART_MODEL, "--device", "cpu", "--sample-shape", "3,32,32,1")
+    assert p.returncode != 0
+    lines = [l for l in p.stderr.splitlines() if "error" in l]
+    assert len(lines) == 1 and "shape" in lines[0], p.stderr
