@@ -74,6 +74,17 @@ std::string RankReport::limit() const {
   for (const auto& st : stages)
     if (st.busy > top->busy) top = &st;
   char pct[32];
+  // A driver that mostly waits names the side it waits for, even when no single stage looks busy
+  // (the work is spread over several threads, or a thread is slowed by something else).
+  const double st_in = s.stall_input_s / w, st_out = s.stall_output_s / w;
+  if (top->busy < 0.9 && std::max(st_in, st_out) > 0.5) {
+    std::snprintf(pct, sizeof pct, "%.0f %%", 100 * std::max(st_in, st_out));
+    if (st_in >= st_out)
+      return str("input-bound: the driver waited for input ", pct, " of the time (", stages[1].what, " ",
+                 static_cast<int>(100 * stages[1].busy + 0.5), " % busy per thread)");
+    return str("output-bound: the driver waited for a free output slot ", pct, " of the time (write ",
+               static_cast<int>(100 * s.write_s / w + 0.5), " % busy)");
+  }
   std::snprintf(pct, sizeof pct, "%.0f %%", 100 * top->busy);
   if (top->busy < 0.5)
     return str("latency-bound: no stage is busy (busiest: ", top->what, " ", pct,

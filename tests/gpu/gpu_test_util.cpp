@@ -99,7 +99,7 @@ void expect_matches_cpu(const Graph& g, Precision p, const CompareOptions& c) {
       std::size_t same = 0;
       for (std::size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
       if (c.exact_ints) EXPECT_EQ(same, a.size()) << "integer outputs differ in " << a.size() - same << " places";
-      else EXPECT_GE(static_cast<double>(same), 0.99 * static_cast<double>(a.size()));
+      else EXPECT_GE(static_cast<double>(same), c.int_agreement * static_cast<double>(a.size()));
     }
   }
 }

@@ -69,7 +69,8 @@ struct CompareOptions {
   float lo = -1.f, hi = 1.f;   // input range
   uint32_t seed = 1;
   double tol = -1;             // < 0: tolerance(precision)
-  bool exact_ints = true;      // integer outputs must match exactly (else 99 % agreement)
+  bool exact_ints = true;      // integer outputs must match exactly (else `int_agreement` of them)
+  double int_agreement = 0.99;
 };
 
 // Sets an environment variable for one scope and restores the previous value.

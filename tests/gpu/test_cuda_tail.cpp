@@ -125,6 +125,10 @@ void expect_tail_matches(const TailSpec& s, Precision p) {
     SCOPED_TRACE(str(heads.size(), " heads, first ", heads[0].name, " ", dtype_name(heads[0].dtype)));
     CompareOptions c;
     c.exact_ints = p == Precision::FP32;   // rounded logits may flip near-ties
+    // bf16 keeps 8 significant bits: logits drawn uniformly over a few classes come within its
+    // rounding step (2^-8 of their range) of the runner-up at about 1 position in 100 per class,
+    // and those pick either class (measured on the H200: 98.7-99.5 % agreement).
+    if (p == Precision::BF16) c.int_agreement = 0.98;
     bool half_output = false;
     for (const auto& h : heads) half_output |= h.dtype == DType::BF16 || h.dtype == DType::F16;
     if (half_output && p != Precision::BF16) c.tol = 2e-2;   // bf16 outputs round to 3 significant digits

@@ -133,3 +133,12 @@ TEST(ReportAttempts, ThinSeriesKeepsEveryArrayAligned) {
   EXPECT_EQ(thin["t"].back(), 99.0);
   for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(thin["busy"]["compute"][i].get<double>(), 2 * thin["t"][i].get<double>());
 }
+
+TEST(Report, LimitNamesTheStallWhenTheDriverMostlyWaits) {
+  RankReport r = rank(0, 100, 10);
+  r.reader_threads = 8;
+  r.stats.compute_s = 5.6;
+  r.stats.read_s = 33.6;       // 42 % per thread: no single stage looks busy
+  r.stats.stall_input_s = 9.4;
+  EXPECT_EQ(r.limit(), "input-bound: the driver waited for input 94 % of the time (read (8 reader threads) 42 % busy per thread)");
+}
