@@ -127,8 +127,10 @@ void expect_tail_matches(const TailSpec& s, Precision p) {
     c.exact_ints = p == Precision::FP32;   // rounded logits may flip near-ties
     // bf16 keeps 8 significant bits: logits drawn uniformly over a few classes come within its
     // rounding step (2^-8 of their range) of the runner-up at about 1 position in 100 per class,
-    // and those pick either class (measured on the H200: 98.7-99.5 % agreement).
-    if (p == Precision::BF16) c.int_agreement = 0.98;
+    // and those pick either class; in a top-k every one of the k - 1 neighbouring pairs may swap,
+    // moving two indices each (measured on the H200: argmax 98.7-99.5 %, top-k indices 97.3 % and
+    // up).  An engine that read the wrong pixels would agree far less.
+    if (p == Precision::BF16) c.int_agreement = 0.95;
     bool half_output = false;
     for (const auto& h : heads) half_output |= h.dtype == DType::BF16 || h.dtype == DType::F16;
     if (half_output && p != Precision::BF16) c.tol = 2e-2;   // bf16 outputs round to 3 significant digits
