@@ -164,7 +164,23 @@ std::unique_ptr<Source> open_hdf5_source(const std::string& path, const std::str
   }
   h5::File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!file.valid()) throw InputError(str(where, ": cannot open it: ", h5::error_stack_text()));
-  if (dataset.empty() || !h5::exists(file, dataset)) throw InputError(str(where, ": no dataset '", dataset, "'"));
+  if (dataset.empty() || !h5::exists(file, dataset)) {
+    // The datasets the file does have, so the hint can name the right --input-dataset.
+    std::vector<std::string> names;
+    H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC,
+             [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+               if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(str("/", name));
+               return static_cast<std::vector<std::string>*>(data)->size() >= 12 ? 1 : 0;
+             },
+             &names, H5O_INFO_BASIC);
+    h5::error_stack_text();
+    std::string listed;
+    for (const auto& n : names) listed += (listed.empty() ? "" : ", ") + n;
+    throw InputError(str(where, ": no dataset '", dataset, "'"),
+                     names.empty() ? std::string("the file holds no dataset")
+                                   : str("--input-dataset names the samples' dataset; this file has ", listed,
+                                         names.size() >= 12 ? ", ..." : ""));
+  }
   H5O_info_t oinfo;
   if (H5Oget_info_by_name2(file, dataset.c_str(), &oinfo, H5O_INFO_BASIC, H5P_DEFAULT) < 0 || oinfo.type != H5O_TYPE_DATASET)
     throw InputError(str(where, ": '", dataset, "' is not a dataset"));

@@ -60,8 +60,20 @@ int64_t bind_input(Graph& g, const PrepareOptions& o) {
     std::string s = "[";
     for (std::size_t i = 0; i < shown.size(); ++i) s += str(i ? "," : "", shown[i] < 0 ? std::string("?") : std::to_string(shown[i]));
     job[0] = o.batch_size;
+    // Name the fix: a rank mismatch or a channels-first/-last mix-up is the model's layout, anything
+    // else the sample size the job makes.
+    std::string hint;
+    if (model_in.shape.size() != job.size())
+      hint = str("the model takes ", model_in.shape.size(), "-d input; give samples of ", model_in.shape.size() - 1,
+                 " dimensions (--sample-shape for synthetic input, or a dataset of that rank)");
+    else if (job.size() == 4 && model_in.shape[3] == 3 && job[1] == 3)
+      hint = "the model takes channels last (NHWC) and the input is channels first: re-export the model with NCHW input";
+    else
+      hint = str("make the samples ", s.substr(s.find(',') + 1), " (synthetic: --sample-shape; images: --resize/--center-crop ",
+                 "to the model's height and width), or re-export the model with dynamic dimensions");
     throw InputError(str(g.source, ": the model's input '", model_in.name, "' has shape ", s, "] (? = dynamic) but the job feeds ",
-                         shape_str(job), " (batch size ", o.batch_size, ", sample shape ", shape_str(o.sample_shape), ")"));
+                         shape_str(job), " (batch size ", o.batch_size, ", sample shape ", shape_str(o.sample_shape), ")"),
+                     hint);
   }
   const DType model_type = model_in.dtype == DType::Undefined ? DType::F32 : model_in.dtype;
   if (model_in.name != "input") {
