@@ -111,7 +111,7 @@ def test_resume_with_a_different_job_is_refused(tmp_path):
     out = str(tmp_path / "out")
     sluice("run", *SMALL, "--output", out, check=True)
     p = sluice("run", *SMALL, "--output", out, "--resume", "--batch-size", "16")
-    assert p.returncode == 3 and "batches of" in p.stderr
+    assert p.returncode == 3 and "batch-size = 32 but this job has batch-size = 16" in p.stderr
 
 
 def test_plot_reports_summarizes_and_draws(tmp_path):
