@@ -46,6 +46,8 @@ import h5py
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from support.sluice_test import pids_of  # noqa: E402  (the tests' process finder)
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
 
@@ -71,17 +73,7 @@ def rank_files(outdir):
 
 
 def sluice_pids(outdir):
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if cmd and os.path.basename(cmd[0].decode(errors="replace")) == "sluice" and outdir.encode() in cmd:
-            pids.append(int(pid))
-    return pids
+    return pids_of("sluice", outdir)
 
 
 class Run:

@@ -14,9 +14,12 @@ import glob
 import os
 import signal
 import subprocess
+import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from support.sluice_test import pids_of  # noqa: E402  (the tests' process finder)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1")
 BATCH = 16
@@ -24,17 +27,7 @@ ROW_BYTES = 8 * 64 * 64 * 4 + 64 * 64  # quickstart logits float32 [8,64,64] + a
 
 
 def sluice_pids(out):
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if cmd and os.path.basename(cmd[0].decode(errors="replace")) == "sluice" and out.encode() in cmd:
-            pids.append(int(pid))
-    return pids
+    return pids_of("sluice", out)
 
 
 def main():

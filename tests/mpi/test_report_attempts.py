@@ -13,7 +13,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, fresh_dir, report, sluice  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, fresh_dir, pids_of, report, sluice  # noqa: E402
 
 N = 1024
 JOB = ["--config", QUICKSTART, "--samples", N, "--batch-size", 16, "--chunk-batches", 1, "--cpu-threads", 1,
@@ -36,15 +36,7 @@ def wait_for_progress(proc, at_least):
 
 
 def sluice_pids(out):
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if cmd and os.path.basename(cmd[0]) == b"sluice" and out.encode() in cmd:
-            pids.append(int(pid))
-    return pids
+    return pids_of("sluice", out)
 
 
 def resume(out, np_=2):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, report, sluice  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, pids_of, report, sluice  # noqa: E402
 
 N = 384
 PENDING_AT_RESUME = {}  # trial -> samples the resume still had to do
@@ -26,17 +26,7 @@ JOB = ["--config", QUICKSTART, "--samples", N, "--batch-size", 16, "--chunk-batc
 
 def rank_pids(outdir):
     """PIDs of the sluice processes writing to `outdir`."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if cmd and os.path.basename(cmd[0].decode(errors="replace")) == "sluice" and outdir.encode() in cmd:
-            pids.append(int(pid))
-    return pids
+    return pids_of("sluice", outdir)
 
 
 def start(outdir, np_, extra=()):

@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, rank_files, report, sluice  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, rank_files, pids_of, report, sluice  # noqa: E402
 from slurm_cluster import Cluster, missing_software, wait_for  # noqa: E402
 
 SCRIPT = os.path.join(ROOT, "slurm", "sluice.sbatch")
@@ -257,15 +257,7 @@ def launcher_pids(out):
 
 
 def srun_pids(out):
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if cmd and os.path.basename(cmd[0]) == b"srun" and out.encode() in cmd:
-            pids.append(int(pid))
-    return pids
+    return pids_of("srun", out)
 
 
 @pytest.mark.parametrize("launch,sig", [("srun", "USR1"), ("sluice srun", "TERM"), ("sluice srun", "INT")])

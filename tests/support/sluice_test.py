@@ -67,3 +67,17 @@ def report(outdir):
 def fresh_dir(path):
     shutil.rmtree(path, ignore_errors=True)
     return path
+
+
+def pids_of(program, word):
+    """PIDs of the running processes of `program` (its file name) whose command line holds `word`
+    (an output folder, say): how the kill and signal tests find a job's ranks or its launcher."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if cmd and os.path.basename(cmd[0]) == program.encode() and word.encode() in cmd:
+            pids.append(int(pid))
+    return pids

@@ -49,17 +49,6 @@ void expect_bytes_match(Source& s, const std::string& root) {
   }
 }
 
-template <typename Fn>
-std::string input_error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("not an InputError: ") + e.what();
-  }
-  return "no error";
-}
 
 // A folder with images at several depths, upper-case extensions, non-images and hidden files.
 std::string make_image_tree(const TempDir& dir) {

@@ -32,17 +32,6 @@ void write_dataset(const std::string& path, const char* name, hid_t type, const 
 
 float image_value(int64_t i, int64_t j) { return static_cast<float>(i) * 100.0f + static_cast<float>(j); }
 
-template <typename Fn>
-std::string input_error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("not an InputError: ") + e.what();
-  }
-  return "no error";
-}
 
 }  // namespace
 

@@ -95,17 +95,6 @@ std::vector<std::string> bytes_of(Source& s) {
   return b;
 }
 
-template <typename Fn>
-std::string input_error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("not an InputError: ") + e.what();
-  }
-  return "no error";
-}
 
 // Three shards of a WebDataset: each sample an image plus a class and a json member.
 void write_shards(const TempDir& dir) {

@@ -15,6 +15,19 @@
 
 namespace sluice::testing {
 
+// The message of the InputError `fn` throws ("no error" when it throws none).
+template <typename Fn>
+std::string input_error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not an InputError: ") + e.what();
+  }
+  return "no error";
+}
+
 class TempDir {
  public:
   TempDir() {
