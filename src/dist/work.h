@@ -1,6 +1,6 @@
 #pragma once
 // How the samples of a job are split among ranks (docs/protocol.md, "Sharding").  The unit is a
-// range of sample indices cut on batch boundaries (dist/ranges.h): each rank starts on its own
+// range of sample indices cut on batch boundaries (core/ranges.h): each rank starts on its own
 // contiguous share of the pending samples; with dynamic sharding a rank that runs dry asks rank 0,
 // which takes the far half of the largest unfinished share and hands it over.  A rank commits every
 // --chunk-batches batches; nothing else is sent per batch.  The state on every rank is O(ranks).

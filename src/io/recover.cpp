@@ -1,6 +1,6 @@
 // Recovery of a rank file whose writer stopped without closing it, and salvage of a damaged one
 // (rank_file.h, recover_rank_file).  Each rank recovers its own share of a run folder's files in
-// parallel (app/resume_plan.cpp); nothing here talks to other ranks.
+// parallel (app/ledgers.cpp); nothing here talks to other ranks.
 //
 // A killed writer's file is shrunk in place: it is reopened in SWMR write mode (its writer flag
 // cleared first, as h5clear does), every row dataset is cut to the rows of its last commit and the

@@ -1,7 +1,7 @@
 #pragma once
 // Sluice's graph IR: a close mirror of an ONNX graph (nodes name their input and output tensors by
 // string) with constants held as host tensors and every value's type and shape once inferred.
-// Loading (onnx_loader), the passes (passes.h) and the engines all work on this one structure.
+// Loading (onnx_loader), the passes (prepare.h) and the engines all work on this one structure.
 //
 // Ops are ONNX ops of the default domain, plus Sluice's own in domain "sluice":
 //   FusedConv   inputs X, W, [B], [Z]; Conv's attributes plus

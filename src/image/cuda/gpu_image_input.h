@@ -2,7 +2,7 @@
 // Image files as the engine's input on a CUDA device: JPEGs decoded by nvJPEG's batched API (the
 // hardware decoder where the GPU has one), everything else decoded on the reader threads, and one
 // kernel that resizes, crops or letterboxes every GPU-decoded image into the uint8 [B, 3, H, W]
-// input.  Plain C++ (no CUDA headers): image/image_input.cpp calls it when the device is a GPU.
+// input.  Plain C++ (no CUDA headers): make_image_input (image/cpu_image_input.cpp) calls it on a GPU.
 //
 // How a batch flows (pipeline/batch_input.h):
 //   fill()            reader thread: the files' bytes into the pinned slot, headers parsed, filter
