@@ -20,6 +20,8 @@ using nlohmann::json;
 
 json summary_json(const RankFileInfo& f) {
   json runs = json::array();
+  double last_commit = 0;
+  for (const ChunkRecord& r : f.chunks) last_commit = std::max(last_commit, r.time);
   for (const ChunkRecord& r : merged_runs(f.chunks)) runs.push_back({r.first_index, r.count, r.first_row});
   json datasets = json::array();
   for (const DatasetSpec& d : f.datasets)
@@ -42,6 +44,7 @@ json summary_json(const RankFileInfo& f) {
           {"commits", f.chunks.size()},
           {"datasets", datasets},
           {"row_datasets", f.row_datasets},
+          {"last_commit", last_commit},
           {"runs", runs}};
 }
 
@@ -70,8 +73,9 @@ RankFileInfo summary_from_json(const json& j) {
     f.datasets.push_back(s);
   }
   f.row_datasets = j.at("row_datasets").get<std::vector<std::string>>();
+  const double last_commit = j.value("last_commit", 0.0);
   for (const json& r : j.at("runs"))
-    f.chunks.push_back(ChunkRecord{-1, r.at(0).get<int64_t>(), r.at(1).get<int64_t>(), r.at(2).get<int64_t>()});
+    f.chunks.push_back(ChunkRecord{-1, r.at(0).get<int64_t>(), r.at(1).get<int64_t>(), r.at(2).get<int64_t>(), last_commit});
   return f;
 }
 
@@ -109,7 +113,7 @@ std::map<std::string, std::string> job_keys(const std::string& toml) {
 // The job keys whose change would mix two different computations in one run folder.
 std::vector<std::string> keys_that_must_match(const JobConfig& job) {
   std::vector<std::string> keys = {"input", "input-dataset", "batch-size", "scale", "mean", "std",
-                                   "resize", "center-crop", "letterbox", "pad-value"};
+                                   "resize", "center-crop", "letterbox", "pad-value", "precision"};
   if (job.input == "synthetic") keys.insert(keys.end(), {"sample-shape", "input-dtype", "seed"});
   return keys;
 }
@@ -217,6 +221,8 @@ void plan_resume(const MpiContext& mpi, const JobConfig& job, const Chunking& ch
       for (const auto& r : runs) held.push_back(r.first);
       held = merge_ranges(std::move(held));
       plan.committed_before = total_size(held);
+      for (const RankFileInfo& f : files)
+        for (const ChunkRecord& r : f.chunks) plan.last_commit_unix = std::max(plan.last_commit_unix, r.time);
       plan.pending = complement(held, chunking.total);
       plan.resume_files.clear();
       log_info("--resume: ", plan.committed_before, " of ", chunking.total, " samples already committed (",

@@ -55,7 +55,7 @@ std::vector<std::string> list_rank_files(const std::string& outdir) {
 
 std::string RunPlan::serialize() const {
   nlohmann::json j{{"attempt", attempt}, {"committed_before", committed_before}, {"pending", ranges_text(pending)},
-                   {"resume_files", resume_files}, {"set_aside", set_aside}};
+                   {"resume_files", resume_files}, {"set_aside", set_aside}, {"last_commit_unix", last_commit_unix}};
   return j.dump();
 }
 
@@ -67,6 +67,7 @@ RunPlan RunPlan::deserialize(const std::string& s) {
   p.pending = parse_ranges(j.at("pending").get<std::string>());
   p.resume_files = j.at("resume_files").get<std::vector<std::string>>();
   p.set_aside = j.value("set_aside", std::string());
+  p.last_commit_unix = j.value("last_commit_unix", 0.0);
   return p;
 }
 

@@ -20,6 +20,7 @@ struct RunPlan {
   std::vector<Range> pending;      // sample ranges no ledger holds: batch-aligned, ascending
   int64_t committed_before = 0;    // samples committed by earlier attempts
   std::string set_aside;           // --overwrite: where the earlier run waits for the first commit ("": none)
+  double last_commit_unix = 0;     // --resume: the latest commit time in the ledgers (0: none recorded)
   // --resume: the rank files of the earlier attempts; every rank recovers and reads its share of
   // them, and the pending ranges are what their ledgers do not hold (app/ledgers.h).
   std::vector<std::string> resume_files;

@@ -276,7 +276,7 @@ void RunContext::start_work() {
     for (const auto& h : hosts_)
       if (std::find(a.hosts.begin(), a.hosts.end(), h) == a.hosts.end()) a.hosts.push_back(h);
     a.committed_before = plan_.committed_before;
-    attempts_ = begin_attempt(job_.output, job_.resume, a);
+    attempts_ = begin_attempt(job_.output, job_.resume, a, plan_.last_commit_unix);
   }
   if (mpi_.rank() == 0 && job_.sink == "hdf5" && !list_set_asides(job_.output).empty())
     aside_thread_ = WorkerThread("old-run", [this] { watch_set_aside(); });

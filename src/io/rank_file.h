@@ -41,6 +41,8 @@ struct ChunkRecord {
   int64_t first_index = 0;  // global sample index of the first sample
   int64_t count = 0;        // samples
   int64_t first_row = 0;    // row of the first sample in this file (the file fills it in)
+  double time = 0;          // unix seconds of the commit (the file fills it in; 0: not recorded,
+                            // as in files written before commit times were)
 };
 
 struct RankFileMeta {

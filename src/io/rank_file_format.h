@@ -64,6 +64,8 @@ inline constexpr std::size_t kTimeWidth = 32;            // bytes of the mutable
 h5::Type ledger_file_type();
 h5::Type ledger_memory_type();
 h5::Type ledger_read_type();
+// Only the commit time: read when the ledger's type has the member (files since commit times).
+h5::Type ledger_time_type();
 // The ledger's fill value: a record whose slot exists but was never written reads as this, and
 // readers stop there.
 ChunkRecord ledger_fill();

@@ -20,11 +20,12 @@ namespace sluice {
 namespace rankfile {
 
 h5::Type ledger_file_type() {
-  h5::Type t(H5_CHECK(H5Tcreate(H5T_COMPOUND, 4 * sizeof(int64_t))));
+  h5::Type t(H5_CHECK(H5Tcreate(H5T_COMPOUND, 4 * sizeof(int64_t) + sizeof(double))));
   H5_CHECK(H5Tinsert(t, "seq", 0, H5T_STD_I64LE));
   H5_CHECK(H5Tinsert(t, "first_index", 8, H5T_STD_I64LE));
   H5_CHECK(H5Tinsert(t, "count", 16, H5T_STD_I64LE));
   H5_CHECK(H5Tinsert(t, "first_row", 24, H5T_STD_I64LE));
+  H5_CHECK(H5Tinsert(t, "time", 32, H5T_IEEE_F64LE));
   return t;
 }
 
@@ -34,6 +35,13 @@ h5::Type ledger_memory_type() {
   H5_CHECK(H5Tinsert(t, "first_index", offsetof(ChunkRecord, first_index), H5T_NATIVE_INT64));
   H5_CHECK(H5Tinsert(t, "count", offsetof(ChunkRecord, count), H5T_NATIVE_INT64));
   H5_CHECK(H5Tinsert(t, "first_row", offsetof(ChunkRecord, first_row), H5T_NATIVE_INT64));
+  H5_CHECK(H5Tinsert(t, "time", offsetof(ChunkRecord, time), H5T_NATIVE_DOUBLE));
+  return t;
+}
+
+h5::Type ledger_time_type() {
+  h5::Type t(H5_CHECK(H5Tcreate(H5T_COMPOUND, sizeof(double))));
+  H5_CHECK(H5Tinsert(t, "time", 0, H5T_NATIVE_DOUBLE));
   return t;
 }
 
@@ -313,6 +321,16 @@ RankFileInfo read_info(hid_t file, const std::string& path) {
   if (n > 0) {
     h5::Type mem = ledger_read_type();
     H5_CHECK(H5Dread(ledger, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, records.data()));
+    // Commit times, where the file records them (a ledger written before they were has no member).
+    h5::Type stored(H5_CHECK(H5Dget_type(ledger)));
+    if (H5Tget_member_index(stored, "time") >= 0) {
+      std::vector<double> times(static_cast<std::size_t>(n));
+      h5::Type tt = ledger_time_type();
+      H5_CHECK(H5Dread(ledger, tt, H5S_ALL, H5S_ALL, H5P_DEFAULT, times.data()));
+      for (int64_t k = 0; k < n; ++k) records[static_cast<std::size_t>(k)].time = times[static_cast<std::size_t>(k)];
+    } else {
+      h5::error_stack_text();
+    }
   }
   const ChunkRecord blank = ledger_fill();
   std::map<int64_t, int64_t> held;  // samples of the valid records: first -> end
@@ -426,6 +444,7 @@ std::vector<ChunkRecord> merged_runs(const std::vector<ChunkRecord>& records) {
       ChunkRecord& last = runs.back();
       if (last.first_index + last.count == r.first_index && last.first_row + last.count == r.first_row) {
         last.count += r.count;
+        last.time = std::max(last.time, r.time);
         continue;
       }
     }

@@ -202,6 +202,7 @@ class Hdf5RankFile final : public RankFile {
     SLUICE_CHECK(record.first_index >= 0, "rank file ", path_, ": a commit starting at sample ", record.first_index);
     record.seq = ledger_len_;
     record.first_row = pending_first_;
+    record.time = unix_now();
     // (a) the rows, their chunk index entries and extents reach the kernel first ...
     H5_CHECK(H5Fflush(file_, H5F_SCOPE_LOCAL));
     if (fsync_) sync_file(file_, path_);

@@ -114,7 +114,8 @@ void write_attempts(const std::string& outdir, const std::vector<AttemptRecord>&
 
 }  // namespace
 
-std::vector<AttemptRecord> begin_attempt(const std::string& outdir, bool resume, const AttemptRecord& current) {
+std::vector<AttemptRecord> begin_attempt(const std::string& outdir, bool resume, const AttemptRecord& current,
+                                         double last_commit_unix) {
   std::vector<AttemptRecord> attempts;
   if (resume) attempts = read_attempts(outdir);
   // Keep only attempts before this one (a rerun of the same attempt number replaces its entry).
@@ -135,6 +136,12 @@ std::vector<AttemptRecord> begin_attempt(const std::string& outdir, bool resume,
     const int64_t next = i + 1 < attempts.size() ? attempts[i + 1].committed_before : current.committed_before;
     if (attempts[i].ended == "killed" || attempts[i].ended == "failed") {
       attempts[i].samples = std::max<int64_t>(0, next - attempts[i].committed_before);
+      // Its last commit is the latest in the ledgers (attempts after it have not run yet).
+      if (i + 1 == attempts.size() && attempts[i].finished_unix <= 0 && last_commit_unix > attempts[i].started_unix) {
+        attempts[i].finished_unix = last_commit_unix;
+        attempts[i].finished = iso8601(last_commit_unix);
+        attempts[i].message += " (its end time is its last commit's)";
+      }
     }
   }
   // Failure notes of this very attempt number from an older run are stale.

@@ -35,7 +35,10 @@ std::string attempts_path(const std::string& outdir);   // OUTDIR/attempts.json
 // Rank 0, when an attempt starts: the earlier attempts (none unless `resume`), with a "running"
 // one settled (killed or failed, its samples from the committed counts), plus `current`; written
 // to attempts.json and returned.  Failure notes of settled attempts are folded in and removed.
-std::vector<AttemptRecord> begin_attempt(const std::string& outdir, bool resume, const AttemptRecord& current);
+// `last_commit_unix` (the ledgers' latest commit time, 0 when unknown) dates the end of an attempt
+// that ended without a word.
+std::vector<AttemptRecord> begin_attempt(const std::string& outdir, bool resume, const AttemptRecord& current,
+                                         double last_commit_unix = 0);
 
 // Rank 0, when an attempt ends: its entry (the last one) updated; written and returned.
 std::vector<AttemptRecord> end_attempt(const std::string& outdir, std::vector<AttemptRecord> attempts,

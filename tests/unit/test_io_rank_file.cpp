@@ -375,7 +375,7 @@ TEST(RankFile, LedgerSlotsWithoutAWholeRecordAreNotCommitted) {
     EXPECT_EQ(info.chunks[2].first_row, 20);
     for (const ChunkRecord& c : info.chunks) EXPECT_EQ(check_chunk_rows(path, specs, c), 0);
     const auto ledger = read_raw_rows(path, "/ledger", 0, 3);
-    EXPECT_EQ(ledger.size(), 3u * 32) << "no blank slot left between the records";
+    EXPECT_EQ(ledger.size(), 3u * 40) << "no blank slot left between the records (records of 40 bytes: 4 int64 and the commit time)";
   }
 }
 
@@ -505,4 +505,28 @@ TEST(RankFile, SomethingThatIsNoRankFileIsMovedAside) {
   EXPECT_FALSE(std::filesystem::exists(path));
   EXPECT_TRUE(std::filesystem::exists(path + ".damaged"));
   EXPECT_THROW(recover_rank_file(path), InputError);  // nothing there any more
+}
+
+// Every ledger record carries its commit time (the report dates an attempt that ended without a
+// word by its last commit), and merged runs keep their latest.
+TEST(RankFile, LedgerRecordsCarryTheirCommitTime) {
+  TempDir dir;
+  const std::string path = dir.file("rank-00000.h5");
+  const auto specs = three_outputs();
+  const double before = static_cast<double>(std::time(nullptr)) - 1;
+  auto f = open_rank_file(path, specs, 4, test_meta(), false);
+  write_chunk(*f, specs, 0, 0, 10, 4);
+  write_chunk(*f, specs, 1, 10, 10, 4);
+  f->close();
+  const double after = static_cast<double>(std::time(nullptr)) + 1;
+  const RankFileInfo info = read_rank_file(path);
+  ASSERT_EQ(info.chunks.size(), 2u);
+  for (const ChunkRecord& c : info.chunks) {
+    EXPECT_GE(c.time, before);
+    EXPECT_LE(c.time, after);
+  }
+  EXPECT_LE(info.chunks[0].time, info.chunks[1].time);
+  const auto runs = merged_runs(info.chunks);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].time, info.chunks[1].time);
 }
