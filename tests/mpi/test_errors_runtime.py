@@ -144,8 +144,13 @@ def test_nan_inputs_are_counted_or_refused(images, tmp_path):
     assert p.stderr.count("holds NaN or Inf values") >= 1
     p = sluice("run", *JOB, "--input", path, "--output", str(tmp_path / "fail"), "--on-nan", "fail", np_=2, timeout=60)
     assert p.returncode == 3, p.stderr
+    # Each rank reads its own shard, so the rank that holds sample 5 and the one that holds
+    # sample 200 may both find theirs before the abort reaches them: one error per finder,
+    # each naming its own sample, never a second message about the same problem.
     errors = sluice_errors(p.stderr)
-    assert len(errors) == 1 and "holds NaN or Inf values (--on-nan fail" in errors[0], p.stderr
+    assert 1 <= len(errors) <= 2, p.stderr
+    assert all("holds NaN or Inf values (--on-nan fail" in e for e in errors), p.stderr
+    assert len({e.split("] ", 1)[1] for e in errors}) == len(errors), p.stderr
 
 
 def test_inspect_notices_a_missing_dataset_and_a_missing_outputs_h5(tmp_path):

@@ -294,3 +294,43 @@ def test_a_signal_to_the_launcher_itself_stops_every_rank_with_75(cluster, tmp_p
     for name, ref in reference.items():
         assert np.array_equal(rows[name], ref), name
     assert_node_idle(cluster)
+
+
+def test_an_image_folder_through_slurm_then_sluice_export(cluster, tmp_path):
+    """The new-user task under Slurm: a folder of photos (JPEG and PNG in subfolders, one broken file)
+    through a segmentation model on two ranks, then `sluice export` writes one palette PNG mask per
+    photo, named after it; the broken file is recorded, not fatal, and has no mask."""
+    from PIL import Image
+    photos = tmp_path / "photos"
+    rng = np.random.default_rng(3)
+    names = ["a/cat.jpg", "a/dog.png", "b/c/owl.jpg", "fish.png", "sun.jpg"]
+    for name in names:
+        (photos / name).parent.mkdir(parents=True, exist_ok=True)
+        pixels = rng.integers(0, 256, (int(rng.integers(40, 90)), int(rng.integers(40, 90)), 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(photos / name)
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a real jpeg")
+    job = tmp_path / "photos.toml"
+    job.write_text(f'model = "{os.path.join(ROOT, "jobs", "models", "quickstart.onnx")}"\ninput = "photos"\n'
+                   'output = "runs/photos"\noutputs = ["argmax"]\nbatch-size = 2\nchunk-batches = 1\n'
+                   'scale = 0.00392156862745098\n')
+    rc, job_id = sbatch(cluster, ["-n", 2, "-o", tmp_path / "slurm-%j.out"], [job], wait=True, cwd=tmp_path)
+    log = read_log(str(tmp_path / f"slurm-{job_id}.out"))
+    assert rc == 0, log
+    out = tmp_path / "runs" / "photos"
+    with h5py.File(out / "outputs.h5") as f:
+        keys = [k.decode() for k in f["sample_key"][:]]
+        status = f["sample_status"][:]
+        masks = f["outputs/argmax"][:]
+    assert keys == sorted(names + ["broken.jpg"], key=lambda k: k.encode())
+    assert [keys[i] for i in np.flatnonzero(status)] == ["broken.jpg"]
+    p = sluice("export", out)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for i, key in enumerate(keys):
+        png = out / "export" / (os.path.splitext(key)[0] + ".png")
+        if key == "broken.jpg":
+            assert not png.exists()
+            continue
+        img = Image.open(png)
+        assert img.mode == "P"
+        assert np.array_equal(np.asarray(img), masks[i]), key
+    assert_node_idle(cluster)
