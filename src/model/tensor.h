@@ -15,7 +15,9 @@ struct Tensor {
   std::vector<uint8_t> bytes;
 
   Tensor() = default;
-  Tensor(DType t, Shape s) : dtype(t), shape(std::move(s)), bytes(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(t)) {}
+  // Zero-filled.  InputError for a negative dimension or more than kMaxTensorBytes; Error naming the
+  // size when the host cannot allocate it.
+  Tensor(DType t, Shape s);
 
   int64_t numel() const { return shape_numel(shape); }
   std::size_t nbytes() const { return bytes.size(); }
