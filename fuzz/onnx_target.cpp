@@ -1,12 +1,18 @@
 // Fuzz target (a): ONNX bytes -> load_onnx_bytes -> prepare_graph with a small batch.  Every model
 // must either prepare or be refused with a usage/input error; the last byte of the input picks the
-// output heads, so the fuzzer reaches argmax, softmax and top-k too.
+// output heads, so the fuzzer reaches argmax, softmax and top-k too.  A prepared graph then takes
+// the trip to the other ranks (serialize_structure and back) and, when its tensors are small, one
+// forward pass on the CPU engine: a model that prepares must also run.
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
 
 #include "fuzz_util.h"
+#include "engine/engine.h"
 #include "model/onnx_loader.h"
 #include "model/prepare.h"
+#include "model/serialize.h"
 
 using namespace sluice;
 
@@ -22,6 +28,26 @@ Shape sample_shape_for(const Graph& g) {
     if (small) return s;
   }
   return {3, 4, 4};
+}
+
+// Bytes of every tensor of a prepared graph: the CPU engine allocates about that much.
+std::size_t graph_bytes(const Graph& g) {
+  std::size_t n = 0;
+  for (const auto& kv : g.values) n += kv.second.bytes();
+  return n;
+}
+
+void run_prepared(const Graph& g) {
+  const Graph copy = deserialize_structure(serialize_structure(g));
+  if (copy.nodes.size() != g.nodes.size() || copy.outputs.size() != g.outputs.size())
+    fuzz::finding("serialize_structure does not round-trip", g.summary());
+  if (graph_bytes(g) > (std::size_t(16) << 20)) return;  // big activations: slow, and not what we look for
+  EngineOptions eo;
+  eo.threads = 1;
+  eo.io_sets = 1;
+  std::unique_ptr<Engine> engine = create_cpu_engine(g, eo);
+  std::memset(engine->input_buffer(0), 0, engine->input().bytes());  // deterministic runs
+  engine->forward(0, nullptr);
 }
 
 }  // namespace
@@ -40,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (heads & 1) o.outputs.push_back({"argmax", OutputSpec::Kind::ArgMax, DType::Undefined, 0});
     if (heads & 2) o.outputs.push_back({"softmax", OutputSpec::Kind::Softmax, DType::F32, 0});
     if (heads & 4) o.outputs.push_back({"topk", OutputSpec::Kind::TopK, DType::F32, 2});
-    prepare_graph(std::move(g), o);
+    run_prepared(prepare_graph(std::move(g), o));
   } catch (const Error& e) {
     fuzz::check_error_kind(e);
   } catch (const std::exception& e) {

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Runs each libFuzzer target (fuzz/README.md) for N minutes, one after another at low priority, and
+# prints a table of executions, corpus growth and findings.  A benchmark-like run, not part of CI
+# (CI replays the corpora and the saved crashes: ctest -R fuzz_replay).
+#
+#   data_tools/fuzz.sh [MINUTES] [TARGET...]     default: 10 minutes each, targets onnx job hdf5
+#
+# Builds build-fuzz/ with clang (-DSLUICE_FUZZ=ON: libFuzzer, ASan, UBSan; installs clang with apt
+# when it is missing).  The seeds in fuzz/corpus/<target> are read, never written; what the fuzzer
+# learns goes to build-fuzz/corpus/<target> and is kept between runs.  Each finding is saved as
+# fuzz/crashes/<target>/<kind>-<sha1> (crash, leak, timeout, oom): fix it, then commit the file,
+# and ctest fuzz_replay_<target> replays it forever after.
+#   SLUICE_FUZZ_JOBS=N   parallel fuzzing processes per target (default 1: the machine is shared)
+#   SLUICE_FUZZ_RSS_MB   memory limit per process (default 3072)
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+minutes=${1:-10}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(onnx job hdf5)
+jobs=${SLUICE_FUZZ_JOBS:-1}
+rss=${SLUICE_FUZZ_RSS_MB:-3072}
+build="$root/build-fuzz"
+
+# What each target's inputs look like: the largest input worth trying (bytes).
+max_len() {
+  case "$1" in
+    onnx) echo 65536 ;;   # quickstart.onnx is 40 KB
+    job) echo 8192 ;;
+    hdf5) echo 16384 ;;
+  esac
+}
+
+if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "fuzz: installing clang (libFuzzer) with apt" >&2
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends clang >/dev/null
+fi
+
+CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_CUDA=OFF \
+  -DSLUICE_TESTS=OFF -DSLUICE_FUZZ=ON >/dev/null
+nice cmake --build "$build" -j"$(nproc)" --target $(printf 'fuzz_%s ' "${targets[@]}") >/dev/null
+
+results=()
+for t in "${targets[@]}"; do
+  seeds="$root/fuzz/corpus/$t"
+  work="$build/corpus/$t"
+  crashes="$root/fuzz/crashes/$t"
+  mkdir -p "$work" "$crashes"
+  before=$(find "$crashes" -type f ! -name '.*' | wc -l)
+  log="$build/fuzz-$t.log"
+  echo "fuzz: $t for $minutes min (log: $log)" >&2
+  start=$(date +%s)
+  # Fork mode with -ignore_*: a finding is saved and the run goes on for the whole time.
+  set +e
+  nice -n 19 "$build/fuzz/fuzz_$t" "$work" "$seeds" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 \
+    -ignore_ooms=1 -max_total_time=$((minutes * 60)) -max_len="$(max_len "$t")" -timeout=30 -rss_limit_mb="$rss" \
+    -artifact_prefix="$crashes/" -print_final_stats=1 >"$log" 2>&1
+  status=$?
+  set -e
+  seconds=$(( $(date +%s) - start ))
+  # Fork mode prints "#N: cov: C ft: F corp: K exec/s: E ..." lines; the last one holds the totals.
+  last=$(grep -E '^#[0-9]+: cov:' "$log" | tail -1 || true)
+  execs=$(sed -nE 's/^#([0-9]+): .*/\1/p' <<<"$last")
+  cov=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$last")
+  corp=$(find "$work" -type f | wc -l)
+  found=$(( $(find "$crashes" -type f ! -name '.*' | wc -l) - before ))
+  results+=("$(printf '%-6s %8s %12s %8s %8s %8s %7s' "$t" "$seconds" "${execs:-?}" "${cov:-?}" "$corp" "$found" "$status")")
+done
+
+printf '%-6s %8s %12s %8s %8s %8s %7s\n' target seconds executions coverage corpus findings status
+printf '%s\n' "${results[@]}"
