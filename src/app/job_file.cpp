@@ -287,7 +287,7 @@ class Reader {
       uint64_t value = 0;
       for (char c : digits) {
         const uint64_t d = is_digit(c) ? static_cast<uint64_t>(c - '0') : static_cast<uint64_t>((c | 0x20) - 'a' + 10);
-        if (value > (static_cast<uint64_t>(INT64_MAX) - d) / static_cast<uint64_t>(base))
+        if (value > (UINT64_MAX - d) / static_cast<uint64_t>(base))
           fail(v.line, v.column, str("the integer ", w, " does not fit in 64 bits"));
         value = value * static_cast<uint64_t>(base) + d;
       }
@@ -320,9 +320,10 @@ class Reader {
       v.text = sign_text + digits;
       return;
     }
-    // Range check by hand: int64 from -2^63 to 2^63 - 1.
+    // Range check by hand: from -2^63 to 2^64 - 1 (TOML stops at 2^63 - 1; a uint64 option such as
+    // seed takes its whole range, so the echo of any job reads back).
     uint64_t value = 0;
-    const uint64_t limit = w[0] == '-' ? static_cast<uint64_t>(INT64_MAX) + 1 : static_cast<uint64_t>(INT64_MAX);
+    const uint64_t limit = w[0] == '-' ? static_cast<uint64_t>(INT64_MAX) + 1 : UINT64_MAX;
     for (char c : int_digits) {
       const uint64_t d = static_cast<uint64_t>(c - '0');
       if (value > (limit - d) / 10) fail(v.line, v.column, str("the integer ", w, " does not fit in 64 bits"));

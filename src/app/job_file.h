@@ -20,7 +20,7 @@ namespace sluice {
 struct JobScalar {
   enum class Kind { String, Integer, Float, Bool };
   Kind kind = Kind::String;
-  // String: the decoded text.  Integer: the value in decimal.  Float: the literal without '_'
+  // String: the decoded text.  Integer: the value in decimal (-2^63 to 2^64 - 1).  Float: the literal without '_'
   // ("1e-3", "-inf").  Bool: "true" or "false".
   std::string text;
   int line = 0, column = 0;   // where the value starts (1-based)

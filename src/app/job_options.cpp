@@ -167,8 +167,8 @@ struct TomlWriter {
 struct FieldType {
   JobScalar::Kind kind = JobScalar::Kind::String;  // Integer also stands for "any integer type"
   bool list = false;
-  bool is_unsigned = false;
-  int64_t min = INT64_MIN, max = INT64_MAX;        // integers only
+  int64_t min = INT64_MIN;                          // integers only
+  uint64_t max = INT64_MAX;
 };
 
 template <typename T>
@@ -183,9 +183,8 @@ FieldType field_type_of() {
   } else {
     static_assert(std::is_integral_v<T>, "job fields are strings, booleans, numbers or lists of them");
     t.kind = JobScalar::Kind::Integer;
-    t.is_unsigned = std::is_unsigned_v<T>;
-    t.min = std::is_unsigned_v<T> ? 0 : static_cast<int64_t>(std::numeric_limits<T>::min());
-    t.max = static_cast<int64_t>(std::min<uint64_t>(std::numeric_limits<T>::max(), INT64_MAX));
+    t.min = static_cast<int64_t>(std::numeric_limits<T>::min());
+    t.max = static_cast<uint64_t>(std::numeric_limits<T>::max());
   }
   return t;
 }
@@ -230,10 +229,10 @@ std::vector<std::string> typed_inputs(const JobEntry& e, const FieldType& t, con
       fail(v.line, v.column, str("takes ", type_text(t), ", not ", given, hint));
     }
     if (t.kind == JobScalar::Kind::Integer) {
-      // The reader guarantees the text is an int64 in decimal.
-      const int64_t x = std::stoll(v.text);
-      if (x < t.min || x > t.max)
-        fail(v.line, v.column, str("takes ", type_text(t), " from ", t.min, " to ", t.max, ", not ", v.text));
+      // The reader guarantees decimal text from -2^63 to 2^64 - 1.
+      const bool negative = v.text[0] == '-';
+      const bool fits = negative ? std::stoll(v.text) >= t.min : std::stoull(v.text) <= t.max;
+      if (!fits) fail(v.line, v.column, str("takes ", type_text(t), " from ", t.min, " to ", t.max, ", not ", v.text));
     }
     inputs.push_back(v.text);
   }

@@ -96,7 +96,9 @@ TEST(JobFile, RefusesWhatJobFilesDoNotUseWithLineAndColumn) {
       {"a = 1979-05-27\n", "'1979-05-27' is not a value"},
       {"a = 012\n", "leading zeros"},
       {"a = 1__0\n", "is not a value"},
-      {"a = 9223372036854775808\n", "does not fit in 64 bits"},
+      {"a = 18446744073709551616\n", "does not fit in 64 bits"},
+      {"a = -9223372036854775809\n", "does not fit in 64 bits"},
+      {"a = 0x1_0000_0000_0000_0000\n", "does not fit in 64 bits"},
       {"a = \"\\q\"\n", "unknown escape"},
       {"a = \"\\uD800\"\n", "not a Unicode scalar value"},
       {"a = [1, \"x\"]\n", "mixes an integer and a string"},
@@ -106,7 +108,7 @@ TEST(JobFile, RefusesWhatJobFilesDoNotUseWithLineAndColumn) {
     EXPECT_NE(err.find(want), std::string::npos) << text << " -> " << err;
     EXPECT_EQ(err.rfind("job file t.toml line ", 0), 0u) << err;
   }
-  EXPECT_EQ(parse_error("a = -9223372036854775808\nb = 9_223_372_036_854_775_807\n"), "");
+  EXPECT_EQ(parse_error("a = -9223372036854775808\nb = 18_446_744_073_709_551_615\nc = 0xFFFF_FFFF_FFFF_FFFF\n"), "");
 }
 
 TEST(JobFile, NoLineLengthOrNestingExhaustsTheReader) {
@@ -125,6 +127,7 @@ TEST(JobFile, ValuesMustHaveTheOptionsType) {
       {"quiet = 1\n", "quiet takes true or false, not 1"},
       {"seed = -1\n", "seed takes a non-negative integer"},
       {"prefetch = 3000000000\n", "prefetch takes an integer from -2147483648 to 2147483647"},
+      {"batch-size = 9223372036854775808\n", "to 9223372036854775807, not 9223372036854775808"},
       {"sample-shape = [3, \"64\"]\n", "mixes an integer and a string"},
       {"sample-shape = \"3,64,64\"\n", "sample-shape takes an integer or [a list of them], not the string"},
       {"model = [\"a.onnx\"]\n", "model takes a string, not a list"},
@@ -142,6 +145,8 @@ TEST(JobFile, ValuesMustHaveTheOptionsType) {
   EXPECT_EQ(j.mean, std::vector<float>{0.5f});
   EXPECT_EQ(j.outputs, (std::vector<std::string>{"logits", "argmax"}));
   EXPECT_EQ(j.sample_shape, (std::vector<int64_t>{1, 2, 3}));
+  ASSERT_EQ(apply_error("seed = 18446744073709551615\n", &j), "");  // a uint64 takes its whole range
+  EXPECT_EQ(j.seed, UINT64_MAX);
 }
 
 TEST(JobFile, EchoOfAwkwardValuesReadsBack) {
