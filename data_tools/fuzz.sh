@@ -31,6 +31,16 @@ max_len() {
   esac
 }
 
+# libhdf5 (not instrumented, not ours) leaks on some corrupt files and asks malloc for terabytes
+# when a corrupt size field says so; in a normal build that malloc returns NULL and HDF5 reports an
+# error, so the hdf5 target lets it (and does not count the library's leaks).
+sanitizer_env() {
+  case "$1" in
+    hdf5) echo "ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=0" ;;
+    *) echo "ASAN_OPTIONS=detect_leaks=1" ;;
+  esac
+}
+
 if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
   sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
   echo "fuzz: installing clang (libFuzzer) with apt" >&2
@@ -54,7 +64,7 @@ for t in "${targets[@]}"; do
   start=$(date +%s)
   # Fork mode with -ignore_*: a finding is saved and the run goes on for the whole time.
   set +e
-  nice -n 19 "$build/fuzz/fuzz_$t" "$work" "$seeds" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 \
+  env "$(sanitizer_env "$t")" nice -n 19 "$build/fuzz/fuzz_$t" "$work" "$seeds" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 \
     -ignore_ooms=1 -max_total_time=$((minutes * 60)) -max_len="$(max_len "$t")" -timeout=30 -rss_limit_mb="$rss" \
     -artifact_prefix="$crashes/" -print_final_stats=1 >"$log" 2>&1
   status=$?

@@ -4,6 +4,7 @@
 #include <csignal>
 
 #include "app/cli.h"
+#include "core/crash_guard.h"
 
 int main(int argc, char** argv) {
   // Past `ulimit -f` the kernel sends SIGXFSZ, whose default action kills the process with no
@@ -15,5 +16,7 @@ int main(int argc, char** argv) {
   // its owner before main returns, and a commit is durable without a close (kill -9 loses
   // nothing committed), so skipping that shutdown costs nothing.  Must precede any HDF5 call.
   H5dont_atexit();
+  // A library crashing on a corrupt input file ends with a message and exit 3 (core/crash_guard.h).
+  sluice::install_crash_guard();
   return sluice::cli_main(argc, argv);
 }

@@ -15,6 +15,10 @@ Tensor::Tensor(DType t, Shape s) : dtype(t), shape(std::move(s)) {
   }
 }
 
+void Tensor::throw_size_mismatch(const Tensor& t, std::size_t given) {
+  SLUICE_THROW("a ", dtype_name(t.dtype), shape_str(t.shape), " tensor needs ", t.bytes.size(), " bytes, given ", given);
+}
+
 std::vector<int64_t> Tensor::as_int64() const {
   const int64_t n = numel();
   std::vector<int64_t> out(static_cast<std::size_t>(n));

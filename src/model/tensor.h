@@ -27,13 +27,17 @@ struct Tensor {
   template <typename T>
   static Tensor from(DType t, Shape s, const std::vector<T>& values) {
     Tensor x(t, std::move(s));
-    std::memcpy(x.bytes.data(), values.data(), x.bytes.size());
+    if (values.size() * sizeof(T) != x.bytes.size()) throw_size_mismatch(x, values.size() * sizeof(T));
+    if (!x.bytes.empty()) std::memcpy(x.bytes.data(), values.data(), x.bytes.size());  // empty: data() may be null
     return x;
   }
   // Integer view of an integer tensor of any width (int32/int64/uint8/...), for shape arithmetic.
   std::vector<int64_t> as_int64() const;
   // Float view of a floating tensor (float32/float16/bfloat16/float64) or an integer one.
   std::vector<float> as_float() const;
+
+ private:
+  [[noreturn]] static void throw_size_mismatch(const Tensor& t, std::size_t given);
 };
 
 }  // namespace sluice
