@@ -52,6 +52,32 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebI
   -DSLUICE_TESTS=OFF -DSLUICE_FUZZ=ON >/dev/null
 nice cmake --build "$build" -j"$(nproc)" --target $(printf 'fuzz_%s ' "${targets[@]}") >/dev/null
 
+# A finding whose fault is inside libhdf5 (the first stack frame that is not a sanitizer
+# interceptor) is the library's, not ours: it moves to fuzz/library-crashes/<target>/ (one file
+# per faulting function), which tests/python/test_crafted_inputs.py runs through the binary to see
+# the crash guard turn it into exit 3.  What stays in fuzz/crashes/<target>/ is ours to fix.
+triage() {
+  local t=$1 f frame
+  lib_found=0
+  for f in $(find "$root/fuzz/crashes/$t" -type f -newer "$build/fuzz-$t.start" ! -name '.*'); do
+    frame=$(env "$(sanitizer_env "$t")" "$build/fuzz/fuzz_$t" "$f" 2>&1 |
+            grep -E '^ +#[0-9]+ ' | grep -vE 'interceptor|libclang_rt|asan_|__sanitizer|memcpy|memmove|memset' | head -1 || true)
+    if grep -q 'libhdf5' <<<"$frame"; then
+      local fn lib="$root/fuzz/library-crashes/$t"
+      fn=$(sed -nE 's/.* in ([A-Za-z0-9_]+).*/\1/p' <<<"$frame")
+      mkdir -p "$lib"
+      lib_found=$((lib_found + 1))
+      if [ -n "$fn" ] && ! ls "$lib"/*"-$fn" >/dev/null 2>&1; then
+        mv "$f" "$lib/$(basename "$f")-$fn"
+        echo "fuzz: $(basename "$f"): a fault inside libhdf5 ($fn), kept in fuzz/library-crashes/$t/" >&2
+      else
+        rm "$f"
+        echo "fuzz: $(basename "$f"): a fault inside libhdf5 (${fn:-?}) like one already kept; dropped" >&2
+      fi
+    fi
+  done
+}
+
 results=()
 for t in "${targets[@]}"; do
   seeds="$root/fuzz/corpus/$t"
@@ -60,6 +86,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "$crashes"
   before=$(find "$crashes" -type f ! -name '.*' | wc -l)
   log="$build/fuzz-$t.log"
+  touch "$build/fuzz-$t.start"
   echo "fuzz: $t for $minutes min (log: $log)" >&2
   start=$(date +%s)
   # Fork mode with -ignore_*: a finding is saved and the run goes on for the whole time.
@@ -75,9 +102,12 @@ for t in "${targets[@]}"; do
   execs=$(sed -nE 's/^#([0-9]+): .*/\1/p' <<<"$last")
   cov=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$last")
   corp=$(find "$work" -type f | wc -l)
+  triage "$t"
   found=$(( $(find "$crashes" -type f ! -name '.*' | wc -l) - before ))
-  results+=("$(printf '%-6s %8s %12s %8s %8s %8s %7s' "$t" "$seconds" "${execs:-?}" "${cov:-?}" "$corp" "$found" "$status")")
+  results+=("$(printf '%-6s %8s %12s %8s %8s %8s %8s %7s' "$t" "$seconds" "${execs:-?}" "${cov:-?}" "$corp" "$found" \
+               "$lib_found" "$status")")
 done
 
-printf '%-6s %8s %12s %8s %8s %8s %7s\n' target seconds executions coverage corpus findings status
+# findings: new inputs in fuzz/crashes/<target> (ours to fix); library: faults inside libhdf5
+printf '%-6s %8s %12s %8s %8s %8s %8s %7s\n' target seconds executions coverage corpus findings library status
 printf '%s\n' "${results[@]}"
