@@ -3,7 +3,7 @@
 # prints a table of executions, corpus growth and findings.  A benchmark-like run, not part of CI
 # (CI replays the corpora and the saved crashes: ctest -R fuzz_replay).
 #
-#   data_tools/fuzz.sh [MINUTES] [TARGET...]     default: 10 minutes each, targets onnx job hdf5
+#   data_tools/fuzz.sh [MINUTES] [TARGET...]     default: 10 minutes each, targets onnx graph job hdf5
 #
 # Builds build-fuzz/ with clang (-DSLUICE_FUZZ=ON: libFuzzer, ASan, UBSan; installs clang with apt
 # when it is missing).  The seeds in fuzz/corpus/<target> are read, never written; what the fuzzer
@@ -17,7 +17,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 minutes=${1:-10}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(onnx job hdf5)
+[ ${#targets[@]} -gt 0 ] || targets=(onnx graph job hdf5)
 jobs=${SLUICE_FUZZ_JOBS:-1}
 rss=${SLUICE_FUZZ_RSS_MB:-3072}
 build="$root/build-fuzz"
@@ -26,6 +26,7 @@ build="$root/build-fuzz"
 max_len() {
   case "$1" in
     onnx) echo 65536 ;;   # quickstart.onnx is 40 KB
+    graph) echo 2048 ;;   # a recipe: a byte per choice
     job) echo 8192 ;;
     hdf5) echo 16384 ;;
   esac

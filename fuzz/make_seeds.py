@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets (fuzz/README.md) under fuzz/corpus/:
 
+  graph/  a few byte strings for the structure-aware graph target (any bytes are a recipe)
   onnx/   small valid models that reach every op of the loader, the folder and shape inference
           (opset 9 to 18 spellings), plus quickstart.onnx; and crafted-*.onnx, the bad models of
           issue 9 and their relatives, each listed in crafted.json with the words its error must
@@ -327,8 +328,18 @@ def write_hdf5(folder):
         f.create_dataset("images", data=np.arange(4, dtype=np.float32), track_times=False)
 
 
+def write_recipes(folder):
+    # The graph target reads bytes as choices, so any bytes are a recipe; a few fixed ones start it.
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(2)
+    for i, n in enumerate([16, 48, 96, 160, 256, 400, 640, 1024]):
+        with open(os.path.join(folder, f"recipe-{i}.bin"), "wb") as f:
+            f.write(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+
+
 def main():
     write_models(os.path.join(CORPUS, "onnx"))
+    write_recipes(os.path.join(CORPUS, "graph"))
     write_jobs(os.path.join(CORPUS, "job"))
     write_hdf5(os.path.join(CORPUS, "hdf5"))
     print(f"make_seeds: wrote {CORPUS}", file=sys.stderr)

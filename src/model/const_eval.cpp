@@ -58,7 +58,7 @@ void store(Tensor& t, int64_t i, double v) {
     case DType::I8: t.data<int8_t>()[i] = static_cast<int8_t>(saturate_to_int64(v)); break;
     case DType::U8: t.data<uint8_t>()[i] = static_cast<uint8_t>(saturate_to_int64(v)); break;
     case DType::Bool: t.data<uint8_t>()[i] = v != 0.0 ? 1 : 0; break;
-    default: SLUICE_THROW("cannot store into a ", dtype_name(t.dtype), " tensor");
+    default: throw InputError(str("cannot compute a ", dtype_name(t.dtype), " tensor"));
   }
 }
 
@@ -170,6 +170,7 @@ Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
 }
 
 Tensor reshaped(const Tensor& x, Shape shape) {
+  checked_tensor_bytes(shape, x.dtype, "the reshaped tensor");  // [0] may become [0, 2^62, 2^62]
   Tensor out = x;
   out.shape = std::move(shape);
   return out;
@@ -413,7 +414,7 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
     if (delta == 0) throw InputError(str(node_context(g, n), "delta 0"));
     const double length = std::ceil((limit - start) / delta);
     if (!(length <= static_cast<double>(kMaxFoldedElements))) return false;  // also NaN
-    const int64_t count = std::max<int64_t>(0, static_cast<int64_t>(length));
+    const int64_t count = length > 0 ? static_cast<int64_t>(length) : 0;  // a huge negative length is empty
     Tensor o(s.dtype, {count});
     for (int64_t k = 0; k < count; ++k) store(o, k, start + static_cast<double>(k) * delta);
     out.push_back(std::move(o));

@@ -1,5 +1,6 @@
 #include "model/dtype.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -96,19 +97,23 @@ int64_t checked_mul(int64_t a, int64_t b, const char* what) {
 }
 
 std::size_t checked_tensor_bytes(const Shape& s, DType t, const std::string& name) {
-  int64_t n = 1;
+  // The product of the dimensions with zeros counted as ones bounds every partial product (strides,
+  // offsets) that code computes from the shape, even for an empty tensor, so it is what is checked.
+  int64_t span = 1;
+  bool empty = false;
   for (int64_t d : s) {
     if (d < 0) throw InputError(str(name, " has a negative dimension: ", shape_str(s)));
-    // Checking against the limit at every step keeps the running product far from overflow.
-    if (d > 0 && n > kMaxTensorBytes / d) n = kMaxTensorBytes + 1;
-    else n *= d;
+    if (d == 0) empty = true;
+    else if (span > kMaxTensorBytes / d) span = kMaxTensorBytes + 1;  // clamped: stays far from overflow
+    else span *= d;
   }
-  const int64_t es = static_cast<int64_t>(dtype_size(t));
-  if (n > kMaxTensorBytes || (es > 0 && n > kMaxTensorBytes / es))
+  const int64_t es = std::max<int64_t>(1, static_cast<int64_t>(dtype_size(t)));
+  if (span > kMaxTensorBytes / es)
     throw InputError(str(name, " ", dtype_name(t), shape_str(s), " would take ",
-                         n > kMaxTensorBytes ? std::string("more than 2^40") : std::to_string(n * es),
-                         " bytes; Sluice refuses tensors over 1 TiB (a corrupt or crafted shape?)"));
-  return static_cast<std::size_t>(n * es);
+                         span > kMaxTensorBytes ? std::string("more than 2^40") : std::to_string(span * es), " bytes",
+                         empty ? " without its empty dimensions" : "",
+                         "; Sluice refuses tensors over 1 TiB (a corrupt or crafted shape?)"));
+  return empty ? 0 : static_cast<std::size_t>(span * static_cast<int64_t>(dtype_size(t)));
 }
 
 std::string shape_str(const Shape& s) {

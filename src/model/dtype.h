@@ -31,7 +31,8 @@ int64_t checked_mul(int64_t a, int64_t b, const char* what);
 constexpr int64_t kMaxTensorBytes = int64_t(1) << 40;
 
 // Bytes of a tensor of shape `s` and type `t` about to be allocated or described: InputError naming
-// `name` when a dimension is negative, the size overflows or it exceeds kMaxTensorBytes.
+// `name` when a dimension is negative or the size exceeds kMaxTensorBytes, counting zero dimensions
+// as ones (so [0, 2^62, 2^62] is refused too: its strides would overflow).
 std::size_t checked_tensor_bytes(const Shape& s, DType t, const std::string& name);
 
 // Half-precision conversions (round to nearest even), used by the CPU backend and the writers.

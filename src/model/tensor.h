@@ -31,7 +31,8 @@ struct Tensor {
     if (!x.bytes.empty()) std::memcpy(x.bytes.data(), values.data(), x.bytes.size());  // empty: data() may be null
     return x;
   }
-  // Integer view of an integer tensor of any width (int32/int64/uint8/...), for shape arithmetic.
+  // Integer view of any numeric tensor (floats truncate toward zero and saturate), for shape
+  // arithmetic.  InputError for a type that holds no numbers.
   std::vector<int64_t> as_int64() const;
   // Float view of a floating tensor (float32/float16/bfloat16/float64) or an integer one.
   std::vector<float> as_float() const;

@@ -197,7 +197,7 @@ std::unique_ptr<Kernel> make_concat(const KernelInit& init) {
       for (int64_t o = t * per_task; o < end; ++o) {
         char* dst = static_cast<char*>(a.out[0]) + o * row;
         for (std::size_t i = 0; i < block.size(); ++i) {
-          std::memcpy(dst, static_cast<const char*>(a.in[i]) + o * block[i], block[i]);
+          if (block[i]) std::memcpy(dst, static_cast<const char*>(a.in[i]) + o * block[i], block[i]);  // empty: no buffer
           dst += block[i];
         }
       }
