@@ -89,12 +89,14 @@ for t in "${targets[@]}"; do
   log="$build/fuzz-$t.log"
   touch "$build/fuzz-$t.start"
   echo "fuzz: $t for $minutes min (log: $log)" >&2
+  dict=()
+  [ -f "$root/fuzz/$t.dict" ] && dict=(-dict="$root/fuzz/$t.dict")
   start=$(date +%s)
   # Fork mode with -ignore_*: a finding is saved and the run goes on for the whole time.
   set +e
   env "$(sanitizer_env "$t")" nice -n 19 "$build/fuzz/fuzz_$t" "$work" "$seeds" -fork="$jobs" -ignore_crashes=1 -ignore_timeouts=1 \
     -ignore_ooms=1 -max_total_time=$((minutes * 60)) -max_len="$(max_len "$t")" -timeout=30 -rss_limit_mb="$rss" \
-    -artifact_prefix="$crashes/" -print_final_stats=1 >"$log" 2>&1
+    -artifact_prefix="$crashes/" -print_final_stats=1 "${dict[@]}" >"$log" 2>&1
   status=$?
   set -e
   seconds=$(( $(date +%s) - start ))

@@ -33,7 +33,9 @@ std::unique_ptr<Kernel> make_copy(const KernelInit& init) {
 // Writes a value known when the engine is built (Shape, Constant, ConstantOfShape).
 std::unique_ptr<Kernel> make_fixed(const KernelInit& init, std::vector<uint8_t> bytes) {
   if (bytes.size() != init.output(0).bytes()) init.fail("value does not fit the output ", shape_str(init.output(0).shape));
-  return lambda_kernel([bytes](const KernelArgs& a) { std::memcpy(a.out[0], bytes.data(), bytes.size()); });
+  return lambda_kernel([bytes](const KernelArgs& a) {
+    if (!bytes.empty()) std::memcpy(a.out[0], bytes.data(), bytes.size());  // an empty vector's data() may be null
+  });
 }
 
 std::unique_ptr<Kernel> make_shape(const KernelInit& init) {
