@@ -366,7 +366,8 @@ bool infer_topk_argmax(Ctx& c) {
     c.set(1, DType::I64, out);
     return true;
   }
-  if (x->shape[axis] == 0) c.fail(str("the arg-max of an empty axis (", shape_str(x->shape), ", axis ", axis, ") is undefined"));
+  if (x->shape[axis] == 0)
+    c.fail(str("the arg-max of an empty axis (", shape_str(x->shape), ", axis ", axis, ") is undefined"));
   const bool keep = op == "ArgMax" && c.n.get_int("keepdims", 1) != 0;
   if (keep) out[axis] = 1;
   else out.erase(out.begin() + axis);
