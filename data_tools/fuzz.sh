@@ -53,28 +53,31 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebI
   -DSLUICE_TESTS=OFF -DSLUICE_FUZZ=ON >/dev/null
 nice cmake --build "$build" -j"$(nproc)" --target $(printf 'fuzz_%s ' "${targets[@]}") >/dev/null
 
-# A finding whose fault is inside libhdf5 (the first stack frame that is not a sanitizer
-# interceptor) is the library's, not ours: it moves to fuzz/library-crashes/<target>/ (one file
-# per faulting function), which tests/python/test_crafted_inputs.py runs through the binary to see
-# the crash guard turn it into exit 3.  What stays in fuzz/crashes/<target>/ is ours to fix.
+# A finding whose fault is inside libhdf5 (the first stack frame that is not the sanitizer's, the
+# fuzzer's or malloc's) is the library's, not ours.  A crash of that kind moves to
+# fuzz/library-crashes/<target>/ (one file per faulting function), which
+# tests/python/test_crafted_inputs.py runs through the binary to see the crash guard turn it into
+# exit 3; an out-of-memory of that kind (libhdf5 mallocs what a corrupt size field says) is counted
+# and dropped.  What stays in fuzz/crashes/<target>/ is ours to fix.
 triage() {
-  local t=$1 f frame
+  local t=$1 f frame fn kind lib="$root/fuzz/library-crashes/$t"
   lib_found=0
   for f in $(find "$root/fuzz/crashes/$t" -type f -newer "$build/fuzz-$t.start" ! -name '.*'); do
-    frame=$(env "$(sanitizer_env "$t")" "$build/fuzz/fuzz_$t" "$f" 2>&1 |
-            grep -E '^ +#[0-9]+ ' | grep -vE 'interceptor|libclang_rt|asan_|__sanitizer|memcpy|memmove|memset' | head -1 || true)
-    if grep -q 'libhdf5' <<<"$frame"; then
-      local fn lib="$root/fuzz/library-crashes/$t"
-      fn=$(sed -nE 's/.* in ([A-Za-z0-9_]+).*/\1/p' <<<"$frame")
+    frame=$(env "$(sanitizer_env "$t")" "$build/fuzz/fuzz_$t" -rss_limit_mb="$rss" "$f" 2>&1 |
+            grep -E '^ +#[0-9]+ ' |
+            grep -vE 'interceptor|libclang_rt|asan|__sanitizer|fuzzer::|memcpy|memmove|memset| in malloc | in calloc | in realloc | in operator new' |
+            head -1 || true)
+    grep -q 'libhdf5' <<<"$frame" || continue
+    lib_found=$((lib_found + 1))
+    fn=$(sed -nE 's/.* in ([A-Za-z0-9_]+) .*/\1/p' <<<"$frame")
+    kind=$(basename "$f" | cut -d- -f1)
+    if [ "$kind" = crash ] && [ -n "$fn" ] && ! ls "$lib"/*"-$fn" >/dev/null 2>&1; then
       mkdir -p "$lib"
-      lib_found=$((lib_found + 1))
-      if [ -n "$fn" ] && ! ls "$lib"/*"-$fn" >/dev/null 2>&1; then
-        mv "$f" "$lib/$(basename "$f")-$fn"
-        echo "fuzz: $(basename "$f"): a fault inside libhdf5 ($fn), kept in fuzz/library-crashes/$t/" >&2
-      else
-        rm "$f"
-        echo "fuzz: $(basename "$f"): a fault inside libhdf5 (${fn:-?}) like one already kept; dropped" >&2
-      fi
+      mv "$f" "$lib/$(basename "$f")-$fn"
+      echo "fuzz: $(basename "$f"): a fault inside libhdf5 ($fn), kept in fuzz/library-crashes/$t/" >&2
+    else
+      rm "$f"
+      echo "fuzz: $(basename "$f"): a $kind inside libhdf5 (${fn:-no symbol}), counted and dropped" >&2
     fi
   done
 }
