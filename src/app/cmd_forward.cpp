@@ -44,7 +44,7 @@ std::vector<Tensor> run_once(Engine& e, const std::string& device, const Tensor&
   for (std::size_t k = 0; k < e.outputs().size(); ++k) {
     const ValueInfo& o = e.outputs()[k];
     outs.emplace_back(o.dtype, o.shape);
-    std::memcpy(outs.back().bytes.data(), e.output_buffer(0, static_cast<int>(k)), outs.back().nbytes());
+    if (outs.back().nbytes()) std::memcpy(outs.back().bytes.data(), e.output_buffer(0, static_cast<int>(k)), outs.back().nbytes());
   }
   return outs;
 }

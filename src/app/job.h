@@ -1,7 +1,7 @@
 #pragma once
 // The job: every option of `sluice run`, with its default.  CLI11 binds each field to a flag of the
-// same name (app/cli.cpp), and job files are CLI11 config files (TOML), so every job key is also a
-// flag and flags override the file.
+// same name (app/cli.cpp), and job files (TOML, app/job_file.h) set fields by the same names, so
+// every job key is also a flag and flags override the file.
 #include <cstdint>
 #include <string>
 #include <vector>

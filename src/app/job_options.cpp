@@ -4,13 +4,16 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <regex>
+#include <map>
+#include <type_traits>
 #include <set>
 #include <sstream>
 
+#include "app/job_file.h"
 #include "core/error.h"
 
 namespace sluice {
@@ -171,17 +174,26 @@ namespace {
 template <typename T>
 std::string toml_value(const T& v) {
   std::ostringstream os;
+  // Enough digits that reading the echo back gives the same float (--scale 1/255 included).
+  if constexpr (std::is_floating_point_v<T>) os.precision(std::numeric_limits<T>::max_digits10);
   os << v;
   return os.str();
 }
 std::string toml_value(const std::string& v) {
-  // CLI11's reader does not undo escapes, so text with a quote or backslash goes in a TOML literal
-  // string ('...', no escapes) when it can.
-  if (v.find_first_of("\"\\") != std::string::npos && v.find('\'') == std::string::npos) return "'" + v + "'";
+  // A TOML basic string; the job-file reader undoes exactly these escapes.
   std::string out = "\"";
   for (char c : v) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7F) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04X", u);
+      out += esc;
+    } else {
+      out += c;
+    }
   }
   return out + "\"";
 }
@@ -207,31 +219,81 @@ struct TomlWriter {
   }
 };
 
-// CLI11's TOML reader accepts some malformed input (an unterminated string or array becomes a
-// value); check each line's shape first so a broken job file is one clear error.
-void check_toml_syntax(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw UsageError(str("cannot read the job file ", path));
-  const std::string scalar =
-      R"((?:"(?:[^"\\]|\\.)*"|'[^']*'|[-+]?[0-9][0-9_]*(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|[-+]?(?:inf|nan)|true|false))";
-  const std::regex value_re(str(R"(\s*(?:)", scalar, R"(|\[\s*(?:)", scalar, R"(\s*(?:,\s*)", scalar,
-                                R"(\s*)*,?\s*)?\])\s*(?:#.*)?)"));
-  const std::regex key_re(R"(\s*([A-Za-z0-9_-]+)\s*=(.*))");
-  std::string line;
-  int n = 0;
-  while (std::getline(f, line)) {
-    ++n;
-    const std::size_t first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos || line[first] == '#') continue;
-    if (line[first] == '[')
-      throw UsageError(str("job file ", path, " line ", n, ": sections are not used in job files: ", line));
-    std::smatch m;
-    if (!std::regex_match(line, m, key_re))
-      throw UsageError(str("job file ", path, " line ", n, ": expected key = value: ", line));
-    const std::string value = m[2].str();
-    if (!std::regex_match(value, value_re))
-      throw UsageError(str("job file ", path, " line ", n, ": malformed value: ", line));
+// What a job-file key holds, from its field's C++ type: a job file's values are typed, so
+// `batch-size = "16"` is an error rather than a string CLI11 happens to convert.
+struct FieldType {
+  JobScalar::Kind kind = JobScalar::Kind::String;  // Integer also stands for "any integer type"
+  bool list = false;
+  int64_t min = INT64_MIN;                          // integers only
+  uint64_t max = INT64_MAX;
+};
+
+template <typename T>
+FieldType field_type_of() {
+  FieldType t;
+  if constexpr (std::is_same_v<T, std::string>) {
+    t.kind = JobScalar::Kind::String;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    t.kind = JobScalar::Kind::Bool;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    t.kind = JobScalar::Kind::Float;
+  } else {
+    static_assert(std::is_integral_v<T>, "job fields are strings, booleans, numbers or lists of them");
+    t.kind = JobScalar::Kind::Integer;
+    t.min = static_cast<int64_t>(std::numeric_limits<T>::min());
+    t.max = static_cast<uint64_t>(std::numeric_limits<T>::max());
   }
+  return t;
+}
+
+struct TypeCollector {
+  std::map<std::string, FieldType> types;
+  template <typename T>
+  void operator()(const char* key, T&, const char*, const CLI::Validator&) {
+    types[key] = field_type_of<T>();
+  }
+  template <typename T>
+  void operator()(const char* key, std::vector<T>&, const char*, const CLI::Validator&) {
+    FieldType t = field_type_of<T>();
+    t.list = true;
+    types[key] = t;
+  }
+};
+
+std::string type_text(const FieldType& t) {
+  std::string one = t.kind == JobScalar::Kind::Integer ? (t.min >= 0 ? "a non-negative integer" : "an integer")
+                                                        : job_kind_text(t.kind);
+  if (t.list) return str(one, " or [a list of them]");
+  return one;
+}
+
+// The CLI11 inputs of one job-file entry, after checking its values against the field's type.
+std::vector<std::string> typed_inputs(const JobEntry& e, const FieldType& t, const std::string& path) {
+  auto fail = [&](int line, int column, const std::string& msg) {
+    throw UsageError(str("job file ", path, " line ", line, ", column ", column, ": ", e.key, " ", msg));
+  };
+  if (e.is_array && !t.list)
+    fail(e.line, e.column, str("takes ", type_text(t), ", not a list"));
+  std::vector<std::string> inputs;
+  for (const JobScalar& v : e.values) {
+    const bool number_for_float = t.kind == JobScalar::Kind::Float && v.kind == JobScalar::Kind::Integer;
+    if (v.kind != t.kind && !number_for_float) {
+      std::string hint;
+      if (v.kind == JobScalar::Kind::String && t.kind != JobScalar::Kind::String) hint = " (write it without quotes)";
+      if (v.kind != JobScalar::Kind::String && t.kind == JobScalar::Kind::String) hint = " (write it in quotes)";
+      const std::string text = v.text.size() > 40 ? v.text.substr(0, 40) + "..." : v.text;
+      const std::string given = v.kind == JobScalar::Kind::String ? str("the string \"", text, "\"") : text;
+      fail(v.line, v.column, str("takes ", type_text(t), ", not ", given, hint));
+    }
+    if (t.kind == JobScalar::Kind::Integer) {
+      // The reader guarantees decimal text from -2^63 to 2^64 - 1.
+      const bool negative = v.text[0] == '-';
+      const bool fits = negative ? std::stoll(v.text) >= t.min : std::stoull(v.text) <= t.max;
+      if (!fits) fail(v.line, v.column, str("takes ", type_text(t), " from ", t.min, " to ", t.max, ", not ", v.text));
+    }
+    inputs.push_back(v.text);
+  }
+  return inputs;
 }
 
 }  // namespace
@@ -255,42 +317,54 @@ void add_job_options(CLI::App& run, JobConfig& j) {
   visit_job(j, binder);
 }
 
-void apply_job_file(CLI::App& run, const JobConfig& job) {
-  if (job.config.empty()) return;
-  std::error_code ec;
-  if (std::filesystem::is_directory(job.config, ec))
-    throw UsageError(str("--config ", job.config, " is a folder; it takes a job file (TOML), e.g. jobs/quickstart.toml"));
-  check_toml_syntax(job.config);
-  std::vector<CLI::ConfigItem> items;
-  try {
-    items = CLI::ConfigTOML().from_file(job.config);
-  } catch (const CLI::Error& e) {
-    throw UsageError(str("job file ", job.config, ": ", e.what()));
-  }
-  for (const CLI::ConfigItem& item : items) {
-    if (item.name == "++" || item.name == "--") continue;  // section markers
-    CLI::Option* o = run.get_option_no_throw("--" + item.name);
-    if (!o || item.name == "config" || o->get_group().empty()) {
-      std::vector<std::string> keys;
-      for (const CLI::Option* opt : run.get_options())
-        if (!opt->get_group().empty() && !opt->get_lnames().empty() && opt->get_lnames().front() != "config")
-          keys.push_back(opt->get_lnames().front());
-      const std::string near = nearest_word(item.name, keys);
-      throw UsageError(str("job file ", job.config, ": unknown key '", item.name, "'"),
+namespace {
+
+// The job-file keys a user may write: the long names of run's options, --config aside.
+std::vector<std::string> job_keys(const CLI::App& run) {
+  std::vector<std::string> keys;
+  for (const CLI::Option* opt : run.get_options())
+    if (!opt->get_group().empty() && !opt->get_lnames().empty() && opt->get_lnames().front() != "config")
+      keys.push_back(opt->get_lnames().front());
+  return keys;
+}
+
+// `name` is the job file's path: path values in it are relative to its folder.
+void apply_entries(CLI::App& run, const std::vector<JobEntry>& entries, const std::string& name) {
+  TypeCollector types;
+  JobConfig scratch;  // visit_job binds references; the types are all it needs
+  visit_job(scratch, types);
+  for (const JobEntry& e : entries) {
+    const std::string where = str("job file ", name, " line ", e.line, ", column ", e.column, ": ");
+    CLI::Option* o = run.get_option_no_throw("--" + e.key);
+    auto type = types.types.find(e.key);
+    if (!o || e.key == "config" || type == types.types.end() || o->get_group().empty()) {
+      const std::string near = nearest_word(e.key, job_keys(run));
+      throw UsageError(str(where, "unknown key '", e.key, "'"),
                        near.empty() ? "keys are the long option names of sluice run (sluice run --help lists them)"
                                     : str("did you mean '", near, "'? (keys are the long option names of sluice run)"));
     }
+    std::vector<std::string> inputs = typed_inputs(e, type->second, name);
     if (o->count() > 0) continue;  // the command line wins
-    if (item.inputs.empty()) continue;  // `key = []`: the default (an empty list for mean and std)
-    std::vector<std::string> values = item.inputs;
-    if (values.size() == 1) values[0] = job_file_path(job.config, item.name, values[0]);
+    if (inputs.empty()) continue;  // `key = []`: the default (an empty list for mean and std)
+    if (inputs.size() == 1) inputs[0] = job_file_path(name, e.key, inputs[0]);
     try {
-      o->add_result(values);
+      o->add_result(inputs);
       o->run_callback();
-    } catch (const CLI::Error& e) {
-      throw UsageError(str("job file ", job.config, ": ", e.what()));
+    } catch (const CLI::Error& err) {
+      throw UsageError(str(where, err.what()));
     }
   }
+}
+
+}  // namespace
+
+void apply_job_file(CLI::App& run, const JobConfig& job) {
+  if (job.config.empty()) return;
+  apply_entries(run, read_job_file(job.config), job.config);
+}
+
+void apply_job_text(CLI::App& run, const std::string& text, const std::string& name) {
+  apply_entries(run, parse_job_text(text, name), name);
 }
 
 void validate_job(const JobConfig& j) {

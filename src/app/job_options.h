@@ -18,9 +18,13 @@ namespace sluice {
 void add_job_options(CLI::App& run, JobConfig& job);
 
 // Applies the job file named by --config (if any): every key is the long name of an option of
-// `run`; options given on the command line win.  Throws UsageError for a missing or malformed file,
-// an unknown key or a bad value, naming the file.
+// `run`, and its value has that option's type (app/job_file.h reads the TOML); options given on
+// the command line win.  Throws UsageError for a missing or malformed file, an unknown key, a value
+// of the wrong type or a bad value, naming the file, line and column.
 void apply_job_file(CLI::App& run, const JobConfig& job);
+
+// The same for job-file text already in memory; `name` stands for the file in messages.
+void apply_job_text(CLI::App& run, const std::string& text, const std::string& name);
 
 // Paths in a job file are relative to the job file's folder (like docker-compose): the value of a
 // path key (model, input, output, algo-cache) as the job means it.  Command-line paths stay

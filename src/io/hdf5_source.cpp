@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/crash_guard.h"
 #include "io/file_identity.h"
 #include "io/hdf5_util.h"
 #include "io/source.h"
@@ -83,6 +84,7 @@ class Hdf5Source final : public Source {
     SLUICE_CHECK(first >= 0 && count >= 0 && first + count <= size_, "HDF5 input ", path_, ":", dataset_name_,
                  ": rows [", first, ", ", first + count, ") outside [0, ", size_, ")");
     if (count == 0) return;
+    const CrashGuard guard(str("input ", path_), "libhdf5");  // a corrupt chunk index can crash it
     h5::quiet_errors();  // reader threads call this first thing; the setting is per thread
     h5::Space fspace = h5::select_rows(dataset_, first, count);
     h5::Space mspace = h5::row_block_space(count, row_dims_);
@@ -153,6 +155,7 @@ KeyList read_keys(hid_t file, const std::string& where, const std::string& name,
 
 std::unique_ptr<Source> open_hdf5_source(const std::string& path, const std::string& dataset, const std::string& keys,
                                          int64_t limit) {
+  const CrashGuard guard(str("input ", path), "libhdf5");  // libhdf5 1.10 crashes on some crafted files
   h5::quiet_errors();
   const std::string where = str("input ", path);
   std::error_code ec;

@@ -1,5 +1,7 @@
 #include "io/hdf5_util.h"
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 
@@ -17,6 +19,18 @@ herr_t collect_error(unsigned, const H5E_error2_t* e, void* data) {
   return 0;
 }
 
+// HDF5's file driver reports a failed system call as one long line ("file write failed: time =
+// ..., errno = 27, error message = 'File too large', buf = 0x..."); the errno is what a user needs.
+std::string system_error_reason(const std::string& message) {
+  const std::size_t at = message.find("errno = ");
+  if (at == std::string::npos) return "";
+  const int err = std::atoi(message.c_str() + at + 8);
+  if (err == EFBIG) return "file size limit reached (ulimit -f)";
+  if (err == ENOSPC) return "no space left on the device";
+  if (err == EDQUOT) return "disk quota exceeded";
+  return err > 0 ? std::strerror(err) : "";
+}
+
 }  // namespace
 
 std::string error_stack_text() {
@@ -26,7 +40,9 @@ std::string error_stack_text() {
   if (walk.messages.empty()) return "HDF5 gave no reason";
   // The outermost message says what failed, the innermost why; the ones between repeat them.
   const std::string& outer = walk.messages.back();
-  const std::string& inner = walk.messages.front();
+  std::string inner = walk.messages.front();
+  const std::string reason = system_error_reason(inner);
+  if (!reason.empty()) return outer + " (" + inner.substr(0, inner.find(':')) + ": " + reason + ")";
   return walk.messages.size() == 1 || outer == inner ? outer : outer + " (" + inner + ")";
 }
 

@@ -9,6 +9,7 @@
 #include "model/graph_util.h"
 #include "model/shape_inference.h"
 #include "model/canonicalize.h"
+#include "model/op_arity.h"
 
 namespace sluice {
 
@@ -18,6 +19,18 @@ namespace {
 constexpr int64_t kMaxFoldedElements = int64_t(1) << 25;
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64; }
+
+// Whether a folded value of this shape would be too large to keep as a constant (the node is then
+// left to the engine).  Overflowing shapes are an InputError (shape_numel).
+bool too_big_to_fold(const Shape& s) { return shape_numel(s) > kMaxFoldedElements; }
+
+// Integer arithmetic of shape computations wraps like the engines' two's-complement integers
+// instead of being undefined on overflow; a crafted model may ask for INT64_MAX + 1.
+int64_t wrap(uint64_t v) { return static_cast<int64_t>(v); }
+int64_t wrap_add(int64_t a, int64_t b) { return wrap(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
+int64_t wrap_sub(int64_t a, int64_t b) { return wrap(static_cast<uint64_t>(a) - static_cast<uint64_t>(b)); }
+int64_t wrap_mul(int64_t a, int64_t b) { return wrap(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+int64_t wrap_neg(int64_t a) { return wrap(0 - static_cast<uint64_t>(a)); }
 
 std::vector<double> to_double(const Tensor& t) {
   const int64_t n = t.numel();
@@ -40,12 +53,12 @@ void store(Tensor& t, int64_t i, double v) {
     case DType::F64: t.data<double>()[i] = v; break;
     case DType::F16: t.data<uint16_t>()[i] = f32_to_f16(static_cast<float>(v)); break;
     case DType::BF16: t.data<uint16_t>()[i] = f32_to_bf16(static_cast<float>(v)); break;
-    case DType::I64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
-    case DType::I32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
-    case DType::I8: t.data<int8_t>()[i] = static_cast<int8_t>(v); break;
-    case DType::U8: t.data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+    case DType::I64: t.data<int64_t>()[i] = saturate_to_int64(v); break;
+    case DType::I32: t.data<int32_t>()[i] = static_cast<int32_t>(saturate_to_int64(v)); break;
+    case DType::I8: t.data<int8_t>()[i] = static_cast<int8_t>(saturate_to_int64(v)); break;
+    case DType::U8: t.data<uint8_t>()[i] = static_cast<uint8_t>(saturate_to_int64(v)); break;
     case DType::Bool: t.data<uint8_t>()[i] = v != 0.0 ? 1 : 0; break;
-    default: SLUICE_THROW("cannot store into a ", dtype_name(t.dtype), " tensor");
+    default: throw InputError(str("cannot compute a ", dtype_name(t.dtype), " tensor"));
   }
 }
 
@@ -105,11 +118,14 @@ Tensor gather_elements(const Tensor& src, const Shape& shape, const std::vector<
   return out;
 }
 
-Tensor elementwise(const Graph& g, const Node& n, const std::vector<const Tensor*>& in, DType out_type,
-                   const std::function<double(const std::vector<double>&)>& fd,
-                   const std::function<int64_t(const std::vector<int64_t>&)>& fi) {
+// Evaluates an element-wise op over broadcast inputs; false when the result is too big to fold.
+bool elementwise(const Graph& g, const Node& n, const std::vector<const Tensor*>& in, DType out_type,
+                 const std::function<double(const std::vector<double>&)>& fd,
+                 const std::function<int64_t(const std::vector<int64_t>&)>& fi, std::vector<Tensor>& result) {
   Shape shape = in[0]->shape;
   for (std::size_t i = 1; i < in.size(); ++i) shape = broadcast_shapes(shape, in[i]->shape, g, n);
+  if (too_big_to_fold(shape)) return false;
+  if (out_type == DType::Undefined) throw InputError(str(node_context(g, n), "the output type is undefined"));
   Tensor out(out_type, shape);
   const int64_t total = out.numel();
   std::vector<std::vector<int64_t>> offs;
@@ -134,7 +150,8 @@ Tensor elementwise(const Graph& g, const Node& n, const std::vector<const Tensor
       store(out, k, fd(args));
     }
   }
-  return out;
+  result.push_back(std::move(out));
+  return true;
 }
 
 std::vector<int64_t> int_input(const Graph& g, const Node& n, const Tensor* t, const char* what) {
@@ -153,6 +170,7 @@ Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm) {
 }
 
 Tensor reshaped(const Tensor& x, Shape shape) {
+  checked_tensor_bytes(shape, x.dtype, "the reshaped tensor");  // [0] may become [0, 2^62, 2^62]
   Tensor out = x;
   out.shape = std::move(shape);
   return out;
@@ -161,16 +179,23 @@ Tensor reshaped(const Tensor& x, Shape shape) {
 }  // namespace
 
 int64_t slice_length(int64_t dim, int64_t& start, int64_t end, int64_t step) {
+  // dim >= 0 and start, end end up within [-1, dim], so the differences below cannot overflow; the
+  // step can be anything (INT64_MIN included), hence the unsigned division.
   if (start < 0) start += dim;
   if (end < 0) end += dim;
   if (step > 0) {
     start = std::clamp<int64_t>(start, 0, dim);
     end = std::clamp<int64_t>(end, 0, dim);
-    return end > start ? (end - start + step - 1) / step : 0;
+    return end > start ? static_cast<int64_t>(static_cast<uint64_t>(end - start - 1) / static_cast<uint64_t>(step)) + 1 : 0;
+  }
+  if (dim == 0) {
+    start = 0;
+    return 0;
   }
   start = std::clamp<int64_t>(start, 0, dim - 1);
   end = std::clamp<int64_t>(end, -1, dim - 1);
-  return start > end ? (start - end - step - 1) / (-step) : 0;
+  const uint64_t down = 0 - static_cast<uint64_t>(step);  // |step|, also for INT64_MIN
+  return start > end ? static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / down) + 1 : 0;
 }
 
 Tensor cast_tensor(const Tensor& t, DType to) {
@@ -240,6 +265,7 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
     Shape shape(x.shape.begin(), x.shape.begin() + axis);
     shape.insert(shape.end(), ishape.begin(), ishape.end());
     shape.insert(shape.end(), x.shape.begin() + axis + 1, x.shape.end());
+    if (too_big_to_fold(shape)) return false;
     int64_t outer = 1, inner = 1;
     for (int64_t i = 0; i < axis; ++i) outer *= x.shape[i];
     for (int64_t i = axis + 1; i < r; ++i) inner *= x.shape[i];
@@ -273,8 +299,9 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
       const int64_t a = normalize_axis(axes[i], r, g, n);
       if (steps[i] == 0) throw InputError(str(node_context(g, n), "step 0"));
       begin[a] = starts[i];
-      step[a] = steps[i];
       shape[a] = slice_length(x.shape[a], begin[a], ends[i], steps[i]);
+      // A step longer than the axis takes at most one element; 1 keeps the stride product small.
+      step[a] = shape[a] > 1 ? steps[i] : 1;
     }
     // A strided view: from the first picked element, `step` elements of x per output step.
     const std::vector<int64_t> st = strides_of(x.shape);
@@ -300,8 +327,9 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
       bool same = t.dtype == first.dtype && static_cast<int64_t>(t.shape.size()) == r;
       for (int64_t d = 0; same && d < r; ++d) same = d == axis || t.shape[d] == first.shape[d];
       if (!same) throw InputError(str(node_context(g, n), "inputs differ in type, rank or a non-axis dimension"));
-      shape[axis] += t.shape[axis];
+      shape[axis] = checked_add(shape[axis], t.shape[axis], "Concat");
     }
+    if (too_big_to_fold(shape)) return false;
     Tensor o(first.dtype, shape);
     int64_t outer = 1;
     for (int64_t i = 0; i < axis; ++i) outer *= shape[i];
@@ -341,6 +369,8 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
     check_dims(shape);
     if (shape_numel(shape) > kMaxFoldedElements) return false;
     Tensor v = n.has("value") && n.attrs.at("value").t ? *n.attrs.at("value").t : Tensor::from(DType::F32, {1}, std::vector<float>{0.f});
+    if (v.numel() != 1)
+      throw InputError(str(node_context(g, n), "the value attribute holds ", v.numel(), " elements instead of one"));
     Tensor o(v.dtype, shape);
     const std::size_t es = dtype_size(v.dtype);
     for (int64_t k = 0; k < o.numel(); ++k) std::memcpy(o.bytes.data() + k * es, v.bytes.data(), es);
@@ -359,7 +389,7 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
     }
     if (arg.size() != x.shape.size()) throw InputError(str(node_context(g, n), "repeats has the wrong length"));
     Shape shape = x.shape;
-    for (std::size_t i = 0; i < shape.size(); ++i) shape[i] *= arg[i];
+    for (std::size_t i = 0; i < shape.size(); ++i) shape[i] = checked_mul(shape[i], arg[i], "Tile repeats");
     if (shape_numel(shape) > kMaxFoldedElements) return false;
     const std::vector<int64_t> st = strides_of(x.shape);
     std::vector<int64_t> offs(static_cast<std::size_t>(shape_numel(shape)));
@@ -378,10 +408,13 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
   }
   if (op == "Range") {
     const Tensor& s = need(0);
+    for (std::size_t i = 0; i < 3; ++i)
+      if (need(i).numel() != 1) throw InputError(str(node_context(g, n), "start, limit and delta must be scalars"));
     const double start = to_double(s)[0], limit = to_double(need(1))[0], delta = to_double(need(2))[0];
     if (delta == 0) throw InputError(str(node_context(g, n), "delta 0"));
-    const int64_t count = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
-    if (count > kMaxFoldedElements) return false;
+    const double length = std::ceil((limit - start) / delta);
+    if (!(length <= static_cast<double>(kMaxFoldedElements))) return false;  // also NaN
+    const int64_t count = length > 0 ? static_cast<int64_t>(length) : 0;  // a huge negative length is empty
     Tensor o(s.dtype, {count});
     for (int64_t k = 0; k < count; ++k) store(o, k, start + static_cast<double>(k) * delta);
     out.push_back(std::move(o));
@@ -393,17 +426,20 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
   using VI = std::vector<int64_t>;
   const DType t0 = in.empty() || !in[0] ? DType::Undefined : in[0]->dtype;
   auto ew = [&](DType ot, std::function<double(const VD&)> fd, std::function<int64_t(const VI&)> fi) {
+    // The lambdas below index their arguments blindly: hold the node to its op's input count (the
+    // loader already did for model nodes; this covers nodes that passes or tests build).
+    check_node_arity(g, n);
     std::vector<const Tensor*> args;
     for (std::size_t i = 0; i < in.size(); ++i) args.push_back(&need(i));
-    out.push_back(elementwise(g, n, args, ot, fd, fi));
-    return true;
+    return elementwise(g, n, args, ot, fd, fi, out);
   };
-  if (op == "Add") return ew(t0, [](const VD& a) { return a[0] + a[1]; }, [](const VI& a) { return a[0] + a[1]; });
-  if (op == "Sub") return ew(t0, [](const VD& a) { return a[0] - a[1]; }, [](const VI& a) { return a[0] - a[1]; });
-  if (op == "Mul") return ew(t0, [](const VD& a) { return a[0] * a[1]; }, [](const VI& a) { return a[0] * a[1]; });
+  if (op == "Add") return ew(t0, [](const VD& a) { return a[0] + a[1]; }, [](const VI& a) { return wrap_add(a[0], a[1]); });
+  if (op == "Sub") return ew(t0, [](const VD& a) { return a[0] - a[1]; }, [](const VI& a) { return wrap_sub(a[0], a[1]); });
+  if (op == "Mul") return ew(t0, [](const VD& a) { return a[0] * a[1]; }, [](const VI& a) { return wrap_mul(a[0], a[1]); });
   if (op == "Div") {
     return ew(t0, [](const VD& a) { return a[0] / a[1]; }, [&](const VI& a) -> int64_t {
       if (a[1] == 0) throw InputError(str(node_context(g, n), "integer division by zero"));
+      if (a[1] == -1) return wrap_neg(a[0]);  // INT64_MIN / -1 traps on x86
       return a[0] / a[1];
     });
   }
@@ -411,6 +447,7 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
     const bool fmod_mode = n.get_int("fmod", 0) != 0;
     return ew(t0, [](const VD& a) { return std::fmod(a[0], a[1]); }, [&](const VI& a) -> int64_t {
       if (a[1] == 0) throw InputError(str(node_context(g, n), "integer modulo by zero"));
+      if (a[1] == -1) return 0;  // INT64_MIN % -1 traps on x86
       int64_t m = a[0] % a[1];
       if (!fmod_mode && m != 0 && ((m < 0) != (a[1] < 0))) m += a[1];  // Python-style sign
       return m;
@@ -430,8 +467,8 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
     return ew(ot, [](const VD& a) { return a[0] != 0 ? a[1] : a[2]; }, [](const VI& a) { return a[0] != 0 ? a[1] : a[2]; });
   }
   if (op == "Not") return ew(DType::Bool, [](const VD& a) { return double(a[0] == 0); }, [](const VI& a) { return int64_t(a[0] == 0); });
-  if (op == "Neg") return ew(t0, [](const VD& a) { return -a[0]; }, [](const VI& a) { return -a[0]; });
-  if (op == "Abs") return ew(t0, [](const VD& a) { return std::fabs(a[0]); }, [](const VI& a) { return a[0] < 0 ? -a[0] : a[0]; });
+  if (op == "Neg") return ew(t0, [](const VD& a) { return -a[0]; }, [](const VI& a) { return wrap_neg(a[0]); });
+  if (op == "Abs") return ew(t0, [](const VD& a) { return std::fabs(a[0]); }, [](const VI& a) { return a[0] < 0 ? wrap_neg(a[0]) : a[0]; });
   if (op == "Floor") return ew(t0, [](const VD& a) { return std::floor(a[0]); }, nullptr);
   if (op == "Ceil") return ew(t0, [](const VD& a) { return std::ceil(a[0]); }, nullptr);
   if (op == "Sqrt") return ew(t0, [](const VD& a) { return std::sqrt(a[0]); }, nullptr);

@@ -1,5 +1,6 @@
 #include "model/dtype.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -77,8 +78,42 @@ int dtype_to_onnx(DType t) {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw InputError(str("the shape ", shape_str(s), " has more elements than a 64-bit count holds"));
   return n;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) throw InputError(str(what, ": ", a, " + ", b, " overflows 64 bits"));
+  return r;
+}
+
+int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) throw InputError(str(what, ": ", a, " x ", b, " overflows 64 bits"));
+  return r;
+}
+
+std::size_t checked_tensor_bytes(const Shape& s, DType t, const std::string& name) {
+  // The product of the dimensions with zeros counted as ones bounds every partial product (strides,
+  // offsets) that code computes from the shape, even for an empty tensor, so it is what is checked.
+  int64_t span = 1;
+  bool empty = false;
+  for (int64_t d : s) {
+    if (d < 0) throw InputError(str(name, " has a negative dimension: ", shape_str(s)));
+    if (d == 0) empty = true;
+    else if (span > kMaxTensorBytes / d) span = kMaxTensorBytes + 1;  // clamped: stays far from overflow
+    else span *= d;
+  }
+  const int64_t es = std::max<int64_t>(1, static_cast<int64_t>(dtype_size(t)));
+  if (span > kMaxTensorBytes / es)
+    throw InputError(str(name, " ", dtype_name(t), shape_str(s), " would take ",
+                         span > kMaxTensorBytes ? std::string("more than 2^40") : std::to_string(span * es), " bytes",
+                         empty ? " without its empty dimensions" : "",
+                         "; Sluice refuses tensors over 1 TiB (a corrupt or crafted shape?)"));
+  return empty ? 0 : static_cast<std::size_t>(span * static_cast<int64_t>(dtype_size(t)));
 }
 
 std::string shape_str(const Shape& s) {
@@ -151,6 +186,13 @@ float bf16_to_f32(uint16_t h) {
   return f;
 }
 
+int64_t saturate_to_int64(double v) {
+  if (v != v) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;   // 2^63: the first double above int64
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(v);
+}
+
 uint64_t scalar_bits(DType t, double v) {
   uint64_t bits = 0;
   switch (t) {
@@ -158,10 +200,10 @@ uint64_t scalar_bits(DType t, double v) {
     case DType::F64: std::memcpy(&bits, &v, 8); break;
     case DType::F16: bits = f32_to_f16(static_cast<float>(v)); break;
     case DType::BF16: bits = f32_to_bf16(static_cast<float>(v)); break;
-    case DType::U8: bits = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
-    case DType::I8: bits = static_cast<uint8_t>(static_cast<int8_t>(static_cast<int64_t>(v))); break;
-    case DType::I32: bits = static_cast<uint32_t>(static_cast<int32_t>(static_cast<int64_t>(v))); break;
-    case DType::I64: bits = static_cast<uint64_t>(static_cast<int64_t>(v)); break;
+    case DType::U8: bits = static_cast<uint8_t>(saturate_to_int64(v)); break;
+    case DType::I8: bits = static_cast<uint8_t>(static_cast<int8_t>(saturate_to_int64(v))); break;
+    case DType::I32: bits = static_cast<uint32_t>(static_cast<int32_t>(saturate_to_int64(v))); break;
+    case DType::I64: bits = static_cast<uint64_t>(saturate_to_int64(v)); break;
     case DType::Bool: bits = v != 0.0 ? 1 : 0; break;
     default: SLUICE_THROW("element type ", dtype_name(t), " has no scalar conversion");
   }

@@ -19,6 +19,19 @@ bool is_static(const Shape& s) {
   return true;
 }
 
+// Errors thrown below the node level (checked size arithmetic, tensor allocation) do not know the
+// node; this names it, so every message about a model says where in the model.
+template <typename F>
+auto with_node_context(const Graph& g, const Node& n, F&& f) {
+  try {
+    return f();
+  } catch (const InputError& e) {
+    const std::string where = node_context(g, n);
+    if (std::string(e.what()).rfind(where, 0) == 0) throw;
+    throw InputError(where + e.what());
+  }
+}
+
 // Seeds g.values with the graph inputs and the constants.  Inputs with a dynamic dimension are left
 // out (unknown) unless `strict`, where they are an error.
 void seed_values(Graph& g, bool strict) {
@@ -70,7 +83,7 @@ int fold_sweep(Graph& g) {
       if (!in[i] && !(shape_only && shapes[i])) foldable = false;
     }
     std::vector<Tensor> out;
-    if (foldable && evaluate_node(g, n, in, shapes, out)) {
+    if (foldable && with_node_context(g, n, [&] { return evaluate_node(g, n, in, shapes, out); })) {
       for (std::size_t k = 0; k < out.size() && k < n.outputs.size(); ++k) {
         g.values[n.outputs[k]] = ValueInfo{n.outputs[k], out[k].dtype, out[k].shape};
         g.constants[n.outputs[k]] = std::move(out[k]);
@@ -102,7 +115,7 @@ void run_inference(Graph& g, bool strict) {
     bool ok = false;
     if (complete || !strict) {
       try {
-        ok = infer_node(g, n, ins, outs, why);
+        ok = with_node_context(g, n, [&] { return infer_node(g, n, ins, outs, why); });
       } catch (const InputError&) {
         if (strict || complete) throw;  // with unknown inputs, a "mismatch" may only be a gap
       }
@@ -119,6 +132,8 @@ void run_inference(Graph& g, bool strict) {
         if (strict) throw InputError(str(node_context(g, n), "output '", v.name, "' has no static shape"));
         continue;
       }
+      // Every size computed from this shape later (engines, slots) stays far from overflow.
+      with_node_context(g, n, [&] { return checked_tensor_bytes(v.shape, v.dtype, str("tensor '", v.name, "'")); });
       g.values[v.name] = v;
     }
   }

@@ -81,7 +81,10 @@ void fold_batchnorm(Graph& g) {
     Node& conv = g.nodes[p];
     const Tensor* w = conv.op == "Conv" && conv.domain.empty() ? g.constant(conv.input(1)) : nullptr;
     const Tensor* b = conv.input(2).empty() ? nullptr : g.constant(conv.input(2));
-    if (!w || (!conv.input(2).empty() && !b) || !is_float_type(w->dtype) || w->shape.size() < 2) { ++i; continue; }
+    if (!w || (!conv.input(2).empty() && !b) || !is_float_type(w->dtype) || w->shape.size() < 2 || w->shape[0] < 1) {
+      ++i;
+      continue;
+    }
     const int64_t m = w->shape[0];
     if (scale->numel() != m || beta->numel() != m || mean->numel() != m || var->numel() != m || (b && b->numel() != m))
       throw InputError(str(node_context(g, bn), "has ", scale->numel(), " channels but the convolution before it has ", m));
@@ -141,7 +144,8 @@ void fuse_convolutions(Graph& g) {
       } else if (a.op == "Clip") {
         const Tensor* lo = a.input(1).empty() ? nullptr : g.constant(a.input(1));
         const Tensor* hi = a.input(2).empty() ? nullptr : g.constant(a.input(2));
-        if ((a.input(1).empty() || lo) && (a.input(2).empty() || hi)) {
+        // Bounds that are not scalars stay a separate Clip, which shape inference refuses.
+        if ((a.input(1).empty() || (lo && lo->numel() == 1)) && (a.input(2).empty() || (hi && hi->numel() == 1))) {
           activation = "Clip";
           act_attrs["clip_min"] = Attribute::of_float(lo ? lo->as_float().at(0) : -std::numeric_limits<float>::infinity());
           act_attrs["clip_max"] = Attribute::of_float(hi ? hi->as_float().at(0) : std::numeric_limits<float>::infinity());

@@ -73,7 +73,8 @@ std::string node_context(const Graph& g, const Node& n) {
 }
 
 int64_t normalize_axis(int64_t axis, int64_t rank, const Graph& g, const Node& n) {
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1))
+  // A scalar has no axis at all: every op that takes one indexes the shape with it.
+  if (rank < 1 || axis < -rank || axis >= rank)
     throw InputError(str(node_context(g, n), "axis ", axis, " is out of range for a tensor of rank ", rank));
   return axis < 0 ? axis + rank : axis;
 }

@@ -19,6 +19,7 @@
 #include "model/canonicalize.h"
 #include "model/graph_util.h"
 #include "model/onnx_loader.h"
+#include "model/op_arity.h"
 #include "model/prepare.h"
 
 namespace fs = std::filesystem;
@@ -98,9 +99,9 @@ Tensor read_external(const LoadContext& ctx, const onnx::TensorProto& tp, DType 
   if (length != need)
     throw InputError(str(ctx.path, ": initializer '", tp.name(), "' ", shape_str(shape), " needs ", need,
                          " bytes but its external data length is ", length));
-  if (offset < 0 || offset + length > size)
-    throw InputError(str(ctx.path, ": initializer '", tp.name(), "' reads bytes [", offset, ", ", offset + length,
-                         ") of '", location, "', which has only ", size, " bytes"));
+  if (offset < 0 || offset > size || length > size - offset)
+    throw InputError(str(ctx.path, ": initializer '", tp.name(), "' reads ", length, " bytes at offset ", offset, " of '",
+                         location, "', which has only ", size, " bytes"));
   Tensor t(dt, shape);
   std::ifstream f(file, std::ios::binary);
   f.seekg(offset);
@@ -230,8 +231,11 @@ std::string read_whole_file(const std::string& path) {
 
 }  // namespace
 
-Graph load_onnx(const std::string& path) {
-  const std::string bytes = read_whole_file(path);
+Graph load_onnx(const std::string& path) { return load_onnx_bytes(read_whole_file(path), path); }
+
+Graph load_onnx_bytes(const std::string& bytes, const std::string& path) {
+  if (bytes.size() > static_cast<std::size_t>(INT_MAX))
+    throw InputError(str(path, ": the model is ", bytes.size(), " bytes, over protobuf's 2 GiB limit; export it with external data"));
   onnx::ModelProto model;
   {
     google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
@@ -290,6 +294,7 @@ Graph load_onnx(const std::string& path) {
       continue;
     }
     for (const auto& ap : np.attribute()) n.attrs[ap.name()] = attribute_from_proto(ap, n, ctx);
+    check_node_has_output(g, n);
     if (n.op == "Constant" && n.outputs.size() == 1) {
       g.constants[n.outputs[0]] = constant_node_value(g, n);
       continue;
@@ -313,6 +318,7 @@ Graph load_onnx(const std::string& path) {
     if (g.is_constant(o.name))
       throw InputError(str(path, ": graph output '", o.name, "' is a constant, which Sluice does not support"));
   canonicalize_graph(g);
+  for (const Node& n : g.nodes) check_node_arity(g, n);
   g.topo_sort();
   log_debug("loaded ", path, ": opset ", g.opset, ", ", g.nodes.size(), " nodes, ", g.constants.size(),
             " constants (", g.constant_bytes(), " bytes)");

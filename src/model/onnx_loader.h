@@ -12,6 +12,10 @@ namespace sluice {
 // the node.
 Graph load_onnx(const std::string& path);
 
+// The same from a model already in memory: `path` names it in messages, and external data resolves
+// against its folder (the fuzz target feeds bytes straight from the fuzzer).
+Graph load_onnx_bytes(const std::string& bytes, const std::string& path);
+
 // SHA-256 of a file, hex (recorded in every rank file and the report).
 std::string sha256_file(const std::string& path);
 

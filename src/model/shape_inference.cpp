@@ -40,6 +40,24 @@ struct Ctx {
 
 int64_t rank_of(const ValueInfo* v) { return static_cast<int64_t>(v->shape.size()); }
 
+// Window attributes (kernel, stride, dilation, padding) beyond this are not a real model's, and
+// bounding them keeps every output-size formula below far from overflow.
+constexpr int64_t kMaxWindow = int64_t(1) << 31;
+
+void check_window(Ctx& c, const char* what, const std::vector<int64_t>& v, int64_t lo) {
+  for (int64_t x : v)
+    if (x < lo || x > kMaxWindow)
+      c.fail(str(what, " ", shape_str(v), " must hold values from ", lo, " to 2^31"));
+}
+
+// A per-output-channel operand (bias, BatchNorm statistics) must hold exactly `count` values: the
+// engines read that many.
+void check_channel_operand(Ctx& c, std::size_t i, const char* what, int64_t count) {
+  const ValueInfo* v = c.input(i);
+  if (v && shape_numel(v->shape) != count)
+    c.fail(str(what, " ", shape_str(v->shape), " must hold ", count, " values, one per channel"));
+}
+
 // Output spatial sizes of Conv/FusedConv/MaxPool/AveragePool.
 Shape pooled_spatial(Ctx& c, const Shape& x, const std::vector<int64_t>& kernel, bool ceil_mode) {
   const std::size_t sp = kernel.size();
@@ -50,19 +68,23 @@ Shape pooled_spatial(Ctx& c, const Shape& x, const std::vector<int64_t>& kernel,
   const std::string auto_pad = c.n.get_string("auto_pad", "NOTSET");
   if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp)
     c.fail("strides, dilations or pads do not match the kernel's rank");
+  check_window(c, "kernel_shape", kernel, 1);
+  check_window(c, "strides", strides, 1);
+  check_window(c, "dilations", dil, 1);
+  check_window(c, "pads", pads, 0);
+  const char* what = "window size";
   Shape out(sp);
   for (std::size_t i = 0; i < sp; ++i) {
-    const int64_t in = x[i + 2], ek = (kernel[i] - 1) * dil[i] + 1;
-    if (strides[i] <= 0 || kernel[i] <= 0 || dil[i] <= 0) c.fail("kernel, stride and dilation must be positive");
+    const int64_t in = x[i + 2], ek = (kernel[i] - 1) * dil[i] + 1;  // < 2^62: both factors <= 2^31
     if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-      out[i] = (in + strides[i] - 1) / strides[i];
+      out[i] = checked_add(in, strides[i] - 1, what) / strides[i];
       continue;
     }
     if (auto_pad == "VALID") pads[i] = pads[i + sp] = 0;
-    const int64_t span = in + pads[i] + pads[i + sp] - ek;
+    const int64_t span = checked_add(in, pads[i] + pads[i + sp] - ek, what);
     if (span < 0) c.fail(str("kernel ", shape_str(kernel), " is larger than the padded input ", shape_str(x)));
     if (ceil_mode) {
-      out[i] = (span + strides[i] - 1) / strides[i] + 1;
+      out[i] = checked_add(span, strides[i] - 1, what) / strides[i] + 1;
       // The last window must start inside the input or its left padding (PyTorch and ORT agree).
       if ((out[i] - 1) * strides[i] >= in + pads[i]) --out[i];
     } else {
@@ -79,10 +101,16 @@ bool infer_conv(Ctx& c) {
   if (x->shape.size() < 3 || w->shape.size() != x->shape.size())
     c.fail(str("input ", shape_str(x->shape), " and weights ", shape_str(w->shape), " do not fit a convolution"));
   const int64_t group = c.n.get_int("group", 1);
-  std::vector<int64_t> kernel = c.n.get_ints("kernel_shape", Shape(w->shape.begin() + 2, w->shape.end()));
-  if (x->shape[1] != w->shape[1] * group)
+  const Shape wk(w->shape.begin() + 2, w->shape.end());
+  std::vector<int64_t> kernel = c.n.get_ints("kernel_shape", wk);
+  if (kernel != wk) c.fail(str("kernel_shape ", shape_str(kernel), " differs from the weights' ", shape_str(w->shape)));
+  if (group < 1 || group > kMaxWindow || w->shape[0] % group != 0)
+    c.fail(str("group ", group, " does not divide the ", w->shape[0], " output channels"));
+  const int64_t in_channels = checked_mul(w->shape[1], group, "Conv input channels");
+  if (x->shape[1] != in_channels)
     c.fail(str("input ", shape_str(x->shape), " has ", x->shape[1], " channels but the weights ", shape_str(w->shape),
-               " with group ", group, " expect ", w->shape[1] * group));
+               " with group ", group, " expect ", in_channels));
+  check_channel_operand(c, 2, "bias", w->shape[0]);
   Shape out = {x->shape[0], w->shape[0]};
   for (int64_t d : pooled_spatial(c, x->shape, kernel, false)) out.push_back(d);
   if (c.n.op == "FusedConv" && c.input(3) && c.input(3)->shape != out)
@@ -108,14 +136,27 @@ bool infer_conv_transpose(Ctx& c) {
   const std::string auto_pad = c.n.get_string("auto_pad", "NOTSET");
   if (kernel.size() != sp || strides.size() != sp || dil.size() != sp || opad.size() != sp || pads.size() != 2 * sp)
     c.fail("kernel_shape, strides, dilations, output_padding or pads do not match the input's rank");
-  Shape out = {x->shape[0], w->shape[1] * group};
+  if (!oshape.empty() && oshape.size() < sp) c.fail(str("output_shape ", shape_str(oshape), " has too few values"));
+  if (kernel != Shape(w->shape.begin() + 2, w->shape.end()))
+    c.fail(str("kernel_shape ", shape_str(kernel), " differs from the weights' ", shape_str(w->shape)));
+  check_window(c, "kernel_shape", kernel, 1);
+  check_window(c, "strides", strides, 1);
+  check_window(c, "dilations", dil, 1);
+  check_window(c, "pads", pads, 0);
+  check_window(c, "output_padding", opad, 0);
+  if (group < 1 || group > kMaxWindow || x->shape[1] % group != 0)
+    c.fail(str("group ", group, " does not divide the ", x->shape[1], " input channels"));
+  const char* what = "ConvTranspose output size";
+  Shape out = {x->shape[0], checked_mul(w->shape[1], group, what)};
+  check_channel_operand(c, 2, "bias", out[1]);
   for (std::size_t i = 0; i < sp; ++i) {
     int64_t o;
+    const int64_t in = x->shape[i + 2];
     if (!oshape.empty()) o = oshape[oshape.size() - sp + i];
-    else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") o = x->shape[i + 2] * strides[i];
+    else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") o = checked_mul(in, strides[i], what);
     else
-      o = strides[i] * (x->shape[i + 2] - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1 -
-          (auto_pad == "VALID" ? 0 : pads[i] + pads[i + sp]);
+      o = checked_add(checked_mul(strides[i], in - 1, what),
+                      opad[i] + (kernel[i] - 1) * dil[i] + 1 - (auto_pad == "VALID" ? 0 : pads[i] + pads[i + sp]), what);
     if (o <= 0) c.fail("the output would be empty");
     out.push_back(o);
   }
@@ -131,8 +172,9 @@ bool infer_pool(Ctx& c) {
   if (c.n.op == "AveragePool" && c.n.has("dilations")) {
     for (int64_t d : c.n.get_ints("dilations")) if (d != 1) c.fail("AveragePool dilations are not supported");
   }
+  const Shape spatial = pooled_spatial(c, x->shape, kernel, c.n.get_int("ceil_mode", 0) != 0);  // checks the rank
   Shape out = {x->shape[0], x->shape[1]};
-  for (int64_t d : pooled_spatial(c, x->shape, kernel, c.n.get_int("ceil_mode", 0) != 0)) out.push_back(d);
+  out.insert(out.end(), spatial.begin(), spatial.end());
   c.set(0, x->dtype, out);
   c.set(1, DType::I64, out);  // MaxPool's optional indices
   return true;
@@ -161,7 +203,7 @@ bool infer_resize(Ctx& c) {
     if (s.size() != axes.size()) c.fail(str("scales has ", s.size(), " values for ", axes.size(), " axes"));
     // float arithmetic, as onnxruntime does: floor(in * scale)
     for (std::size_t i = 0; i < axes.size(); ++i)
-      out[axes[i]] = static_cast<int64_t>(std::floor(static_cast<float>(x->shape[axes[i]]) * s[i]));
+      out[axes[i]] = saturate_to_int64(std::floor(static_cast<float>(x->shape[axes[i]]) * s[i]));
   } else {
     c.fail("neither scales nor sizes is given");
   }
@@ -228,7 +270,7 @@ bool infer_reshape_like(Ctx& c) {
       } else if (out[i] < 0) {
         c.fail(str("invalid target shape ", shape_str(shape->as_int64())));
       } else {
-        known *= out[i];
+        known = checked_mul(known, out[i], "Reshape target");
       }
     }
     if (infer_at >= 0) {
@@ -324,6 +366,8 @@ bool infer_topk_argmax(Ctx& c) {
     c.set(1, DType::I64, out);
     return true;
   }
+  if (x->shape[axis] == 0)
+    c.fail(str("the arg-max of an empty axis (", shape_str(x->shape), ", axis ", axis, ") is undefined"));
   const bool keep = op == "ArgMax" && c.n.get_int("keepdims", 1) != 0;
   if (keep) out[axis] = 1;
   else out.erase(out.begin() + axis);
@@ -358,7 +402,7 @@ bool infer_misc(Ctx& c) {
       for (int64_t d = 0; ok && d < r; ++d) ok = d == axis || v->shape[d] == x->shape[d];
       if (!ok) c.fail(str("cannot concatenate ", shape_str(x->shape), " ", dtype_name(x->dtype), " and ",
                           shape_str(v->shape), " ", dtype_name(v->dtype), " along axis ", axis));
-      out[axis] += v->shape[axis];
+      out[axis] = checked_add(out[axis], v->shape[axis], "Concat");
     }
     c.set(0, x->dtype, out);
   } else if (op == "Transpose") {
@@ -386,7 +430,8 @@ bool infer_misc(Ctx& c) {
     }
     if (pads.size() != 2 * axes.size()) c.fail(str("pads has ", pads.size(), " values for ", axes.size(), " axes"));
     Shape out = x->shape;
-    for (std::size_t i = 0; i < axes.size(); ++i) out[axes[i]] += pads[i] + pads[i + axes.size()];
+    for (std::size_t i = 0; i < axes.size(); ++i)
+      out[axes[i]] = checked_add(out[axes[i]], checked_add(pads[i], pads[i + axes.size()], "Pad"), "Pad");
     for (int64_t d : out) if (d < 0) c.fail("negative pads remove more than the input holds");
     c.set(0, x->dtype, out);
   } else if (op == "Shape") {
@@ -440,6 +485,7 @@ bool infer_misc(Ctx& c) {
     c.set(0, DType::F32, x->shape);
   } else if (op == "BatchNormalization") {
     if (x->shape.size() < 2) c.fail("input needs a channel axis");
+    for (std::size_t i = 1; i < 5; ++i) check_channel_operand(c, i, "scale, bias, mean and variance", x->shape[1]);
     c.set(0, x->dtype, x->shape);
     for (std::size_t k = 1; k < c.out.size(); ++k) c.set(k, x->dtype, {x->shape[1]});
   } else if (op == "ConstantOfShape" || op == "Expand" || op == "Tile") {
@@ -454,7 +500,10 @@ bool infer_misc(Ctx& c) {
     } else {
       Shape out = x->shape;
       if (v.size() != out.size()) c.fail("repeats has the wrong length");
-      for (std::size_t i = 0; i < out.size(); ++i) out[i] *= v[i];
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        if (v[i] < 0) c.fail(str("repeats ", shape_str(v), " has a negative value"));
+        out[i] = checked_mul(out[i], v[i], "Tile repeats");
+      }
       c.set(0, x->dtype, out);
     }
   } else if (op == "Range") {
@@ -496,6 +545,10 @@ bool infer_node(const Graph& g, const Node& n, const std::vector<const ValueInfo
   for (const char* u : unary)
     if (op == u) {
       if (!c.input(0)) return c.missing(0, "X");
+      if (op == "Softmax") normalize_axis(n.get_int("axis", -1), rank_of(c.input(0)), g, n);
+      if (op == "Clip")
+        for (std::size_t i = 1; i < 3; ++i)
+          if (c.input(i) && shape_numel(c.input(i)->shape) != 1) c.fail("min and max must be scalars");
       c.set(0, c.input(0)->dtype, c.input(0)->shape);
       return true;
     }

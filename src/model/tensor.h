@@ -15,7 +15,9 @@ struct Tensor {
   std::vector<uint8_t> bytes;
 
   Tensor() = default;
-  Tensor(DType t, Shape s) : dtype(t), shape(std::move(s)), bytes(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(t)) {}
+  // Zero-filled.  InputError for a negative dimension or more than kMaxTensorBytes; Error naming the
+  // size when the host cannot allocate it.
+  Tensor(DType t, Shape s);
 
   int64_t numel() const { return shape_numel(shape); }
   std::size_t nbytes() const { return bytes.size(); }
@@ -25,13 +27,18 @@ struct Tensor {
   template <typename T>
   static Tensor from(DType t, Shape s, const std::vector<T>& values) {
     Tensor x(t, std::move(s));
-    std::memcpy(x.bytes.data(), values.data(), x.bytes.size());
+    if (values.size() * sizeof(T) != x.bytes.size()) throw_size_mismatch(x, values.size() * sizeof(T));
+    if (!x.bytes.empty()) std::memcpy(x.bytes.data(), values.data(), x.bytes.size());  // empty: data() may be null
     return x;
   }
-  // Integer view of an integer tensor of any width (int32/int64/uint8/...), for shape arithmetic.
+  // Integer view of any numeric tensor (floats truncate toward zero and saturate), for shape
+  // arithmetic.  InputError for a type that holds no numbers.
   std::vector<int64_t> as_int64() const;
   // Float view of a floating tensor (float32/float16/bfloat16/float64) or an integer one.
   std::vector<float> as_float() const;
+
+ private:
+  [[noreturn]] static void throw_size_mismatch(const Tensor& t, std::size_t given);
 };
 
 }  // namespace sluice

@@ -276,7 +276,8 @@ TEST(OnnxLoader, ExternalDataOutsideTheModelFolderIsRefused) {
 TEST(OnnxLoader, CorruptFileIsAnInputErrorNamingTheFile) {
   TempDir dir;
   const std::string path = dir.file("corrupt.onnx");
-  write_bytes(path, std::string("\x08\x07\x12\xff\xff\xff\xff\x0f garbage", 20));
+  const char garbage[] = "\x08\x07\x12\xff\xff\xff\xff\x0f garbage";
+  write_bytes(path, std::string(garbage, sizeof garbage - 1));
   const std::string msg = input_error([&] { load_onnx(path); });
   EXPECT_NE(msg.find("corrupt.onnx"), std::string::npos) << msg;
   EXPECT_NE(msg.find("not a valid ONNX model"), std::string::npos) << msg;

@@ -4,6 +4,7 @@
 // adjacent axes that both inputs walk the same way are merged, so the common cases (same shape,
 // per-channel bias, scalar) end up as one or two flat loops.
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "engine/cpu/kernel.h"
@@ -15,16 +16,30 @@ enum class BinOp { Add, Sub, Mul, Div, Pow };
 
 template <typename T>
 inline T apply(BinOp op, T a, T b) {
+  if constexpr (std::is_integral<T>::value) {
+    // Two's-complement wrap-around (what the hardware does) instead of undefined overflow; and
+    // MIN / -1, which traps on x86 like a division by zero, defined as its wrapped result.
+    using U = std::make_unsigned_t<T>;
+    switch (op) {
+      case BinOp::Add: return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+      case BinOp::Sub: return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+      case BinOp::Mul: return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+      case BinOp::Div: return b == 0 ? T(0) : b == T(-1) ? static_cast<T>(U(0) - static_cast<U>(a)) : a / b;
+      case BinOp::Pow: {
+        const double p = std::pow(static_cast<double>(a), static_cast<double>(b));
+        if (!(p == p)) return T(0);
+        if (p >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+        if (p <= static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
+        return static_cast<T>(p);
+      }
+    }
+    return a;
+  }
   switch (op) {
     case BinOp::Add: return a + b;
     case BinOp::Sub: return a - b;
     case BinOp::Mul: return a * b;
-    case BinOp::Div:
-      if constexpr (std::is_integral<T>::value) {
-        return b == 0 ? T(0) : a / b;  // defined instead of a crash (SIGFPE)
-      } else {
-        return a / b;
-      }
+    case BinOp::Div: return a / b;
     case BinOp::Pow: return static_cast<T>(std::pow(a, b));
   }
   return a;

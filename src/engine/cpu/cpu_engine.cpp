@@ -154,8 +154,8 @@ class CpuEngine final : public Engine {
       for (const Step& step : steps_) {
         std::vector<const void*> in;
         std::vector<void*> out;
-        for (const Place& p : step.in) in.push_back(resolve(p, set));
-        for (const Place& p : step.out) out.push_back(resolve(p, set));
+        for (const Place& p : step.in) in.push_back(resolve_present(p, set));
+        for (const Place& p : step.out) out.push_back(resolve_present(p, set));
         set.in_ptrs.push_back(std::move(in));
         set.out_ptrs.push_back(std::move(out));
       }
@@ -185,7 +185,8 @@ class CpuEngine final : public Engine {
       const KernelArgs args{io.in_ptrs[i].data(), io.out_ptrs[i].data(), scratch_.data(), pool_};
       steps_[i].kernel->run(args);
     }
-    for (const auto& c : copies_) std::memcpy(io.outputs[c.output].data(), resolve(c.from, io), outputs_[c.output].bytes());
+    for (const auto& c : copies_)
+      if (outputs_[c.output].bytes()) std::memcpy(io.outputs[c.output].data(), resolve(c.from, io), outputs_[c.output].bytes());
   }
 
   const MemoryPlan& plan() const { return plan_; }
@@ -280,6 +281,14 @@ class CpuEngine final : public Engine {
       return &v;
     }
     throw InputError(str("cpu engine: no type and shape for tensor '", name, "'"));
+  }
+
+  // An empty tensor has no buffer, yet kernels do pointer arithmetic on its address (reading
+  // nothing); null would make that undefined, so it gets the address of a small zeroed block.
+  static char* resolve_present(const Place& p, IoSet& set) {
+    alignas(64) static char empty_block[64] = {};
+    char* ptr = resolve(p, set);
+    return ptr || p.kind == Place::None ? ptr : empty_block;
   }
 
   static char* resolve(const Place& p, IoSet& set) {

@@ -101,7 +101,11 @@ std::unique_ptr<Kernel> make_slice(const KernelInit& init) {
       s = std::max<int64_t>(-1, std::min(s, dim - 1));
       e = std::max<int64_t>(-1, std::min(e, dim - 1));
     }
-    const int64_t n = step > 0 ? std::max<int64_t>(0, (e - s + step - 1) / step) : std::max<int64_t>(0, (s - e + (-step) - 1) / (-step));
+    // s and e lie in [-1, dim], so their difference cannot overflow; the step can be anything
+    // (INT64_MIN included), hence the unsigned division.
+    const uint64_t stride = step > 0 ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+    const int64_t span = step > 0 ? e - s : s - e;
+    const int64_t n = span > 0 ? static_cast<int64_t>(static_cast<uint64_t>(span - 1) / stride) + 1 : 0;
     m.out[ax] = n;
     auto& offs = m.offsets[ax];
     offs.resize(static_cast<std::size_t>(n));

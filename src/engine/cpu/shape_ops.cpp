@@ -33,7 +33,9 @@ std::unique_ptr<Kernel> make_copy(const KernelInit& init) {
 // Writes a value known when the engine is built (Shape, Constant, ConstantOfShape).
 std::unique_ptr<Kernel> make_fixed(const KernelInit& init, std::vector<uint8_t> bytes) {
   if (bytes.size() != init.output(0).bytes()) init.fail("value does not fit the output ", shape_str(init.output(0).shape));
-  return lambda_kernel([bytes](const KernelArgs& a) { std::memcpy(a.out[0], bytes.data(), bytes.size()); });
+  return lambda_kernel([bytes](const KernelArgs& a) {
+    if (!bytes.empty()) std::memcpy(a.out[0], bytes.data(), bytes.size());  // an empty vector's data() may be null
+  });
 }
 
 std::unique_ptr<Kernel> make_shape(const KernelInit& init) {
@@ -197,7 +199,7 @@ std::unique_ptr<Kernel> make_concat(const KernelInit& init) {
       for (int64_t o = t * per_task; o < end; ++o) {
         char* dst = static_cast<char*>(a.out[0]) + o * row;
         for (std::size_t i = 0; i < block.size(); ++i) {
-          std::memcpy(dst, static_cast<const char*>(a.in[i]) + o * block[i], block[i]);
+          if (block[i]) std::memcpy(dst, static_cast<const char*>(a.in[i]) + o * block[i], block[i]);  // empty: no buffer
           dst += block[i];
         }
       }
