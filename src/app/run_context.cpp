@@ -174,7 +174,22 @@ void RunContext::load_model() {
     }
     po.outputs.push_back(s);
   }
-  allocating(str("preparing the model for --batch-size ", job_.batch_size), [&] { graph_ = prepare_graph(std::move(model), po); });
+  try {
+    allocating(str("preparing the model for --batch-size ", job_.batch_size), [&] { graph_ = prepare_graph(std::move(model), po); });
+  } catch (const SizeError& e) {
+    // Past Sluice's size limits: the model's own shapes (bad input), or only this batch size (a
+    // resource limit, exit 1, like any allocation the batch size makes impossible)?
+    if (job_.batch_size <= 1) throw;
+    PrepareOptions one = po;
+    one.batch_size = 1;
+    try {
+      prepare_graph(load_onnx(job_.model), one);
+    } catch (const Error&) {
+      throw e;
+    }
+    throw Error(str("cannot allocate the model's tensors for --batch-size ", job_.batch_size, ": ", e.what()),
+                kExitFailure, "a smaller --batch-size fits (batch 1 does)");
+  }
   check_batch_axis(graph_, job_.batch_size);
   t_setup_ += seconds_since(t0);
 }

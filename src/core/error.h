@@ -40,6 +40,11 @@ struct UsageError : Error {
 struct InputError : Error {
   explicit InputError(const std::string& what, std::string hint = "") : Error(what, kExitBadInput, std::move(hint)) {}
 };
+// A size past what Sluice handles (a tensor over 1 TiB, a count that overflows 64 bits): bad input
+// unless the job's own --batch-size caused it, which the caller can tell by trying batch 1.
+struct SizeError : InputError {
+  using InputError::InputError;
+};
 
 // What to print for an error: its line, and "\nsluice: hint: ..." when it has a hint (no final newline).
 std::string error_text(const std::exception& e);

@@ -80,19 +80,19 @@ int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s)
     if (__builtin_mul_overflow(n, d, &n))
-      throw InputError(str("the shape ", shape_str(s), " has more elements than a 64-bit count holds"));
+      throw SizeError(str("the shape ", shape_str(s), " has more elements than a 64-bit count holds"));
   return n;
 }
 
 int64_t checked_add(int64_t a, int64_t b, const char* what) {
   int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) throw InputError(str(what, ": ", a, " + ", b, " overflows 64 bits"));
+  if (__builtin_add_overflow(a, b, &r)) throw SizeError(str(what, ": ", a, " + ", b, " overflows 64 bits"));
   return r;
 }
 
 int64_t checked_mul(int64_t a, int64_t b, const char* what) {
   int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) throw InputError(str(what, ": ", a, " x ", b, " overflows 64 bits"));
+  if (__builtin_mul_overflow(a, b, &r)) throw SizeError(str(what, ": ", a, " x ", b, " overflows 64 bits"));
   return r;
 }
 
@@ -109,7 +109,7 @@ std::size_t checked_tensor_bytes(const Shape& s, DType t, const std::string& nam
   }
   const int64_t es = std::max<int64_t>(1, static_cast<int64_t>(dtype_size(t)));
   if (span > kMaxTensorBytes / es)
-    throw InputError(str(name, " ", dtype_name(t), shape_str(s), " would take ",
+    throw SizeError(str(name, " ", dtype_name(t), shape_str(s), " would take ",
                          span > kMaxTensorBytes ? std::string("more than 2^40") : std::to_string(span * es), " bytes",
                          empty ? " without its empty dimensions" : "",
                          "; Sluice refuses tensors over 1 TiB (a corrupt or crafted shape?)"));
