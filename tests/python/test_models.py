@@ -14,12 +14,16 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from support.sluice_test import torch_available  # noqa: E402
 
 ROOT = os.environ.get("SLUICE_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SLUICE_BIN = os.environ.get("SLUICE_BIN", os.path.join(ROOT, "build", "sluice"))
@@ -33,19 +37,12 @@ if not os.access(SLUICE_BIN, os.X_OK):
     pytest.skip(f"no sluice binary at {SLUICE_BIN} (set SLUICE_BIN)", allow_module_level=True)
 
 
-def torch_available():
-    try:
-        return subprocess.run([TORCH_PY, "-c", "import torch, torchvision"], capture_output=True).returncode == 0
-    except OSError:
-        return False
-
-
 def forward_available():
     r = subprocess.run([SLUICE_BIN, "forward", "--help"], capture_output=True, text=True)
     return r.returncode == 0 and "--model" in r.stdout
 
 
-needs_torch = pytest.mark.skipif(not torch_available(), reason=f"{TORCH_PY} has no torch/torchvision")
+needs_torch = pytest.mark.skipif(not torch_available(TORCH_PY), reason=f"{TORCH_PY} has no torch/torchvision")
 pytestmark = pytest.mark.skipif(not forward_available(), reason="this sluice has no `forward` command yet")
 
 

@@ -10,12 +10,16 @@ per sample against onnxruntime at the model's own batch.
 """
 import os
 import subprocess
+import sys
 
 import h5py
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from support.sluice_test import torch_available  # noqa: E402
 
 ROOT = os.environ.get("SLUICE_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SLUICE_BIN = os.environ.get("SLUICE_BIN", os.path.join(ROOT, "build", "sluice"))
@@ -29,14 +33,7 @@ if not os.access(SLUICE_BIN, os.X_OK):
     pytest.skip(f"no sluice binary at {SLUICE_BIN} (set SLUICE_BIN)", allow_module_level=True)
 
 
-def torch_available():
-    try:
-        return subprocess.run([TORCH_PY, "-c", "import torch, torchvision"], capture_output=True).returncode == 0
-    except OSError:
-        return False
-
-
-needs_torch = pytest.mark.skipif(not torch_available(), reason=f"{TORCH_PY} has no torch/torchvision")
+needs_torch = pytest.mark.skipif(not torch_available(TORCH_PY), reason=f"{TORCH_PY} has no torch/torchvision")
 
 
 def sluice(*args, check=True):

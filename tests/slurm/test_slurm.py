@@ -245,15 +245,12 @@ def test_the_script_refuses_bad_usage_before_running_anything(tmp_path, case, ex
 
 def launcher_pids(out):
     """The `sluice srun` processes of a job writing to `out`."""
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    def is_srun(pid):
         try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            return open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[1:2] == [b"srun"]
         except OSError:
-            continue
-        if len(cmd) > 1 and cmd[1] == b"srun" and os.path.basename(cmd[0]) == b"sluice" and out.encode() in cmd:
-            pids.append(int(pid))
-    return pids
+            return False
+    return [pid for pid in pids_of("sluice", out) if is_srun(pid)]
 
 
 def srun_pids(out):

@@ -81,3 +81,12 @@ def pids_of(program, word):
         if cmd and os.path.basename(cmd[0]) == program.encode() and word.encode() in cmd:
             pids.append(int(pid))
     return pids
+
+
+def torch_available(python):
+    """Whether `python` (Debian's /usr/bin/python3 by default in the tests) imports torch and
+    torchvision: the tests that export models with them skip without."""
+    try:
+        return subprocess.run([python, "-c", "import torch, torchvision"], capture_output=True).returncode == 0
+    except OSError:
+        return False

@@ -126,33 +126,30 @@ bool fuse_tails() {
 // `name` is written only to the graph outputs (no node reads it).
 bool only_output(const Builder& b, const std::string& name) { return b.is_graph_output(name) && b.consumers(name).empty(); }
 
-// A head's float result: stored as it is, or through exactly one Cast to another float type.
-// Returns the stored tensor's name ("" when the pattern does not hold) and the Cast to skip.
-std::string stored_float(const Builder& b, const std::string& name, const Node** cast) {
+// A head's result `name` as stored: the graph output itself, or the output of exactly one Cast to a
+// type `allowed` accepts.  Returns the stored tensor's name ("" when the pattern does not hold) and
+// the Cast to skip.
+template <typename Allowed>
+std::string stored_through_cast(const Builder& b, const std::string& name, const Node** cast, Allowed allowed) {
   *cast = nullptr;
   if (only_output(b, name)) return name;
   const auto readers = b.consumers(name);
   if (b.is_graph_output(name) || readers.size() != 1) return "";
   const Node& c = *readers[0];
   if (c.op != "Cast" || !c.domain.empty() || c.outputs.size() != 1 || !only_output(b, c.outputs[0])) return "";
-  const DType t = b.value(c.outputs[0]).dtype;
-  if (t != DType::F32 && t != DType::F16 && t != DType::BF16) return "";
+  if (!allowed(b.value(c.outputs[0]).dtype)) return "";
   *cast = &c;
   return c.outputs[0];
 }
 
+// A float result: stored as it is, or through one Cast to another float type.
+std::string stored_float(const Builder& b, const std::string& name, const Node** cast) {
+  return stored_through_cast(b, name, cast, [](DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; });
+}
+
 // An index result: stored as int64, or through one Cast to int32.
 std::string stored_index(const Builder& b, const std::string& name, const Node** cast) {
-  *cast = nullptr;
-  if (only_output(b, name)) return name;
-  const auto readers = b.consumers(name);
-  if (b.is_graph_output(name) || readers.size() != 1) return "";
-  const Node& c = *readers[0];
-  if (c.op != "Cast" || !c.domain.empty() || c.outputs.size() != 1 || !only_output(b, c.outputs[0])) return "";
-  const DType t = b.value(c.outputs[0]).dtype;
-  if (t != DType::I32 && t != DType::I64) return "";
-  *cast = &c;
-  return c.outputs[0];
+  return stored_through_cast(b, name, cast, [](DType t) { return t == DType::I32 || t == DType::I64; });
 }
 
 // Lowers the Resize and all its readers as one tail step when every reader is a head the tail
