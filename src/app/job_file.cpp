@@ -92,7 +92,9 @@ class Reader {
   }
 
   [[noreturn]] void fail(int line, int column, const std::string& msg) const {
-    throw UsageError(str("job file ", name_, " line ", line, ", column ", column, ": ", msg));
+    throw UsageError(str("job file ", name_, " line ", line, ", column ", column, ": ", msg),
+                     "a job file holds one `key = value` per line: strings in quotes, numbers bare, true/false, "
+                     "lists in [ ]; jobs/quickstart.toml is an example");
   }
   [[noreturn]] void fail_here(const std::string& msg) const { fail(line_, column(), msg); }
 
@@ -353,7 +355,8 @@ std::vector<JobEntry> parse_job_text(const std::string& text, const std::string&
 std::vector<JobEntry> read_job_file(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::exists(path, ec)) throw UsageError(str("cannot read the job file ", path, ": it does not exist"));
+  if (!fs::exists(path, ec)) throw UsageError(str("cannot read the job file ", path, ": it does not exist"),
+                                             "--config paths are relative to the working directory; the jobs/ folder holds examples");
   if (fs::is_directory(path, ec)) throw UsageError(str("--config ", path, " is a folder; it takes a job file (TOML), e.g. jobs/quickstart.toml"));
   const std::uintmax_t size = fs::file_size(path, ec);
   if (!ec && size > kMaxJobFileBytes)

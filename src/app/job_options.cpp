@@ -376,10 +376,12 @@ void validate_job(const JobConfig& j) {
     if (!seen.insert(o).second) throw UsageError(str("--outputs names '", o, "' twice"));
   if (j.input == "synthetic" && j.sample_shape.empty()) throw UsageError("--sample-shape is required for synthetic input");
   if (!j.mean.empty() && !j.stddev.empty() && j.mean.size() != j.stddev.size() && j.mean.size() != 1 && j.stddev.size() != 1)
-    throw UsageError("--mean and --std must have the same number of values (or one)");
+    throw UsageError("--mean and --std must have the same number of values (or one)",
+                     "give one value per input channel, or one for all: --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225");
   for (float s : j.stddev)
-    if (s == 0.f) throw UsageError("--std values must be non-zero");
-  if (j.resume && j.overwrite) throw UsageError("--resume and --overwrite exclude each other");
+    if (s == 0.f) throw UsageError("--std values must be non-zero", "--std divides: leave it out (1) to only subtract --mean");
+  if (j.resume && j.overwrite) throw UsageError("--resume and --overwrite exclude each other",
+                                                   "--resume finishes the run in the folder, --overwrite replaces it: keep one");
   check_image_options(image_options(j));
 }
 

@@ -77,7 +77,9 @@ void prepare_output_dir(const std::string& path) {
     throw InputError(str("--output ", path, " names a file, not a folder; choose a folder (it is created if needed)"));
   std::error_code ec;
   fs::create_directories(path, ec);
-  if (ec) throw InputError(str("cannot create the output folder ", path, ": ", ec.message()));
+  if (ec)
+    throw InputError(str("cannot create the output folder ", path, ": ", ec.message()),
+                     "check that its parent folder exists and is writable, or choose another --output");
   if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     throw InputError(str("the output path ", path, " exists and is not a folder"));
   const std::string probe = str(path, "/.sluice-write-test-", getpid());

@@ -91,7 +91,10 @@ class FileSource final : public EncodedSource {
       std::string list;
       for (const std::string& p : problems) list += str(list.empty() ? " " : "; ", p);
       if (problem_count > problems.size()) list += str("; and ", problem_count - problems.size(), " more");
-      throw InputError(str("input ", shown_, ": ", problem_count, " of its ", rel.size(), " files cannot be read:", list));
+      throw InputError(str("input ", shown_, ": ", problem_count, " of its ", rel.size(), " files cannot be read:", list),
+                       kind_ == "list" ? "a list (.txt, .lst) holds one image path per line, relative to the list's "
+                                         "folder; fix or remove those lines, or name the kind of --input with --input-kind"
+                                       : "the files changed while the input was listed, or cannot be read by this user");
     }
     for (const std::string& r : rel) keys_.add(r);
     sizes_ = std::move(sizes);

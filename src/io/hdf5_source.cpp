@@ -159,7 +159,7 @@ std::unique_ptr<Source> open_hdf5_source(const std::string& path, const std::str
   h5::quiet_errors();
   const std::string where = str("input ", path);
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw InputError(str(where, ": no such file"));
+  if (!std::filesystem::exists(path, ec)) throw InputError(str(where, ": no such file"), "paths in a job file are relative to the job file's folder, on the command line to the working directory");
   if (!std::filesystem::is_regular_file(path, ec)) throw InputError(str(where, ": not a regular file"));
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     h5::error_stack_text();
@@ -198,12 +198,14 @@ std::unique_ptr<Source> open_hdf5_source(const std::string& path, const std::str
   if (cls == H5T_INTEGER && H5Tget_size(type) == 1 && H5Tget_sign(type) == H5T_SGN_NONE) dtype = DType::U8;
   if (dtype == DType::Undefined)
     throw InputError(str(where, ": dataset '", dataset, "' holds ", stored, "; sluice reads float32 (or another float, ",
-                         "converted) and uint8"));
+                         "converted) and uint8"),
+                     "store the samples as float32 or uint8, or name another dataset with --input-dataset");
 
   const std::vector<hsize_t> dims = h5::dims_of(d);
   if (dims.size() < 2)
     throw InputError(str(where, ": dataset '", dataset, "' has ", dims.size(), " dimension", dims.size() == 1 ? "" : "s",
-                         "; it needs [N, ...] with one sample per row (at least 2 dimensions)"));
+                         "; it needs [N, ...] with one sample per row (at least 2 dimensions)"),
+                     "store the samples as one array [N, ...] (a row per sample), or name it with --input-dataset");
   Shape shape(dims.begin() + 1, dims.end());
   for (int64_t s : shape)
     if (s == 0) throw InputError(str(where, ": dataset '", dataset, "' has an empty sample shape ", shape_str(shape)));

@@ -276,17 +276,19 @@ void check_batch_axis(const Graph& g, int64_t batch) {
     const std::string what = str(g.source, ": the model's output '", o.name, "' ", shape_str(s));
     const std::string need = "; Sluice stores one row per sample, so every output must keep the batch on axis 0 "
                              "with each row depending on its own sample only";
-    if (st.axis == kMixed) throw InputError(str(what, " does not keep the batch apart: ", st.why, need));
+    const std::string hint = "export the model so that each output row comes from its own sample (no reduction, "
+                             "softmax or reshape across axis 0; keep such steps for after the run)";
+    if (st.axis == kMixed) throw InputError(str(what, " does not keep the batch apart: ", st.why, need), hint);
     if (st.axis > 0)
       throw InputError(str(what, " holds the batch on axis ", st.axis, ", not axis 0", need,
-                           " (end the model with a Transpose that moves it back)"));
+                           " (end the model with a Transpose that moves it back)"), hint);
     if (st.axis == kSingle && st.first == 0 && !s.empty() && s[0] == batch && batch == 1) continue;
     if (st.axis == kSingle)
-      throw InputError(str(what, " holds one sample where the batch of ", batch, " should be", need));
+      throw InputError(str(what, " holds one sample where the batch of ", batch, " should be", need), hint);
     if (st.axis == 0 && st.first != 0)
-      throw InputError(str(what, " starts at sample ", st.first, ", not at the batch's first sample", need));
+      throw InputError(str(what, " starts at sample ", st.first, ", not at the batch's first sample", need), hint);
     if (s.empty() || s[0] != batch)
-      throw InputError(str(what, " does not start with the batch size ", batch, need));
+      throw InputError(str(what, " does not start with the batch size ", batch, need), hint);
   }
 }
 

@@ -242,11 +242,12 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& path) {
     google::protobuf::io::CodedInputStream coded(&raw);
     coded.SetTotalBytesLimit(INT_MAX);
     if (!model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage())
-      throw InputError(str(path, ": not a valid ONNX model (the protobuf does not parse; corrupt or truncated file?)"));
+      throw InputError(str(path, ": not a valid ONNX model (the protobuf does not parse; corrupt or truncated file?)"),
+                       "--model takes an ONNX file, as torch.onnx.export writes it (data_tools/export_model.py exports torchvision models)");
   }
   if (model.ir_version() <= 0 || !model.has_graph() || model.graph().node_size() == 0 ||
       model.graph().output_size() == 0)
-    throw InputError(str(path, ": not a valid ONNX model (no IR version, no nodes or no outputs)"));
+    throw InputError(str(path, ": not a valid ONNX model (no IR version, no nodes or no outputs)"), "--model takes an ONNX file, as torch.onnx.export writes it (data_tools/export_model.py exports torchvision models)");
 
   LoadContext ctx;
   ctx.path = path;

@@ -133,6 +133,16 @@ CASES = [
 ]
 
 
+# Cases whose error line itself says what to do ("see sluice run --help", "choose a folder", "pass
+# --resume to finish it or --overwrite to replace it", "lower them", ...); every other case must
+# print a hint line.
+ADVICE_IN_THE_LINE = {
+    "bad-number", "bad-choice", "bad-on-nan", "config-is-a-folder", "model-moves-the-batch", "output-is-a-file",
+    "finished-folder-again", "foreign-files", "users-own-outputs", "folder-in-use", "sample-shape-overflow",
+    "prefetch-beyond-memory",
+}
+
+
 def prepare(files, case_id, args):
     """Fills in the paths; builds the special output folders the markers (#...) ask for."""
     out = fresh(files, case_id)
@@ -179,6 +189,12 @@ def test_one_error_line_and_one_status_on_every_rank(files, np_, case_id, status
     hints = [line for line in p.stderr.splitlines() if line.startswith("sluice: hint: ")]
     assert len(hints) <= 1, p.stderr  # one line, plus at most one hint line
     assert words in errors[0] + " " + " ".join(hints), p.stderr
+    # Every error says what to do: on a `sluice: hint:` line, or in its own words (these cases).
+    if case_id not in ADVICE_IN_THE_LINE:
+        assert hints, f"{case_id}: no hint line: {errors[0]}"
+    elif not hints:
+        assert any(w in errors[0] for w in ("see sluice run --help", "choose", "pass --", "wait for", "lower them",
+                                            "e.g.", "end the model")), errors[0]
 
 
 def test_the_finished_folder_is_unchanged_by_the_refusals(files):

@@ -276,8 +276,9 @@ def expect_bad_model(model, tmp_path, *needles):
     r = subprocess.run([SLUICE_BIN, "forward", "--model", str(model), "--input", str(x_path), "--outdir",
                         str(tmp_path / "out"), "--device", "cpu"], capture_output=True, text=True)
     assert r.returncode == 3, f"exit {r.returncode}: {r.stderr}"
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1, r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith("sluice: hint: ")]
+    assert len(lines) == 1, r.stderr  # one error line (and at most one hint line)
+    assert len(r.stderr.splitlines()) <= 2, r.stderr
     for n in needles:
         assert n in lines[0], lines[0]
 
