@@ -131,7 +131,10 @@ def plot_stages(report, path, max_ranks=8):
                 continue
             tm, frac = deltas(s, "busy", stage)
             div = readers if stage == "read" else writers if stage == "encode" else 1
-            ax.plot(tm, [f / div for f in frac], color=COLORS[stage], lw=1.4, label=stage + (" / thread" if div > 1 else ""))
+            # A batch's busy time is counted when it completes, so an interval that ends just after a
+            # long batch can show more than 100 %; one stream (or thread) is never busier than that.
+            ax.plot(tm, [min(f / div, 1.0) for f in frac], color=COLORS[stage], lw=1.4,
+                    label=stage + (" / thread" if div > 1 else ""))
         for which in ["input", "output"]:
             tm, frac = deltas(s, "stall", which)
             if any(f > 0.01 for f in frac):
