@@ -142,7 +142,9 @@ def test_four_ranks_with_a_slow_one_killed_and_resumed_twice(tmp_path, reference
     every rank), resumed, killed mid-run again (one rank), resumed to the end: outputs.h5 equals a
     clean single-rank run."""
     out = fresh_dir(str(tmp_path / "twice"))
-    slow = ["--throttle-ms", "60,60,400,60", "--throttle-ranks", "0,1,2,3"]
+    # Batches slow enough that the whole run outlasts the ledger polling below by seconds, even on a
+    # loaded machine (with 60 ms batches a resume could finish between two polls).
+    slow = ["--throttle-ms", "150,150,600,150", "--throttle-ranks", "0,1,2,3"]
     for attempt, victims in enumerate(["all", "one"]):
         before = committed_samples(out)
         proc = start(out, 4, extra=slow + (["--resume"] if attempt else []))
@@ -150,7 +152,11 @@ def test_four_ranks_with_a_slow_one_killed_and_resumed_twice(tmp_path, reference
         while committed_samples(out) < before + 48 and time.time() < deadline and proc.poll() is None:
             time.sleep(0.05)
         pids = rank_pids(out)
-        assert len(pids) == 4 and committed_samples(out) < N, "the run ended before it could be killed"
+        if len(pids) != 4 or committed_samples(out) >= N:
+            proc.kill()
+            stdout, stderr = proc.communicate(timeout=60)
+            pytest.fail(f"attempt {attempt}: the run ended (exit {proc.returncode}, {committed_samples(out)} of {N} "
+                        f"committed, {len(pids)} ranks) before it could be killed\n{stdout[-2000:]}\n{stderr[-3000:]}")
         for pid in (pids if victims == "all" else pids[2:3]):
             os.kill(pid, signal.SIGKILL)
         proc.communicate(timeout=120)
