@@ -360,7 +360,8 @@ void RunContext::build() {
                  engine_ = create_engine(backend_, graph_, eo);
                } catch (const Error& e) {  // the engines' own "cannot allocate N bytes"
                  throw Error(str(e.what(), " (for --batch-size ", job_.batch_size, ": the model's tensors for one batch of ",
-                                 shape_str(graph_.inputs[0].shape), ")"), e.exit_code());
+                                 shape_str(graph_.inputs[0].shape), ")"),
+                             e.exit_code(), "the engine's memory grows with --batch-size: try a smaller one");
                }
              });
   if (source_->encoded()) {

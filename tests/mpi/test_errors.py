@@ -128,6 +128,9 @@ CASES = [
     # sizes no machine holds: refused up front, naming the options (exit 2), or at allocation (exit 1)
     ("sample-shape-overflow", 2, "asks for 3.84e+14 TB per batch", ["--sample-shape", "3000000000000,1000000,1000000",
                                                                    "--output", "{out}"]),
+    # 557 GB of engine tensors: more than any machine these tests run on, refused before the zero fill
+    # that would page until the OOM killer came.
+    ("engine-beyond-memory", 1, "more than this machine's", ["--batch-size", "1000000", "--output", "{out}"]),
     ("prefetch-beyond-memory", 1, "--prefetch 100000000 input slots of", ["--prefetch", "100000000", "--output", "{out}"]),
     ("batch-beyond-memory", 1, "for --batch-size 2000000000", ["--batch-size", "2000000000", "--output", "{out}"]),
 ]

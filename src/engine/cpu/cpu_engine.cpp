@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/cpu/gemm.h"
@@ -26,12 +28,23 @@ namespace sluice {
 namespace cpu {
 namespace {
 
-// 64-byte aligned, zero-filled host memory.
+// This machine's memory in bytes (0 when unknown).
+std::size_t physical_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
+}
+
+// 64-byte aligned, zero-filled host memory.  A request beyond the machine's memory is refused up
+// front: Linux would grant it lazily and the zero fill would page until the OOM killer ends the
+// rank (a crafted model's padded tensors can ask for that much).
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
   explicit AlignedBuffer(std::size_t bytes) : bytes_(bytes) {
     if (bytes == 0) return;
+    const std::size_t machine = physical_memory();
+    if (machine > 0 && bytes > machine)
+      throw Error(str("cpu engine: cannot allocate ", bytes, " bytes: more than this machine's ", machine, " bytes of memory"));
     ptr_ = std::aligned_alloc(64, align64(bytes));
     if (!ptr_) throw Error(str("cpu engine: cannot allocate ", bytes, " bytes"));
     std::memset(ptr_, 0, align64(bytes));
