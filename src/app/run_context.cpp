@@ -202,6 +202,11 @@ void RunContext::make_specs() {
     if (info.shape.empty() || info.shape[0] != job_.batch_size)
       throw InputError(str("the model's output '", info.name, "' has shape ", shape_str(info.shape),
                            "; Sluice needs the batch (", job_.batch_size, ") on axis 0"));
+    for (std::size_t i = 1; i < info.shape.size(); ++i)
+      if (info.shape[i] < 1)
+        throw InputError(str("the model's output '", info.name, "' has shape ", shape_str(info.shape),
+                             ": no values per sample (an empty dimension), nothing to store"),
+                         "check the model's last Reshape/Slice/Pad: every output needs at least one value per sample");
     DatasetSpec d;
     d.name = info.name;
     d.dtype = info.dtype;
