@@ -293,10 +293,13 @@ def test_a_signal_to_the_launcher_itself_stops_every_rank_with_75(cluster, tmp_p
     assert_node_idle(cluster)
 
 
-def test_an_image_folder_through_slurm_then_sluice_export(cluster, tmp_path):
-    """The new-user task under Slurm: a folder of photos (JPEG and PNG in subfolders, one broken file)
-    through a segmentation model on two ranks, then `sluice export` writes one palette PNG mask per
-    photo, named after it; the broken file is recorded, not fatal, and has no mask."""
+@pytest.mark.parametrize("kind", ["folder", "list", "tar"])
+def test_an_image_folder_through_slurm_then_sluice_export(cluster, tmp_path, kind):
+    """The new-user task under Slurm: photos (JPEG and PNG in subfolders, one broken file) as a folder,
+    a list file or two WebDataset tar shards, through a segmentation model on two ranks; then
+    `sluice export` writes one palette PNG mask per photo, named after its key; the broken file is
+    recorded, not fatal, and has no mask."""
+    import tarfile
     from PIL import Image
     photos = tmp_path / "photos"
     rng = np.random.default_rng(3)
@@ -306,8 +309,23 @@ def test_an_image_folder_through_slurm_then_sluice_export(cluster, tmp_path):
         pixels = rng.integers(0, 256, (int(rng.integers(40, 90)), int(rng.integers(40, 90)), 3), dtype=np.uint8)
         Image.fromarray(pixels).save(photos / name)
     (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a real jpeg")
+    everything = sorted(names + ["broken.jpg"], key=lambda k: k.encode())
+    if kind == "folder":
+        source, keys_want = "photos", everything
+    elif kind == "list":
+        order = everything[::-1]  # a list keeps its own order
+        (tmp_path / "files.txt").write_text("# the photos, newest first\n" + "".join(f"photos/{n}\n" for n in order))
+        source, keys_want = "files.txt", [f"photos/{n}" for n in order]
+    else:
+        (tmp_path / "shards").mkdir()
+        for i, part in enumerate([everything[:3], everything[3:]]):
+            with tarfile.open(tmp_path / "shards" / f"train-{i:06d}.tar", "w", format=tarfile.USTAR_FORMAT) as t:
+                for n in part:
+                    t.add(photos / n, arcname=n)
+        source = "shards/train-{000000..000001}.tar"
+        keys_want = [os.path.splitext(n)[0] for n in everything]
     job = tmp_path / "photos.toml"
-    job.write_text(f'model = "{os.path.join(ROOT, "jobs", "models", "quickstart.onnx")}"\ninput = "photos"\n'
+    job.write_text(f'model = "{os.path.join(ROOT, "jobs", "models", "quickstart.onnx")}"\ninput = "{source}"\n'
                    'output = "runs/photos"\noutputs = ["argmax"]\nbatch-size = 2\nchunk-batches = 1\n'
                    'scale = 0.00392156862745098\n')
     rc, job_id = sbatch(cluster, ["-n", 2, "-o", tmp_path / "slurm-%j.out"], [job], wait=True, cwd=tmp_path)
@@ -318,13 +336,14 @@ def test_an_image_folder_through_slurm_then_sluice_export(cluster, tmp_path):
         keys = [k.decode() for k in f["sample_key"][:]]
         status = f["sample_status"][:]
         masks = f["outputs/argmax"][:]
-    assert keys == sorted(names + ["broken.jpg"], key=lambda k: k.encode())
-    assert [keys[i] for i in np.flatnonzero(status)] == ["broken.jpg"]
+    assert keys == keys_want, log
+    assert [os.path.basename(keys[i]) for i in np.flatnonzero(status)] == [os.path.splitext("broken.jpg")[0] if kind == "tar"
+                                                                          else "broken.jpg"]
     p = sluice("export", out)
     assert p.returncode == 0, p.stdout + p.stderr
     for i, key in enumerate(keys):
         png = out / "export" / (os.path.splitext(key)[0] + ".png")
-        if key == "broken.jpg":
+        if status[i]:
             assert not png.exists()
             continue
         img = Image.open(png)
