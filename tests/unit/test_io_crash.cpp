@@ -4,6 +4,7 @@
 // (and at most the one in flight) with the right values, and recover (in place) to a clean file
 // holding exactly those chunks, to which a resume can append.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,8 +68,15 @@ Trial run_and_kill(const std::string& path, bool compressed, int wait_commits, i
   }
   ::close(fds[1]);
   Trial t;
-  // Wait until the child reported `wait_commits` commits (0: not at all), then a random delay.
+  // Wait until the child reported `wait_commits` commits (0: not at all), then a random delay.  A
+  // child that reports nothing for a minute is stuck: it is killed and the trial fails, rather
+  // than the test waiting forever.
   while (t.reported < wait_commits) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, 60000) != 1) {
+      ADD_FAILURE() << "the writing child reported no commit for 60 s after " << t.reported;
+      break;
+    }
     int32_t v = 0;
     if (::read(fds[0], &v, sizeof v) != sizeof v) break;
     t.reported = v;
