@@ -88,6 +88,7 @@ int cli_main(int argc, char** argv) {
     args = {argv[0], run_word, config_flag, argv[2], dry_flag};
     for (int i = 3; i < argc; ++i) args.push_back(argv[i]);
     argc = static_cast<int>(args.size());
+    args.push_back(nullptr);  // argv[argc] is NULL: MPI_Init walks the array to it (found by ASan)
     argv = args.data();
   }
   CLI::App app{"Sluice: batch inference of an ONNX model over a dataset on every GPU of a job, outputs to HDF5."};
