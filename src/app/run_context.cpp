@@ -129,8 +129,7 @@ void RunContext::load_model() {
   const auto t0 = Clock::now();
   if (!file_readable(job_.model))
     throw InputError(str("cannot read the model file ", job_.model, access(job_.model.c_str(), F_OK) == 0 ? " (permission)" : " (no such file)"),
-                     "--model names an ONNX file; paths in a job file are relative to the job file's folder, on the "
-                     "command line to the working directory");
+                     str("--model names an ONNX file; ", kPathsHint));
   Graph model = load_onnx(job_.model);
   model_sha256_ = sha256_file(job_.model);
   t_model_load_ = seconds_since(t0);

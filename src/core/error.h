@@ -46,6 +46,10 @@ struct SizeError : InputError {
   using InputError::InputError;
 };
 
+// The hint of a "no such file" about a path the user gave (--model, --input, ...).
+inline constexpr const char* kPathsHint =
+    "paths in a job file are relative to the job file's folder, on the command line to the working directory";
+
 // What to print for an error: its line, and "\nsluice: hint: ..." when it has a hint (no final newline).
 std::string error_text(const std::exception& e);
 

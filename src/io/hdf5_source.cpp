@@ -159,7 +159,7 @@ std::unique_ptr<Source> open_hdf5_source(const std::string& path, const std::str
   h5::quiet_errors();
   const std::string where = str("input ", path);
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw InputError(str(where, ": no such file"), "paths in a job file are relative to the job file's folder, on the command line to the working directory");
+  if (!std::filesystem::exists(path, ec)) throw InputError(str(where, ": no such file"), kPathsHint);
   if (!std::filesystem::is_regular_file(path, ec)) throw InputError(str(where, ": not a regular file"));
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     h5::error_stack_text();

@@ -82,7 +82,7 @@ class NpySource final : public Source {
 std::unique_ptr<Source> open_npy_source(const std::string& path, int64_t limit) {
   const std::string where = str("input ", path);
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) throw InputError(str(where, ": no such file"), "paths in a job file are relative to the job file's folder, on the command line to the working directory");
+  if (!std::filesystem::exists(path, ec)) throw InputError(str(where, ": no such file"), kPathsHint);
   if (!std::filesystem::is_regular_file(path, ec)) throw InputError(str(where, ": not a regular file"));
   NpyHeader h;
   {

@@ -25,14 +25,12 @@ template <typename F>
 auto with_node_context(const Graph& g, const Node& n, F&& f) {
   try {
     return f();
-  } catch (const SizeError& e) {  // keeps its kind: the caller may blame the batch size
-    const std::string where = node_context(g, n);
-    if (std::string(e.what()).rfind(where, 0) == 0) throw;
-    throw SizeError(where + e.what());
   } catch (const InputError& e) {
     const std::string where = node_context(g, n);
     if (std::string(e.what()).rfind(where, 0) == 0) throw;
-    throw InputError(where + e.what());
+    // Same kind (a SizeError lets the caller blame the batch size) and same hint, located.
+    if (dynamic_cast<const SizeError*>(&e)) throw SizeError(where + e.what(), e.hint());
+    throw InputError(where + e.what(), e.hint());
   }
 }
 
