@@ -190,6 +190,17 @@ void RunContext::load_model() {
                 kExitFailure, "a smaller --batch-size fits (batch 1 does)");
   }
   check_batch_axis(graph_, job_.batch_size);
+  // Here, on rank 0 in an agreed step, rather than when every rank plans its datasets: one error
+  // line, and before any rank allocates an engine for it.
+  for (const ValueInfo& o : graph_.outputs) {
+    const ValueInfo* v = graph_.value(o.name);
+    const Shape& shape = v ? v->shape : o.shape;
+    for (std::size_t i = 1; i < shape.size(); ++i)
+      if (shape[i] < 1)
+        throw InputError(str("the model's output '", o.name, "' has shape ", shape_str(shape),
+                             ": no values per sample (an empty dimension), nothing to store"),
+                         "check the model's last Reshape/Slice/Pad: every output needs at least one value per sample");
+  }
   t_setup_ += seconds_since(t0);
 }
 
@@ -201,11 +212,6 @@ void RunContext::make_specs() {
     if (info.shape.empty() || info.shape[0] != job_.batch_size)
       throw InputError(str("the model's output '", info.name, "' has shape ", shape_str(info.shape),
                            "; Sluice needs the batch (", job_.batch_size, ") on axis 0"));
-    for (std::size_t i = 1; i < info.shape.size(); ++i)
-      if (info.shape[i] < 1)
-        throw InputError(str("the model's output '", info.name, "' has shape ", shape_str(info.shape),
-                             ": no values per sample (an empty dimension), nothing to store"),
-                         "check the model's last Reshape/Slice/Pad: every output needs at least one value per sample");
     DatasetSpec d;
     d.name = info.name;
     d.dtype = info.dtype;

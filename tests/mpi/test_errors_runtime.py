@@ -87,7 +87,7 @@ def test_an_input_truncated_during_the_run_ends_it_and_no_row_read_from_it_is_co
         assert np.array_equal(rows[name], ref[idx]), name
 
 
-@pytest.mark.parametrize("np_", [1, 2])
+@pytest.mark.parametrize("np_", [1, 2, 3])
 def test_overwrite_puts_the_earlier_run_back_when_the_new_job_cannot_start(images, tmp_path, np_):
     out = str(tmp_path / "run")
     sluice("run", *JOB, "--output", out, check=True)
