@@ -14,7 +14,7 @@
 #include <functional>
 #include <string>
 
-#include "dist/mpi_context.h"
+#include "cluster/mpi_context.h"
 
 namespace sluice {
 

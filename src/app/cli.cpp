@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "cluster/mpi_context.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "dist/mpi_context.h"
 #include "sluice/version.h"
 
 namespace sluice {

@@ -22,12 +22,12 @@
 
 #include "app/commands.h"
 #include "core/error.h"
+#include "core/sha256.h"
 #include "export/classes.h"
 #include "export/journal.h"
 #include "export/masks.h"
 #include "export/run_outputs.h"
 #include "io/npy.h"
-#include "model/onnx_loader.h"  // sha256_file
 
 namespace sluice {
 

@@ -8,7 +8,7 @@
 
 #include "app/job.h"
 #include "app/outdir.h"
-#include "dist/mpi_context.h"
+#include "cluster/mpi_context.h"
 #include "io/rank_file.h"
 
 namespace sluice {

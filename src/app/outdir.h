@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "app/job.h"
+#include "cluster/work.h"
 #include "core/ranges.h"
-#include "dist/work.h"
 #include "io/rank_file.h"
 
 namespace sluice {

@@ -14,6 +14,7 @@
 #include "app/job_options.h"
 #include "app/ledgers.h"
 #include "core/log.h"
+#include "core/sha256.h"
 #include "core/timer.h"
 #include "model/batch_axis.h"
 #include "model/onnx_loader.h"

@@ -7,18 +7,18 @@
 #include <mutex>
 #include <string>
 
-#include "app/job.h"
 #include "app/folder_lock.h"
+#include "app/job.h"
 #include "app/outdir.h"
+#include "cluster/mpi_context.h"
+#include "cluster/weights.h"
+#include "cluster/work.h"
+#include "core/device.h"
 #include "core/thread.h"
-#include "dist/mpi_context.h"
-#include "dist/weights.h"
-#include "dist/work.h"
 #include "engine/engine.h"
 #include "io/rank_file.h"
 #include "io/source.h"
 #include "model/graph.h"
-#include "pipeline/device.h"
 #include "pipeline/pipeline.h"
 #include "report/attempts.h"
 #include "report/report.h"

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "core/error.h"
-#include "model/onnx_loader.h"  // sha256_file
+#include "core/sha256.h"
 
 namespace sluice {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tensor.h"
+#include "core/tensor.h"
 
 namespace sluice {
 

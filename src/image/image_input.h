@@ -14,11 +14,11 @@
 #include <memory>
 #include <string>
 
+#include "core/device.h"
+#include "core/dtype.h"
 #include "image/image.h"
 #include "io/source.h"
-#include "model/dtype.h"
 #include "pipeline/batch_input.h"
-#include "pipeline/device.h"
 
 namespace sluice {
 

@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
-#include "model/dtype.h"
 
 namespace sluice::h5 {
 

@@ -23,7 +23,7 @@
 #include <vector>
 #include <utility>
 
-#include "model/dtype.h"
+#include "core/dtype.h"
 
 namespace sluice {
 

@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "model/dtype.h"
+#include "core/dtype.h"
 
 namespace sluice {
 

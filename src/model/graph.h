@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "model/tensor.h"
+#include "core/tensor.h"
 
 namespace sluice {
 

@@ -16,7 +16,4 @@ Graph load_onnx(const std::string& path);
 // against its folder (the fuzz target feeds bytes straight from the fuzzer).
 Graph load_onnx_bytes(const std::string& bytes, const std::string& path);
 
-// SHA-256 of a file, hex (recorded in every rank file and the report).
-std::string sha256_file(const std::string& path);
-
 }  // namespace sluice

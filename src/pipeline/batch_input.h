@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/device.h"
 #include "io/source.h"
-#include "pipeline/device.h"
 
 namespace sluice {
 

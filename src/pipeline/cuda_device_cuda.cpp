@@ -1,13 +1,13 @@
 // The CUDA device of the pipeline: pinned slots, three non-blocking streams and events between
-// them (pipeline/device.h).  Nothing here synchronizes the whole device except synchronize(), which
+// them (core/device.h).  Nothing here synchronizes the whole device except synchronize(), which
 // the pipeline calls only at start-up and shut-down.
 #include <array>
 #include <deque>
 #include <mutex>
 
+#include "core/cuda/cuda_raii.h"
+#include "core/device.h"
 #include "core/error.h"
-#include "engine/cuda/cuda_raii.h"
-#include "pipeline/device.h"
 
 namespace sluice {
 namespace {

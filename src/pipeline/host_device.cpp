@@ -7,8 +7,8 @@
 #include <mutex>
 #include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
-#include "pipeline/device.h"
 
 namespace sluice {
 

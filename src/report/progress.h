@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <mutex>
 
+#include "cluster/work.h"
 #include "core/thread.h"
 #include "core/timer.h"
-#include "dist/work.h"
 
 namespace sluice {
 

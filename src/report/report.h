@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "pipeline/pipeline.h"
+#include "pipeline/stats.h"
 #include "report/attempts.h"
 
 namespace sluice {

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/thread.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/stats.h"
 
 namespace sluice {
 

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "engine/cuda/cuda_raii.h"
+#include "core/cuda/cuda_raii.h"
 #include "gpu_test_util.h"
 #include "model/onnx_loader.h"
 #include "model/prepare.h"

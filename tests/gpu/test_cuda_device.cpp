@@ -1,11 +1,11 @@
-// The pipeline's CUDA device (pipeline/device.h): pinned slots, copies on the three streams,
+// The pipeline's CUDA device (core/device.h): pinned slots, copies on the three streams,
 // events ordering one stream after another, timing events, and thread binding.
 #include <thread>
 
-#include "gpu_test_util.h"
-#include "engine/cuda/cuda_raii.h"
+#include "core/cuda/cuda_raii.h"
+#include "core/device.h"
 #include "engine/cuda/kernels.h"
-#include "pipeline/device.h"
+#include "gpu_test_util.h"
 
 using namespace sluice;
 using namespace sluice::gputest;

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <regex>
 
+#include "core/cuda/cuda_raii.h"
 #include "engine/cuda/algo_cache.h"
-#include "engine/cuda/cuda_raii.h"
 #include "engine/cuda/memory_plan.h"
 #include "gpu_test_util.h"
 #include "test_models.h"

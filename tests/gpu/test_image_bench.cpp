@@ -20,13 +20,13 @@
 #include <filesystem>
 #include <sstream>
 
-#include "engine/cuda/cuda_raii.h"
+#include "core/cuda/cuda_raii.h"
+#include "core/device.h"
 #include "gpu_test_util.h"
 #include "image/cuda/gpu_image_input.h"
 #include "image/cuda/nvjpeg_decoder.h"
 #include "image/image.h"
 #include "image_test_util.h"
-#include "pipeline/device.h"
 
 using namespace sluice;
 using namespace sluice::imagetest;

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/cuda/cuda_raii.h"
+#include "core/cuda/cuda_raii.h"
 #include "gpu_test_util.h"
 #include "image/cuda/gpu_preprocess.h"
 #include "image/cuda/tap_tables.h"

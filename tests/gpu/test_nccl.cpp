@@ -1,4 +1,4 @@
-// The weight broadcast of dist/nccl_comm.h.  These tests need MPI: they run when the binary is
+// The weight broadcast of cluster/nccl_comm.h.  These tests need MPI: they run when the binary is
 // started by mpirun (e.g. `mpirun -np 2 sluice_gpu_tests --gtest_filter='WeightBroadcast*'`) or
 // with SLUICE_MPI_TESTS=1 (an MPI singleton), and skip otherwise.
 #include <mpi.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "dist/nccl_comm.h"
+#include "cluster/nccl_comm.h"
 #include "gpu_test_util.h"
 
 using namespace sluice;

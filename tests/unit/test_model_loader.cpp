@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/sha256.h"
 #include "model/onnx_loader.h"
 #include "test_model_util.h"
 

@@ -11,10 +11,10 @@
 #include <cstring>
 #include <limits>
 
+#include "core/cuda/cuda_raii.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/cuda/algo_cache.h"
-#include "engine/cuda/cuda_raii.h"
 #include "engine/cuda/engine_internal.h"
 
 #ifdef SLUICE_HAVE_CUDNN_FRONTEND

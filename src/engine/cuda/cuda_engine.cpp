@@ -8,10 +8,10 @@
 #include <cstring>
 #include <map>
 
+#include "core/cuda/cuda_raii.h"
 #include "core/log.h"
 #include "core/nvtx.h"
 #include "engine/cuda/algo_cache.h"
-#include "engine/cuda/cuda_raii.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/memory_plan.h"

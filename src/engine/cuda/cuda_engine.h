@@ -4,8 +4,8 @@
 #include <cstddef>
 #include <vector>
 
+#include "core/tensor.h"
 #include "engine/engine.h"
-#include "model/tensor.h"
 
 namespace sluice::cuda {
 

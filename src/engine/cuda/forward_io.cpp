@@ -1,9 +1,9 @@
 // Blocking one-off runs of an engine (cuda_engine.h): `sluice forward` and the tests.
 #include <cstring>
 
+#include "core/cuda/cuda_raii.h"
 #include "core/error.h"
 #include "engine/cuda/cuda_engine.h"
-#include "engine/cuda/cuda_raii.h"
 
 namespace sluice::cuda {
 

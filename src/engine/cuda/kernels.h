@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "model/dtype.h"
+#include "core/dtype.h"
 
 namespace sluice::cuda {
 

@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
+#include "core/cuda/cuda_check.h"
+#include "core/dtype.h"
 #include "core/error.h"
-#include "engine/cuda/cuda_check.h"
-#include "model/dtype.h"
 
 namespace sluice::cuda {
 

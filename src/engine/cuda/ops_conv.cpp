@@ -10,10 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/cuda/cuda_raii.h"
 #include "core/log.h"
 #include "engine/cuda/algo_cache.h"
 #include "engine/cuda/conv_graph.h"
-#include "engine/cuda/cuda_raii.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
 

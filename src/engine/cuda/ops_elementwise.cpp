@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"

@@ -2,7 +2,7 @@
 // Y[M,N] = A[M,K] B[K,N] is the column-major Y^T = B^T A^T, so every call passes B first.
 // Precision: fp32 computes in CUBLAS_COMPUTE_32F under pedantic math (no TF32), tf32 in
 // CUBLAS_COMPUTE_32F_FAST_TF32, fp16/bf16 store half types and accumulate in fp32.
-#include "engine/cuda/cuda_raii.h"
+#include "core/cuda/cuda_raii.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
 

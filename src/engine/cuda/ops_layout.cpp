@@ -5,7 +5,7 @@
 #include <cmath>
 #include <utility>
 
-#include "engine/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "engine/cuda/cuda_raii.h"
+#include "core/cuda/cuda_raii.h"
 #include "engine/cuda/kernels_common.cuh"
 #include "engine/cuda/peaks.h"
 

@@ -14,8 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/cuda/cuda_raii.h"
 #include "core/log.h"
-#include "engine/cuda/cuda_raii.h"
 #include "image/cuda/gpu_preprocess.h"
 #include "image/cuda/nvjpeg_decoder.h"
 #include "image/cuda/tap_tables.h"

@@ -15,10 +15,10 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/device.h"
 #include "image/image.h"
 #include "io/source.h"
 #include "pipeline/batch_input.h"
-#include "pipeline/device.h"
 
 namespace sluice {
 

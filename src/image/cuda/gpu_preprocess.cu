@@ -2,7 +2,7 @@
 // writes its three planes (coalesced along x); the arithmetic is gpu_preprocess.h's, shared with
 // the host.  Decoded rows read the arena, zero rows write zeros, host rows are left alone (their
 // bytes came from the CPU path through an H2D copy earlier on the same stream).
-#include "engine/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 #include "image/cuda/gpu_preprocess.h"
 
 namespace sluice {

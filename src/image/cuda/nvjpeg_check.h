@@ -1,10 +1,10 @@
 #pragma once
-// nvJPEG's check macro and handle owners, in the style of engine/cuda/cuda_check.h and cuda_raii.h:
+// nvJPEG's check macro and handle owners, in the style of core/cuda/cuda_check.h and cuda_raii.h:
 // a failing call becomes a sluice::Error naming the call, file:line and nvJPEG's status name.
 #include <nvjpeg.h>
 
+#include "core/cuda/cuda_raii.h"
 #include "core/error.h"
-#include "engine/cuda/cuda_raii.h"
 
 namespace sluice {
 

@@ -1,4 +1,4 @@
-#include "dist/mpi_context.h"
+#include "cluster/mpi_context.h"
 
 #include <unistd.h>
 

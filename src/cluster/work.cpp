@@ -16,7 +16,7 @@
 // Commit notices carry only counts, batched to a few a second per rank, for rank 0's progress line
 // and the server's estimate of who has most left.  Point-to-point messages only, so it works across
 // nodes over TCP as in shared memory, and under srun as under mpirun.
-#include "dist/work.h"
+#include "cluster/work.h"
 
 #include <unistd.h>
 

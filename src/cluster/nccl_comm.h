@@ -9,9 +9,9 @@
 #include <cstddef>
 #include <string>
 
+#include "cluster/mpi_context.h"   // MPI_CHECK
+#include "cluster/weights.h"
 #include "core/error.h"
-#include "dist/mpi_context.h"   // MPI_CHECK
-#include "dist/weights.h"
 #include "model/graph.h"
 
 #define NCCL_CHECK(call)                                                                                   \

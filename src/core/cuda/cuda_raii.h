@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <utility>
 
-#include "engine/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 
 namespace sluice::cuda {
 

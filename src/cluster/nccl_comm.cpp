@@ -1,5 +1,5 @@
 // NCCL communicator and the weight broadcast (nccl_comm.h).
-#include "dist/nccl_comm.h"
+#include "cluster/nccl_comm.h"
 
 #include <unistd.h>
 
@@ -8,9 +8,9 @@
 #include <cstring>
 #include <set>
 
+#include "core/cuda/cuda_raii.h"
 #include "core/log.h"
 #include "core/timer.h"
-#include "engine/cuda/cuda_raii.h"
 
 namespace sluice {
 

@@ -11,8 +11,8 @@
 #include <mutex>
 #include <vector>
 
+#include "cluster/mpi_context.h"
 #include "core/thread.h"
-#include "dist/mpi_context.h"
 
 namespace sluice {
 

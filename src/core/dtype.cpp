@@ -1,4 +1,4 @@
-#include "model/dtype.h"
+#include "core/dtype.h"
 
 #include <algorithm>
 #include <cstring>

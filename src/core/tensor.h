@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "model/dtype.h"
+#include "core/dtype.h"
 
 namespace sluice {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "model/onnx_loader.h"
+#include "core/sha256.h"
 
 namespace sluice {
 

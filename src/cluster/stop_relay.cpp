@@ -1,4 +1,4 @@
-#include "dist/stop_relay.h"
+#include "cluster/stop_relay.h"
 
 #include <chrono>
 

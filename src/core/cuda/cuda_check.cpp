@@ -1,4 +1,4 @@
-#include "engine/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 
 namespace sluice {
 

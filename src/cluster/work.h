@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "dist/mpi_context.h"
+#include "cluster/mpi_context.h"
 #include "core/ranges.h"
 
 namespace sluice {

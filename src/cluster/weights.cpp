@@ -1,16 +1,16 @@
 // The weight broadcast's manifest and its MPI transport (weights.h); the NCCL transport is in
 // nccl_comm.cpp, compiled only with CUDA.
-#include "dist/weights.h"
+#include "cluster/weights.h"
 
 #include <algorithm>
 #include <cstring>
 #include <set>
 
+#include "cluster/mpi_context.h"
 #include "core/error.h"
 #include "core/timer.h"
-#include "dist/mpi_context.h"
 #ifdef SLUICE_HAVE_CUDA
-#include "dist/nccl_comm.h"
+#include "cluster/nccl_comm.h"
 #endif
 
 namespace sluice {
