@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/lock_holder.h"
 #include "core/log.h"
 #include "core/timer.h"
 
@@ -42,6 +43,19 @@ std::unique_ptr<FolderLock> FolderLock::acquire(const std::string& dir) {
   const std::string path = dir + "/" + kLockFile;
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw InputError(str("cannot open the lock file ", path, ": ", std::strerror(errno)));
+  // The rank 0 of a job killed a moment ago may still hold the lock while the kernel tears it down:
+  // wait for such a holder (core/lock_holder.h), not for a live one.
+  const auto start = Clock::now();
+  bool said = false;
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    const LockHolder holder = lock_holder(path);
+    if (holder.found && !holder.exiting) break;
+    if (seconds_since(start) >= lock_wait_seconds()) break;
+    if (!said) log_info("the output folder's lock is still held by ", holder.describe(),
+                        " (a job stopped a moment ago, on its way out): waiting for it");
+    said = true;
+    usleep(50000);
+  }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     std::string holder = read_all(fd);

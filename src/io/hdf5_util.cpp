@@ -1,9 +1,14 @@
 #include "io/hdf5_util.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <thread>
+
+#include "core/lock_holder.h"
+#include "core/log.h"
 
 namespace sluice::h5 {
 
@@ -51,6 +56,66 @@ void quiet_errors() {
   if (quiet) return;
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   quiet = true;
+}
+
+int lock_errno(const std::string& error_text) {
+  const std::size_t at = error_text.find("unable to lock file, errno = ");
+  if (at == std::string::npos) return 0;
+  return std::atoi(error_text.c_str() + at + std::strlen("unable to lock file, errno = "));
+}
+
+std::string lock_refusal_hint(const std::string& error_text) {
+  const int err = lock_errno(error_text);
+  if (err != ENOLCK && err != ENOSYS && err != EOPNOTSUPP) return "";
+  return "this file system refuses the file locks HDF5 takes (NFS without its lock service, Lustre mounted "
+         "without flock): set HDF5_USE_FILE_LOCKING=FALSE in the job's environment (mpirun -x "
+         "HDF5_USE_FILE_LOCKING=FALSE, or export it before sbatch); the rank files then rely on sluice's "
+         "own folder lock, which keeps a second job out of the folder where the file system allows it";
+}
+
+namespace {
+
+// A process seen holding an exclusive lock may be in the instant between taking SIGKILL off its
+// queue and marking itself exiting: look once more before calling it live.  True: not live after all.
+bool recheck_live(const std::string& path, const LockHolder& first) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const LockHolder again = lock_holder(path);
+  return !again.found || again.pid != first.pid || again.exiting || again.shared;
+}
+
+}  // namespace
+
+hid_t open_file(const std::string& path, unsigned flags, hid_t fapl, std::string& error) {
+  const auto start = std::chrono::steady_clock::now();
+  bool said = false;
+  for (;;) {
+    const hid_t id = H5Fopen(path.c_str(), flags, fapl);
+    if (id >= 0) error.clear();
+    else error = error_stack_text();
+    const int err = id >= 0 ? 0 : lock_errno(error);
+    if (err == 0) {
+      if (said) log_info(path, ": the lock was released; going on");
+      return id;
+    }
+    const std::string hint = lock_refusal_hint(error);
+    if (!hint.empty()) throw InputError(str("cannot open ", path, ": ", error), hint);
+    const LockHolder holder = lock_holder(path);
+    if (holder.found && holder.pid > 0 && !holder.exiting && !holder.shared && !recheck_live(path, holder))
+      throw LockedFile(str(path, " is locked by a live process, ", holder.describe(),
+                           ": another job may still be writing it"),
+                       "wait for that process to end, or stop it, then run again");
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited >= lock_wait_seconds())
+      throw LockedFile(str(path, " is still locked after ", static_cast<int>(waited), " s of waiting (holder: ",
+                           holder.describe(), ")"),
+                       "a process of another node may hold it: make sure no job uses this folder, then run again");
+    if (!said) {
+      log_info(path, " is locked by ", holder.describe(), holder.shared ? " (a reader)" : " (a process of the stopped attempt on its way out)",
+               ": waiting for it to let go of the file");
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 // ---- types ---------------------------------------------------------------------------------------

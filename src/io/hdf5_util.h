@@ -25,6 +25,28 @@ std::string error_stack_text();
 // per thread does the work, the rest return at once).
 void quiet_errors();
 
+// The errno of a failed file lock named in HDF5's error text ("unable to lock file, errno = 11"),
+// 0 when the text names none.
+int lock_errno(const std::string& error_text);
+
+// The hint for a file system that refuses locks (ENOLCK, ENOSYS, EOPNOTSUPP: NFS without its lock
+// daemon, Lustre mounted without flock), "" for any other error text.
+std::string lock_refusal_hint(const std::string& error_text);
+
+// A file that another process holds locked: not damage (recovery must not move such a file aside),
+// but a refusal to touch it.
+struct LockedFile : InputError {
+  using InputError::InputError;
+};
+
+// H5Fopen that outlasts the lock of a process on its way out (core/lock_holder.h): while the open
+// fails on the file's lock and no live process of this host holds it, it retries every 50 ms for up
+// to lock_wait_seconds(), saying once whom it waits for.  A live holder ends in a LockedFile naming
+// it at once (it may be a job still writing the file); so does a lock that outlasts the wait.  A file
+// system that refuses locks ends in an InputError with lock_refusal_hint().  Any other failure
+// returns an invalid id with HDF5's reason in `error`.
+hid_t open_file(const std::string& path, unsigned flags, hid_t fapl, std::string& error);
+
 // Owns one hid_t and closes it with the matching H5?close.  Closing at destruction ignores errors
 // (it may run during unwinding); call close() to have a failure thrown.
 template <herr_t (*Close)(hid_t)>

@@ -143,18 +143,17 @@ ReadHandle open_for_reading(const std::string& path, bool salvage) {
   h5::Plist fapl = h5::file_access();
   ReadHandle h;
   // A plain open fails while the superblock says a writer holds the file (alive or killed).
-  h.file = h5::File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
+  std::string plain_error, swmr_error;
+  h.file = h5::File(h5::open_file(path, H5F_ACC_RDONLY, fapl, plain_error));
   if (h.file.valid()) {
     h.clean = true;
     return h;
   }
-  const std::string plain_error = h5::error_stack_text();
-  const hid_t swmr = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl);
+  const hid_t swmr = h5::open_file(path, H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl, swmr_error);
   if (swmr >= 0) {
     h.file = h5::File(swmr);
     return h;
   }
-  const std::string swmr_error = h5::error_stack_text();
   if (salvage) {
     // A file cut short: HDF5 refuses it at open (its end-of-file check); h5clear's private
     // properties skip that check and ignore the writer's flag.  Read-only: nothing is changed.

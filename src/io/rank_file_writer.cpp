@@ -397,8 +397,10 @@ std::unique_ptr<RankFile> create_new(const std::string& path, const std::vector<
 
   h5::Plist fapl = h5::file_access();
   h5::File file(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl));
-  if (!file.valid())
-    throw InputError(str("rank file ", path, ": cannot create ", tmp, ": ", h5::error_stack_text()));
+  if (!file.valid()) {
+    const std::string error = h5::error_stack_text();
+    throw InputError(str("rank file ", path, ": cannot create ", tmp, ": ", error), h5::lock_refusal_hint(error));
+  }
   try {
     write_header(file, specs, chunk_rows, meta);
     // Every object exists now; from here on HDF5 keeps the file readable at each moment.
@@ -424,8 +426,9 @@ std::unique_ptr<RankFile> append_to(const std::string& path, const std::vector<D
                                     const RankFileMeta& meta) {
   recover_if_needed(path);
   h5::Plist fapl = h5::file_access();
-  h5::File file(H5Fopen(path.c_str(), H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl));
-  if (!file.valid()) throw InputError(str("rank file ", path, ": cannot reopen it to resume: ", h5::error_stack_text()));
+  std::string error;
+  h5::File file(h5::open_file(path, H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl, error));
+  if (!file.valid()) throw InputError(str("rank file ", path, ": cannot reopen it to resume: ", error));
   const RankFileInfo info = read_info(file, path);
   bool same = info.datasets.size() == specs.size();
   for (std::size_t i = 0; same && i < specs.size(); ++i)

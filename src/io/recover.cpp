@@ -102,8 +102,9 @@ void shrink_in_place(const std::string& path, const RankFileInfo& info) {
   hbool_t on = true;
   // The superblock still says a writer holds the file; this is h5clear's way past that.
   H5_CHECK(H5Pset(fapl, "clear_status_flags", &on));
-  h5::File f(H5Fopen(path.c_str(), H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl));
-  if (!f.valid()) SLUICE_THROW("rank file ", path, ": cannot reopen it to recover it: ", h5::error_stack_text());
+  std::string error;
+  h5::File f(h5::open_file(path, H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl, error));
+  if (!f.valid()) SLUICE_THROW("rank file ", path, ": cannot reopen it to recover it: ", error);
   // The killed writer allocated space after its last flush, past the end the superblock records,
   // and some of the chunk index entries pointing there may have reached the disk (for rows past the
   // extent, so no reader sees them).  Moving the recorded end to the file's real end keeps every
@@ -301,6 +302,8 @@ std::string recover_if_needed(const std::string& path) {
   try {
     h = open_for_reading(path, /*salvage=*/true);
     info = read_info(h.file, path);
+  } catch (const h5::LockedFile&) {
+    throw;  // another process holds it: not damage, and not ours to move
   } catch (const Error& e) {
     h.file.reset();
     return move_aside(path, e.what());
@@ -318,6 +321,8 @@ std::string recover_if_needed(const std::string& path) {
       why = str("ledger record ", sound, " names samples its rows do not hold");
     }
     if (h.truncated || !info.damage.empty() || keep < info.chunks.size()) return salvage(h.file, info, keep, why);
+  } catch (const h5::LockedFile&) {
+    throw;
   } catch (const Error& e) {
     h.file.reset();
     return move_aside(path, str(why.empty() ? "" : why + "; ", e.what()));

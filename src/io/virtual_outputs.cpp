@@ -217,7 +217,10 @@ void write_virtual_outputs(const std::string& outdir, const std::vector<RankFile
   try {
     h5::Plist fapl = h5::file_access();
     h5::File out(H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl));
-    if (!out.valid()) throw InputError(str("outputs.h5 in ", outdir, ": cannot create ", tmp, ": ", h5::error_stack_text()));
+    if (!out.valid()) {
+      const std::string error = h5::error_stack_text();
+      throw InputError(str("outputs.h5 in ", outdir, ": cannot create ", tmp, ": ", error), h5::lock_refusal_hint(error));
+    }
     h5::write_attr(out, "total_samples", total_samples);
     h5::write_attr(out, "rank_files", static_cast<int64_t>(files.size()));
     h5::write_attr(out, rankfile::attr::kVersion, std::string(SLUICE_VERSION));

@@ -183,7 +183,9 @@ class GpuImageInputTest : public ::testing::TestWithParam<GpuImageOptions::Backe
     const std::size_t sample = 3 * 224 * 224;
     cuda::DeviceBuffer engine_input(sample * static_cast<std::size_t>(batch));
     // Stale bytes: every row must be written (zeros for bad and padding rows).
+    // Waited for: the device's streams are non-blocking, so nothing orders them after this memset.
     CUDA_CHECK(cudaMemset(engine_input.get(), 0x5A, engine_input.bytes()));
+    CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<uint8_t> out(engine_input.bytes());
     try {
       rows.reset(batch, input->has_sizes());

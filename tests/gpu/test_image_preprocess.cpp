@@ -164,7 +164,10 @@ TEST(GpuPreprocess, KernelMatchesPreprocessRgbWithinOneLevel) {
     CUDA_CHECK(cudaMemcpy(d_weights.get(), p.weights.data(), d_weights.bytes(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(d_arena.get(), arena.data(), arena.size(), cudaMemcpyHostToDevice));
     // A sentinel: the host row must keep it, every other byte must be written.
-    CUDA_CHECK(cudaMemset(d_out.get(), 0x77, d_out.bytes()));
+    CUDA_CHECK(cudaMemsetAsync(d_out.get(), 0x77, d_out.bytes(), stream));
+    // The uploads ran on the legacy default stream (a cudaMemcpy from pageable memory may return
+    // before its DMA ends), which the kernel's non-blocking stream does not wait for.
+    CUDA_CHECK(cudaDeviceSynchronize());
     PreprocessLaunch L;
     L.rows = d_plans.as<GpuRowPlan>();
     L.spans = d_spans.as<TapSpan>();

@@ -109,11 +109,15 @@ class CudaEngine final : public Engine {
       if (!b.weights[i].empty())
         CUDA_CHECK(cudaMemcpy(static_cast<char*>(weights_.get()) + weight_offsets[i], b.weights[i].data(),
                               b.weights[i].size(), cudaMemcpyHostToDevice));
+    // Cleared on the engine's own stream, and everything waited for: the weight uploads above run on
+    // the legacy default stream (a cudaMemcpy from pageable memory may return before its DMA ends),
+    // which orders nothing with the non-blocking streams the engine and the pipeline use.
     for (int s = 0; s < options.io_sets; ++s) {
       io_.emplace_back(io_bytes);
-      CUDA_CHECK(cudaMemset(io_.back().get(), 0, io_bytes));
+      CUDA_CHECK(cudaMemsetAsync(io_.back().get(), 0, io_bytes, stream_));
     }
-    if (plan.arena_bytes) CUDA_CHECK(cudaMemset(arena_.get(), 0, plan.arena_bytes));
+    if (plan.arena_bytes) CUDA_CHECK(cudaMemsetAsync(arena_.get(), 0, plan.arena_bytes, stream_));
+    CUDA_CHECK(cudaDeviceSynchronize());
     bind(weight_offsets);
 
     // ---- library set-up, algorithm measurement ----
