@@ -7,6 +7,7 @@ has committed something (read from the ledgers while it runs), never after a fix
 OpenMPI 4.1's mpirun cannot forward TERM or INT: it aborts the job (SIGCONT, then SIGTERM and
 SIGKILL a second apart) and exits 1.  USR1 it forwards; `sluice mpirun` turns TERM, INT and HUP
 into USR1.  The last test pins the plain-mpirun behaviour the README describes."""
+import json
 import os
 import signal
 import subprocess
@@ -142,4 +143,32 @@ def test_term_to_plain_mpirun_aborts_but_keeps_what_was_committed(tmp_path, refe
     assert proc.returncode not in (0, 75), stderr
     assert time.time() - t0 < 30
     assert committed_samples(out) >= 32
+    finish_and_compare(out, reference)
+
+
+def test_ctrl_c_to_plain_mpirun_stops_cleanly_when_openmpi_gives_the_ranks_time(tmp_path, reference):
+    """Ctrl-C to plain mpirun: OpenMPI sends the ranks SIGCONT, then SIGTERM odls_base_sigkill_timeout
+    seconds later, then SIGKILL as long again (1 s by default).  The ranks take the SIGTERM as a stop:
+    given the time (here 10 s), they commit what is in flight and rank 0 writes the report, so the
+    attempt reads as stopped, not killed.  mpirun itself still exits 1."""
+    out = fresh_dir(str(tmp_path / "ctrl-c"))
+    args = [*map(str, JOB), "--output", out, "--throttle-ms", "2000", "--throttle-ranks", "0,1"]
+    env = dict(MPI_ENV, OMPI_MCA_odls_base_sigkill_timeout="10")
+    proc = subprocess.Popen([*MPIRUN, BIN, "run", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for_commits(proc, out, 32)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr  # mpirun's own status after an abort
+    assert "received Terminated: finishing the chunks in flight" in stderr, stderr
+    assert "INCOMPLETE (stopped by a signal)" in stdout, stdout
+    r = report(out)
+    assert r["job"]["stopped"] is True and r["job"]["complete"] is False
+    with open(os.path.join(out, "attempts.json")) as f:
+        last = json.load(f)["attempts"][-1]
+    assert last["ended"] == "stopped" and "SIGTERM" in last["message"], last
+    for path in rank_files(out):
+        with h5py.File(path, "r") as f:
+            assert f.attrs["end_unix"] > 0, path
+    assert_no_partial_chunk(out)
     finish_and_compare(out, reference)
