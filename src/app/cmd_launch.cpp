@@ -6,7 +6,11 @@
 // by killing the step, and a single SIGINT by printing the tasks' state.  Both forward SIGUSR1 to
 // every rank.  So this command runs the launcher in a process group of its own (a terminal's Ctrl-C
 // reaches only this process) and turns each TERM, INT, HUP or USR1 it receives into a USR1 for the
-// launcher: the ranks stop, commit and exit 75, and so do the launcher and this command.
+// launcher: the ranks stop, commit and exit 75, and so do the launcher and this command.  mpirun
+// then prints two framed notices ("Primary job terminated normally, but 1 process returned a
+// non-zero exit code. Per user-direction, the job has been aborted." and the first rank's exit code)
+// that read like a crash; the launcher's stderr passes through this command, which holds those
+// notices back and, when the launcher exits 75, says in one line what happened instead.
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <poll.h>
@@ -46,6 +50,79 @@ void say(const std::string& s) {
   std::fflush(stderr);
 }
 
+// The launcher's stderr, passed through line by line except for mpirun's framed notices of a rank's
+// non-zero exit, which are held until the launcher's status says whether they were a clean stop.
+class StderrRelay {
+ public:
+  void feed(const char* data, std::size_t n) {
+    pending_.append(data, n);
+    std::size_t nl;
+    while ((nl = pending_.find('\n')) != std::string::npos) {
+      line(pending_.substr(0, nl + 1));
+      pending_.erase(0, nl + 1);
+    }
+  }
+  // Text without its newline yet (a progress line in the making) goes out when the pipe is idle.
+  void idle() {
+    if (!in_frame_ && !pending_.empty()) {
+      emit(pending_);
+      pending_.clear();
+    }
+  }
+  void finish(int status) {
+    if (!pending_.empty()) line(pending_);
+    pending_.clear();
+    for (const std::string& l : frame_) emit(l);  // a notice cut short: nothing to hold it for
+    frame_.clear();
+    if (held_.empty()) return;
+    if (status == kExitResumable) {
+      say("every rank stopped cleanly and exited 75 (mpirun's notice of a non-zero exit status is left out): "
+          "rerun with --resume to finish");
+    } else {
+      for (const std::string& l : held_) emit(l);
+    }
+    held_.clear();
+  }
+
+ private:
+  static bool is_rule(const std::string& l) {
+    std::size_t dashes = 0;
+    for (char c : l) {
+      if (c == '-') ++dashes;
+      else if (c != '\n' && c != '\r') return false;
+    }
+    return dashes >= 20;
+  }
+  static void emit(const std::string& s) {
+    (void)!write(2, s.data(), s.size());
+  }
+  void line(const std::string& l) {
+    if (!in_frame_) {
+      if (is_rule(l)) {
+        in_frame_ = true;
+        frame_ = {l};
+      } else {
+        emit(l);
+      }
+      return;
+    }
+    frame_.push_back(l);
+    if (!is_rule(l)) return;
+    in_frame_ = false;
+    std::string text;
+    for (const std::string& f : frame_) text += f;
+    const bool exit_notice = text.find("returned\na non-zero exit code") != std::string::npos ||
+                             text.find("exited with non-zero status") != std::string::npos;
+    if (exit_notice) held_.insert(held_.end(), frame_.begin(), frame_.end());
+    else for (const std::string& f : frame_) emit(f);
+    frame_.clear();
+  }
+
+  std::string pending_;
+  bool in_frame_ = false;
+  std::vector<std::string> frame_, held_;
+};
+
 std::string self_exe() {
   char buf[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -75,6 +152,8 @@ int launch_command(const std::string& launcher_name, int argc, char** argv) {
   cmd.insert(cmd.end(), run_args.begin(), run_args.end());
 
   if (pipe2(g_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw Error(str("pipe2: ", strerror(errno)));
+  int err_pipe[2] = {-1, -1};
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) throw Error(str("pipe2: ", strerror(errno)));
   struct sigaction sa {};
   sa.sa_handler = relay_signal;
   sigemptyset(&sa.sa_mask);
@@ -94,6 +173,7 @@ int launch_command(const std::string& launcher_name, int argc, char** argv) {
     // In a background process group, reading the terminal would stop mpirun (SIGTTIN).
     const int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, 0);
+    dup2(err_pipe[1], 2);
     std::vector<char*> args;
     for (auto& s : cmd) args.push_back(s.data());
     args.push_back(nullptr);
@@ -102,14 +182,36 @@ int launch_command(const std::string& launcher_name, int argc, char** argv) {
     _exit(127);
   }
   setpgid(child, child);
+  close(err_pipe[1]);
+  fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
 
+  StderrRelay relay;
+  char buf[4096];
+  bool err_open = true;
+  const auto drain = [&] {
+    ssize_t n;
+    while (err_open && (n = read(err_pipe[0], buf, sizeof buf)) != 0) {
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN) err_open = false;
+        return;
+      }
+      relay.feed(buf, static_cast<std::size_t>(n));
+    }
+    err_open = false;  // end of file: every writer of the launcher's stderr is gone
+  };
   int status = 0;
   int relayed = 0;
   for (;;) {
     const pid_t w = waitpid(child, &status, WNOHANG);
     if (w == child) break;
-    pollfd p{g_pipe[0], POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;
+    pollfd p[2] = {{g_pipe[0], POLLIN, 0}, {err_open ? err_pipe[0] : -1, POLLIN, 0}};
+    if (poll(p, 2, 100) <= 0) {
+      relay.idle();
+      continue;
+    }
+    if (p[1].revents) drain();
+    if (!(p[0].revents & POLLIN)) continue;
     unsigned char b = 0;
     while (read(g_pipe[0], &b, 1) == 1) {
       if (relayed++ == 0)
@@ -120,9 +222,16 @@ int launch_command(const std::string& launcher_name, int argc, char** argv) {
       kill(child, SIGUSR1);
     }
   }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return kExitFailure;
+  // What the launcher's children still write (it is gone, they may not be), then the held notices.
+  while (err_open) {
+    pollfd p{err_pipe[0], POLLIN, 0};
+    if (poll(&p, 1, 1000) <= 0) break;
+    drain();
+  }
+  close(err_pipe[0]);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : kExitFailure;
+  relay.finish(code);
+  return code;
 }
 
 void add_launch_commands(CLI::App& app) {

@@ -112,7 +112,22 @@ def test_one_signal_stops_every_rank_commits_and_exits_75(tmp_path, reference, h
     assert told == (NP if target == "launcher" else 1), stderr
     if target != "launcher":
         assert f"rank {target} is stopping" in stderr, stderr
+    if how == "sluice-mpirun":
+        # mpirun's framed notice of a non-zero exit reads like a crash: one line says what happened.
+        assert "Per user-direction, the job has been aborted" not in stderr, stderr
+        assert "every rank stopped cleanly and exited 75" in stderr, stderr
     finish_and_compare(out, reference)
+
+
+def test_sluice_mpirun_still_shows_mpirun_s_notice_when_the_job_failed(tmp_path):
+    out = fresh_dir(str(tmp_path / "failed"))
+    p = subprocess.run([BIN, "mpirun", *MPIRUN[1:], "--", *map(str, JOB), "--output", out, "--model",
+                        str(tmp_path / "missing.onnx")], cwd=ROOT, env=MPI_ENV, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 3, p.stderr
+    assert "no such file" in p.stderr, p.stderr
+    assert "returned\na non-zero exit code" in p.stderr, p.stderr
+    assert "every rank stopped cleanly" not in p.stderr
 
 
 def test_a_second_signal_exits_at_once_and_the_ledger_stays_consistent(tmp_path, reference):
