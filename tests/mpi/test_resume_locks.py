@@ -23,9 +23,9 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, pids_of, rank_files, sluice  # noqa: E402
 
-N = 192
+N = 384
 JOB = ["--config", QUICKSTART, "--samples", N, "--batch-size", 16, "--chunk-batches", 1, "--cpu-threads", 1]
-SLOW = ["--throttle-ms", "120", "--throttle-ranks", "0,1,2"]
+SLOW = ["--throttle-ms", "250", "--throttle-ranks", "0,1,2"]
 
 # A process that holds a lock on a rank file until a line arrives on its standard input.
 HOLDER = r"""
