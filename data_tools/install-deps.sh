@@ -5,15 +5,20 @@
 #   SLUICE_SKIP_APT=1   skip the apt step (no root)
 #   SLUICE_SKIP_PIP=1   skip the pip step
 #   SLUICE_WITH_SLURM=1 also install Slurm and munge (the slurm-labelled tests need them)
+#   SLUICE_DEPS=run     only what building and running Sluice needs (README command 1): no test
+#                       framework, no torch, no Python packages (but nvJPEG's wheel for a GPU build)
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 nvjpeg_wheel=13.2.3.58   # PyPI nvidia-nvjpeg (CUDA 13), only where the toolkit lacks nvJPEG
 
+deps=${SLUICE_DEPS:-all}
 apt_pkgs=(build-essential cmake pkg-config git
           libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libcli11-dev
-          libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libgtest-dev libopenblas-dev
-          libturbojpeg0-dev libspng-dev
-          python3-torch python3-torchvision python3-numpy python3-h5py python3-pip)
+          libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libopenblas-dev
+          libturbojpeg0-dev libspng-dev)
+if [ "$deps" != run ]; then
+  apt_pkgs+=(libgtest-dev python3-torch python3-torchvision python3-numpy python3-h5py python3-pip)
+fi
 if [ "${SLUICE_WITH_SLURM:-0}" = 1 ]; then apt_pkgs+=(slurm-wlm munge); fi
 
 if [ "${SLUICE_SKIP_APT:-0}" != 1 ]; then
@@ -36,12 +41,13 @@ if [ "${SLUICE_SKIP_PIP:-0}" != 1 ]; then
   if "$py" -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
     [ -e "$("$py" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ] && extra+=(--break-system-packages)
   fi
-  "$py" -m pip install -q --disable-pip-version-check "${extra[@]}" -r "$here/requirements.txt"
+  [ "$deps" = run ] || "$py" -m pip install -q --disable-pip-version-check "${extra[@]}" -r "$here/requirements.txt"
   # nvJPEG (GPU JPEG decoding): part of the CUDA toolkit on GPU hosts, missing from some toolkit
   # installs; PyPI's nvidia-nvjpeg for the toolkit's major version ships the header and library that
   # cmake/FindNvjpeg.cmake then finds in site-packages/nvidia/cuNN.
   nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-  if [ -x "$nvcc" ]; then
+  # Only for a CUDA build: the tests' build always compiles it where nvcc is; command 1 only on a GPU host.
+  if [ -x "$nvcc" ] && { [ "$deps" != run ] || nvidia-smi -L >/dev/null 2>&1; }; then
     cuda_inc=$(cd "$(dirname "$nvcc")/.." && pwd)/include
     cuda_major=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
     if [ ! -f "$cuda_inc/nvjpeg.h" ] && [ "$cuda_major" = 13 ]; then
