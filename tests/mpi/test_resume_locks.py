@@ -16,12 +16,12 @@ import tempfile
 import threading
 import time
 
-import h5py
 import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, pids_of, rank_files, sluice  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, pids_of, sluice  # noqa: E402
+from mpi.test_resume import committed_samples as committed  # noqa: E402
 
 N = 384
 JOB = ["--config", QUICKSTART, "--samples", N, "--batch-size", 16, "--chunk-batches", 1, "--cpu-threads", 1]
@@ -47,17 +47,6 @@ elif kind == "orphan":
 print("holding", flush=True)
 sys.stdin.readline()
 """
-
-
-def committed(out):
-    total = 0
-    for path in rank_files(out):
-        try:
-            with h5py.File(path, "r", swmr=True) as f:
-                total += int(sum(r["count"] for r in f["ledger"][:] if r["count"] > 0))
-        except OSError:
-            pass
-    return total
 
 
 def killed_run(out, np_, env=None):
@@ -140,6 +129,22 @@ def assert_equal_to(reference, out):
         assert np.array_equal(rows[name], ref), name
 
 
+def resume_past(holder, out, np_, phrase):
+    """Resumes the killed run in `out` while `holder` holds its lock; the holder lets go only once the
+    resume said (`phrase`) that it waits.  Returns the resume's stderr, after asserting it finished."""
+    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", BIN, "run", *map(str, JOB), "--output", out, "--resume"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=MPI_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = Lines(proc.stderr)
+    try:
+        assert err.wait_for(phrase), err.text()
+        assert proc.poll() is None, err.text()
+    finally:
+        holder.release()
+    proc.wait(timeout=300)
+    assert proc.returncode == 0, err.text()
+    return err.text()
+
+
 @pytest.mark.parametrize("kind", ["reader", "orphan"])
 @pytest.mark.parametrize("np_", [2, 3])
 def test_a_resume_waits_for_a_reader_or_a_dying_holder_of_a_rank_file_and_then_finishes(tmp_path, reference,
@@ -147,18 +152,8 @@ def test_a_resume_waits_for_a_reader_or_a_dying_holder_of_a_rank_file_and_then_f
     out = str(tmp_path / "run")
     killed_run(out, 2)
     holder = Holder(kind, os.path.join(out, "rank-00001.h5"))
-    cmd = ["mpirun", "-np", str(np_), "--oversubscribe", BIN, "run", *map(str, JOB), "--output", out, "--resume"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=MPI_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err = Lines(proc.stderr)
-    try:
-        # The resume says whom it waits for; only then does the holder let go.
-        assert err.wait_for("waiting for it to let go of the file"), err.text()
-        assert proc.poll() is None, err.text()
-    finally:
-        holder.release()
-    proc.wait(timeout=300)
-    assert proc.returncode == 0, err.text()
-    assert "the lock was released" in err.text()
+    stderr = resume_past(holder, out, np_, "waiting for it to let go of the file")
+    assert "the lock was released" in stderr
     assert_equal_to(reference, out)
 
 
@@ -238,14 +233,5 @@ def test_a_resume_waits_for_the_folder_lock_of_a_job_on_its_way_out(tmp_path, re
     killed_run(out, 2)
     # The lock outlives the process that took it, as rank 0's does while a killed job is torn down.
     holder = Holder("orphan", os.path.join(out, ".sluice.lock"))
-    cmd = ["mpirun", "-np", "2", "--oversubscribe", BIN, "run", *map(str, JOB), "--output", out, "--resume"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=MPI_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err = Lines(proc.stderr)
-    try:
-        assert err.wait_for("the output folder's lock is still held by"), err.text()
-        assert proc.poll() is None, err.text()
-    finally:
-        holder.release()
-    proc.wait(timeout=300)
-    assert proc.returncode == 0, err.text()
+    resume_past(holder, out, 2, "the output folder's lock is still held by")
     assert_equal_to(reference, out)
