@@ -73,16 +73,30 @@ def assert_same_outputs(out, reference):
 
 def test_a_bare_resume_finishes_the_job_saved_in_the_folder_under_mpirun(work):
     base, reference = work
-    stdout, _ = stopped_run(base, "bare")
+    stdout, stderr = stopped_run(base, "bare")
     # The stop says the exact command; it is the one run next.
     assert "to finish, run: sluice run --resume --output bare" in stdout, stdout
+    # The last progress line of a stop is no "ETA 0:00": it says what is left.
+    last = [line for line in stderr.splitlines() if "progress:" in line][-1]
+    assert "ETA 0:00" not in last and "stopped" in last and "left to resume" in last, last
     saved = open(base / "bare" / "job.toml").read()
     assert f'input = "{base}/imgs"' in saved, saved  # one spelling of the path: no trailing slash
     p = run(base, "run", "--resume", "--output", "bare")
     assert p.returncode == 0, p.stderr
     assert "the job saved in bare/job.toml" in p.stderr, p.stderr
     assert "status: complete" in p.stdout, p.stdout
+    # The headline is the job's, over both attempts; this attempt's figures follow it.
+    assert f"job: {N} of {N} samples committed over 2 attempts; this attempt (#1): " in p.stdout, p.stdout
     assert_same_outputs(str(base / "bare"), reference)
+    # The report's plots and page carry the same headline and are named after the run folder (the
+    # job kept the default name).
+    plots = base / "bare-plots"
+    q = subprocess.run([sys.executable, os.path.join(ROOT, "data_tools", "plot_reports.py"),
+                        str(base / "bare" / "report.json"), "--out", str(plots)], capture_output=True, text=True)
+    assert q.returncode == 0, q.stderr
+    assert f"bare: {N} of {N} samples over 2 attempts, complete; the last attempt: " in q.stdout, q.stdout
+    assert (plots / "bare-throughput.png").exists() and (plots / "bare.html").exists()
+    assert f"{N} of {N} samples over 2 attempts" in (plots / "bare.html").read_text()
 
 
 def test_resume_accepts_the_input_without_its_trailing_slash(work):
