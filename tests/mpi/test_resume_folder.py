@@ -143,3 +143,27 @@ def test_a_resume_of_a_finished_run_says_so_and_records_no_attempt(work):
     assert after["attempts"] == before["attempts"]
     assert os.stat(out / "outputs.h5").st_mtime_ns == mtime
     assert json.dumps(after, sort_keys=True) == json.dumps(before, sort_keys=True)
+
+
+def test_export_survives_a_no_op_resume_and_keeps_full_size_masks(work):
+    base, _ = work
+    run_dir = base / "ref"
+    p = run(base, "export", "ref", "--what", "masks", "--original-size", np_=None)
+    assert p.returncode == 0, p.stderr
+    masks = sorted((run_dir / "export").rglob("*.png"))
+    assert len(masks) == N
+    before = {m: m.read_bytes() for m in masks}
+    # A --resume of the finished run records nothing, so the same export has nothing to redo.
+    assert run(base, "run", "--resume", "--output", "ref").returncode == 0
+    p = run(base, "export", "ref", "--what", "masks", "--original-size", np_=None)
+    assert p.returncode == 0, p.stderr
+    assert f"0 masks written, {N} already there" in p.stdout + p.stderr, p.stdout + p.stderr
+    # Without --original-size it would replace the full-size masks with model-size ones: refused,
+    # with the ways out in the hint, and nothing touched.
+    p = run(base, "export", "ref", "--what", "masks", np_=None)
+    assert p.returncode == 3, p.stderr
+    assert p.stderr.count("sluice: error: export:") == 1 and "original size" in p.stderr, p.stderr
+    assert "sluice: hint: add --original-size" in p.stderr and "--overwrite" in p.stderr, p.stderr
+    assert {m: m.read_bytes() for m in masks} == before
+    p = run(base, "export", "ref", "--what", "masks", "--overwrite", np_=None)
+    assert p.returncode == 0, p.stderr
