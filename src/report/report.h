@@ -1,7 +1,7 @@
 #pragma once
 // The run report (OUTDIR/report.json and the table printed at the end of `sluice run`).
 //
-// Definitions (also in the README):
+// Definitions (also in docs/report.md):
 //   rank wall           pipeline start (after a job-wide barrier) to the rank's last commit
 //   rank images/s       samples / wall
 //   rank steady img/s   samples after the first batch / (wall - time to first batch): warm-up apart
