@@ -148,6 +148,10 @@ std::string list_hint(const CLI::App* sub, int argc, char** argv) {
 }  // namespace
 
 int cli_main(int argc, char** argv) {
+  // Help under a launcher: rank 0 prints it, once; the others have nothing to do.
+  if (launcher_rank() != 0)
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return kExitOk;
   // `sluice explain-job FILE [OPTIONS]` is `sluice run --config FILE --dry-run [OPTIONS]`.
   std::vector<char*> args(argv, argv + argc);
   static char run_word[] = "run", config_flag[] = "--config", dry_flag[] = "--dry-run";

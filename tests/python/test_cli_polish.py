@@ -20,11 +20,13 @@ def test_sluice_help_lists_every_command():
         assert f"\n  {command} " in p.stdout, (command, p.stdout)
 
 
+@pytest.mark.parametrize("np_", [None, 2])
 @pytest.mark.parametrize("command", ["explain-job", "mpirun", "srun", "run", "export", "inspect"])
-def test_every_commands_help_exits_0(command):
-    p = sluice(command, "--help")
+def test_every_commands_help_exits_0_and_prints_once(command, np_):
+    p = sluice(command, "--help", np_=np_)
     assert p.returncode == 0, p.stderr
     assert f"sluice {command}" in p.stdout or "Usage:" in p.stdout, p.stdout
+    assert p.stdout.count("Usage:") == 1, p.stdout  # rank 0 alone under mpirun
     assert p.stderr == "", p.stderr
 
 
