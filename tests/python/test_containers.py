@@ -114,7 +114,7 @@ def test_the_docker_image_builds_and_runs():
 
 def test_the_sbatch_lines_ask_for_cpus_per_task():
     lines = []
-    for doc in ("README.md", "slurm/README.md"):
+    for doc in ("README.md", "slurm/README.md", "docs/usage.md"):
         lines += [line for line in open(os.path.join(ROOT, doc)) if line.lstrip().startswith("sbatch ")]
     gpu_lines = [line for line in lines if "--gpus-per-node" in line]
     assert gpu_lines and all("--cpus-per-task" in line for line in gpu_lines), gpu_lines
