@@ -5,7 +5,7 @@ The one change is the README's own offline variant: `weights='DEFAULT'` becomes 
 (and `weights_backbone=None` for the segmenter), as its "Offline" note says, since CI has no network.
 Then the files the README promises are checked: a mask per photo at the photo's size, a class table
 with the names of imagenet_classes.txt, and a resume of a finished run that changes nothing.
-Every relative link of the README must name a file of the repository."""
+Every relative link of the README and of docs/ must name a file of the repository."""
 import csv
 import os
 import re
@@ -33,11 +33,15 @@ def test_the_readme_marks_its_worked_examples():
     assert "Offline" in README and "weights=None" in README and "weights_backbone=None" in README
 
 
-def test_every_relative_link_of_the_readme_exists():
-    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README):
+@pytest.mark.parametrize("doc", ["README.md", "slurm/README.md"] + [f"docs/{n}" for n in
+                                                                    sorted(os.listdir(os.path.join(ROOT, "docs")))
+                                                                    if n.endswith(".md")])
+def test_every_relative_link_of_the_docs_exists(doc):
+    text = open(os.path.join(ROOT, doc)).read()
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
         if "://" in target:
             continue
-        assert os.path.exists(os.path.join(ROOT, target)), target
+        assert os.path.exists(os.path.join(ROOT, os.path.dirname(doc), target)), (doc, target)
 
 
 @pytest.fixture(scope="module")
