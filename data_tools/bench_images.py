@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""W3 (issue 13): image files to ResNet-50 top-5, Sluice against PyTorch on the same files.
+"""Image files to ResNet-50 top-5, Sluice against PyTorch on the same files.
 
     python3 data_tools/bench_images.py --images /tmp/w3/images --model /tmp/w3/resnet50.onnx \\
         --sluice build/sluice --gpu-tests build/tests/sluice_gpu_tests [--runner .devrt/run]
@@ -9,7 +9,7 @@ Steps (--steps, comma list; all by default), each printed as it ends, then one t
             (libjpeg-turbo) and torchvision's GPU decoder (nvJPEG), max and mean |difference|
   nvjpeg    our nvJPEG decoder alone and our GPU image input without the model
             (sluice_gpu_tests ImageBench, disabled test: see tests/gpu/test_image_bench.cpp)
-  sluice    `sluice run` of jobs/w3_resnet50_images.toml on the folder, end to end (a short warm-up
+  sluice    `sluice run` of jobs/resnet50_images.toml on the folder, end to end (a short warm-up
             run first: cuDNN autotuning), with the report's stage times
   pil       PIL + torchvision transforms (Resize 256, CenterCrop 224) in a DataLoader, N workers,
             input only
@@ -188,7 +188,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--images", required=True, help="folder of JPEG files (data_tools/make_image_dataset.py)")
     p.add_argument("--model", default="jobs/models/resnet50.onnx", help="ResNet-50 ONNX (data_tools/export_model.py)")
-    p.add_argument("--job", default="jobs/w3_resnet50_images.toml")
+    p.add_argument("--job", default="jobs/resnet50_images.toml")
     p.add_argument("--sluice", default="build/sluice")
     p.add_argument("--gpu-tests", default="build/tests/sluice_gpu_tests")
     p.add_argument("--runner", default="", help="prefix for the binaries, e.g. .devrt/run")

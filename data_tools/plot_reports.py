@@ -38,6 +38,45 @@ def slug(text):
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "job"
 
 
+def job_name(report, path=None):
+    """The job's name; a job left at the default name ("job") is named after its output folder."""
+    name = report.get("name") or "job"
+    if name == "job":
+        folder = report.get("output_dir") or (os.path.dirname(os.path.abspath(path)) if path else "")
+        name = os.path.basename(os.path.normpath(folder)) or name
+    return name
+
+
+def smoothed_rate(series, batches=0):
+    """(t_mid, images/s) of a cumulative samples series over windows wide enough for a smooth line:
+    at least the series' own step, a few batches (a short run's points are one batch apart or less,
+    so raw deltas jump between 0 and twice the rate) and a fortieth of the run."""
+    t, v = series["t"], series["samples"]
+    if len(t) < 2:
+        return deltas(series, "samples")
+    end = t[-1]
+    step = end / max(1, len(t) - 1)
+    window = max(step, end / 40.0, 4.0 * end / batches if batches else 0.0)
+    if window >= end:
+        return deltas(series, "samples")
+    tt, vv = [0.0] + list(t), [0.0] + list(v)
+
+    def at(x):  # cumulative samples at time x, linearly between points
+        for i in range(1, len(tt)):
+            if tt[i] >= x:
+                span = tt[i] - tt[i - 1]
+                return vv[i - 1] + (vv[i] - vv[i - 1]) * ((x - tt[i - 1]) / span if span > 0 else 1.0)
+        return vv[-1]
+
+    out_t, out_v = [], []
+    x = window
+    while x <= end + 1e-9:
+        out_t.append(x - window / 2)
+        out_v.append((at(x) - at(x - window)) / window)
+        x += window / 4.0
+    return out_t, out_v
+
+
 def deltas(series, key=None, sub=None):
     """Per-interval values of a cumulative series: (t_mid, value per second or busy fraction)."""
     t = series["t"]
@@ -85,7 +124,7 @@ def plot_throughput(report, path):
             if not s or not s.get("t"):
                 continue
             base = (r.get("start_unix") or a.get("started_unix") or t0) - t0
-            tm, rate = deltas(s, "samples")
+            tm, rate = smoothed_rate(s, r.get("batches", 0))
             if not tm:
                 continue
             ymax = max(ymax, max(rate))
@@ -103,7 +142,7 @@ def plot_throughput(report, path):
     ax.set_ylim(0, ymax * 1.25)
     ax.set_xlabel("seconds since the job's first attempt started")
     ax.set_ylabel("images/s (per rank)")
-    ax.set_title(f"{report.get('name', 'job')}: throughput over time")
+    ax.set_title(f"{job_name(report)}: throughput over time")
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
@@ -163,7 +202,8 @@ def plot_ranks(reports, path):
     ax1.set_yticks(y, [n for n, _ in rows], fontsize=8)
     ax1.invert_yaxis()
     ax1.set_xlabel("images/s")
-    ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12 if len(rows) < 6 else -0.04), ncol=2)
+    # Above the bars: below them it would cover the axis label.
+    ax1.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, borderaxespad=0.2)
     kinds = STAGES + ["stall input", "stall output"]
     width = 0.8 / len(kinds)
     for i, stage in enumerate(kinds):
@@ -182,14 +222,20 @@ def plot_ranks(reports, path):
 
 def summary(r):
     job = r["job"]
-    line = (f"{r.get('name', '?')}: {job['samples']} samples on {r['world_size']} rank(s), {job['throughput']:.1f} images/s, "
-            f"makespan {job['makespan_s']:.2f} s, imbalance {job['imbalance']:.2f}, "
-            f"{'complete' if job['complete'] else 'INCOMPLETE'}")
+    attempts = r.get("attempts") or []
+    this = (f"{job['samples']} samples on {r['world_size']} rank(s), {job['throughput']:.1f} images/s, "
+            f"makespan {job['makespan_s']:.2f} s, imbalance {job['imbalance']:.2f}")
+    state = 'complete' if job['complete'] else 'INCOMPLETE'
+    if len(attempts) > 1:
+        # The headline is the job's (every attempt); the figures after it are the last attempt's.
+        done = job["total_samples"] if job["complete"] else job.get("samples_all_attempts", job["samples"])
+        line = (f"{job_name(r)}: {done} of {job['total_samples']} samples over {len(attempts)} attempts, {state}; "
+                f"the last attempt: {this}")
+    else:
+        line = f"{job_name(r)}: {this}, {state}"
     if job.get("slowest"):
         s = job["slowest"]
         line += f"; slowest rank {s['rank']} on {s['host']}: {s['limit']}"
-    if len(r.get("attempts") or []) > 1:
-        line += f"; {len(r['attempts'])} attempts"
     return line
 
 
@@ -211,10 +257,10 @@ def write_html(report, images, path):
         f"<tr><td>{k['rank']}</td><td>{html.escape(k.get('host', ''))}</td><td>{html.escape(k.get('device', ''))}</td>"
         f"<td>{k['samples']}</td><td>{k['wall_s']:.2f}</td><td>{k['images_per_s']:.1f}</td>"
         f"<td>{html.escape(k.get('limit', ''))}</td></tr>" for k in report["ranks"])
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(report.get('name', 'job'))}: Sluice report</title>
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(job_name(report))}: Sluice report</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1200px}} table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left}} pre{{background:#f6f6f6;padding:1em;font-size:12px}}</style></head><body>
-<h1>{html.escape(report.get('name', 'job'))}</h1>
+<h1>{html.escape(job_name(report))}</h1>
 <p>{html.escape(summary(report))}</p>
 <p>model {html.escape(report.get('model', ''))} (sha256 {html.escape(report.get('model_sha256', '')[:12])}), input {html.escape(report.get('input', ''))},
 backend {html.escape(report.get('backend', ''))} {html.escape(report.get('precision', ''))}, batch {report.get('batch_size', '')},
@@ -239,7 +285,7 @@ def main():
     reports = [(p, json.load(open(p))) for p in a.reports]
     used = set()
     for path, r in reports:
-        name = slug(r.get("name", "job"))
+        name = slug(job_name(r, path))
         if name in used:
             name = slug(f"{name}-{os.path.basename(os.path.dirname(os.path.abspath(path)))}")
         used.add(name)

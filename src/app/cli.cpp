@@ -8,8 +8,10 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -74,13 +76,95 @@ std::string option_hint(const CLI::App* sub, int argc, char** argv) {
   return "";
 }
 
+// Help names an option as `--cuda-graphs, --no-cuda-graphs`, without CLI11's `{false}` after a
+// negated flag (which reads as the flag's default); flags state their default in their own text.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_option_name(const CLI::Option* opt, bool positional) const override {
+    if (positional) return CLI::Formatter::make_option_name(opt, positional);
+    std::string out;
+    for (const auto& n : opt->get_snames()) out += (out.empty() ? "-" : ", -") + n;
+    for (const auto& n : opt->get_lnames()) out += (out.empty() ? "--" : ", --") + n;
+    return out;
+  }
+};
+
+// The command line with every option of `sub` given once: a repeated option's last occurrence
+// wins (`--model a.onnx --model b.onnx` is b.onnx, `--mean 1 --mean 2` is 2, `--cuda-graphs
+// --no-cuda-graphs` is off), as a later flag overrides a job file.  argv[0..first) is kept as is.
+std::vector<std::string> last_occurrences(const CLI::App& sub, const std::vector<std::string>& args, std::size_t first) {
+  struct Span {
+    const CLI::Option* option;
+    std::size_t begin, end;
+  };
+  std::vector<Span> spans;
+  for (std::size_t i = first; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") break;
+    if (a.rfind("--", 0) != 0 || a.size() < 3) continue;
+    const std::size_t eq = a.find('=');
+    const CLI::Option* o = sub.get_option_no_throw(a.substr(0, eq));
+    if (!o) continue;
+    std::size_t end = i + 1;
+    const bool value_follows = eq == std::string::npos && o->get_type_size() != 0 && o->get_expected_min() > 0;
+    if (value_follows && end < args.size() && args[end].rfind("--", 0) != 0) ++end;
+    spans.push_back({o, i, end});
+    i = end - 1;
+  }
+  std::vector<bool> drop(args.size(), false);
+  for (std::size_t k = 0; k < spans.size(); ++k)
+    for (std::size_t later = k + 1; later < spans.size(); ++later)
+      if (spans[later].option == spans[k].option) {
+        for (std::size_t i = spans[k].begin; i < spans[k].end; ++i) drop[i] = true;
+        break;
+      }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < args.size(); ++i)
+    if (!drop[i]) out.push_back(args[i]);
+  return out;
+}
+
+// A list option given its values with spaces (`--mean "0.485 0.456 0.406"`, or unquoted): CLI11
+// says only "Could not convert"; the fix is commas.
+std::string list_hint(const CLI::App* sub, int argc, char** argv) {
+  if (!sub) return "";
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string a = argv[i];
+    const CLI::Option* o = a.rfind("--", 0) == 0 ? sub->get_option_no_throw(a) : nullptr;
+    if (!o || o->get_type_size() == 0) continue;
+    const std::string v = argv[i + 1];
+    const bool spaced = v.find(' ') != std::string::npos;
+    const bool more = i + 2 < argc && argv[i + 2][0] != '-' && std::isdigit(static_cast<unsigned char>(argv[i + 2][0]));
+    if (!spaced && !more) continue;
+    std::string joined = v;
+    for (char& c : joined)
+      if (c == ' ') c = ',';
+    if (!spaced) joined = str(v, ",", argv[i + 2], "...");
+    return str("separate the values of ", a, " with commas, without spaces: ", a, " ", joined);
+  }
+  return "";
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
+  // Help under a launcher: rank 0 prints it, once; the others have nothing to do.
+  if (launcher_rank() != 0)
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return kExitOk;
   // `sluice explain-job FILE [OPTIONS]` is `sluice run --config FILE --dry-run [OPTIONS]`.
   std::vector<char*> args(argv, argv + argc);
   static char run_word[] = "run", config_flag[] = "--config", dry_flag[] = "--dry-run";
   if (argc >= 2 && std::string(argv[1]) == "explain-job") {
+    if (argc >= 3 && (std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h")) {
+      std::printf(
+          "Usage: sluice explain-job FILE [options of sluice run]\n\n"
+          "Prints the resolved job of the job file FILE (TOML) and the options given after it, where each\n"
+          "value comes from (command line, job file, default), what each setting does, the input, the model\n"
+          "and what the run would write; runs nothing.  The same as sluice run --config FILE --dry-run.\n"
+          "sluice run --help lists the options.\n");
+      return kExitOk;
+    }
     if (argc < 3 || argv[2][0] == '-') {
       print_error_line("explain-job needs a job file: sluice explain-job FILE [options of sluice run]");
       return kExitUsage;
@@ -93,6 +177,7 @@ int cli_main(int argc, char** argv) {
   }
   CLI::App app{"Sluice: batch inference of an ONNX model over a dataset on every GPU of a job, outputs to HDF5."};
   app.name("sluice");
+  app.formatter(std::make_shared<HelpFormatter>());
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", std::string("sluice ") + SLUICE_VERSION + " (git " + SLUICE_GIT_COMMIT + ")");
   app.failure_message([](const CLI::App*, const CLI::Error& e) { return std::string(e.what()); });
@@ -104,6 +189,25 @@ int cli_main(int argc, char** argv) {
   add_export_command(app);
   add_launch_commands(app);
   add_profile_command(app);
+  // Rewritten into `run --config FILE --dry-run` above; listed here for --help.
+  app.add_subcommand("explain-job", "Explain a job file without running it: sluice explain-job FILE [options of sluice run]")
+      ->allow_extras();
+
+  // The last of a repeated option wins (argv is rebuilt without the earlier ones).
+  std::vector<std::string> kept;
+  std::vector<char*> kept_argv;
+  if (argc > 1 && argv[1][0] != '-') {
+    const CLI::App* sub = nullptr;
+    for (const CLI::App* c : static_cast<const CLI::App&>(app).get_subcommands([](const CLI::App*) { return true; }))
+      if (c->get_name() == argv[1]) sub = c;
+    if (sub && !sub->get_prefix_command()) {
+      kept = last_occurrences(*sub, std::vector<std::string>(argv, argv + argc), 2);
+      for (auto& a : kept) kept_argv.push_back(a.data());
+      argc = static_cast<int>(kept_argv.size());
+      kept_argv.push_back(nullptr);
+      argv = kept_argv.data();
+    }
+  }
 
   // Subcommands without MPI (inspect, export, forward) run inside parse() through their CLI11 callbacks and
   // report a non-zero status with CLI::RuntimeError; `run` runs after parsing (it needs argv for MPI).
@@ -128,7 +232,8 @@ int cli_main(int argc, char** argv) {
     return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     const CLI::App* sub = app.get_subcommands().empty() ? nullptr : app.get_subcommands().front();
-    const std::string hint = option_hint(sub, argc, argv);
+    std::string hint = list_hint(sub, argc, argv);
+    if (hint.empty()) hint = option_hint(sub, argc, argv);
     print_error_line(hint.empty() ? str(e.what(), " (see sluice ", sub ? sub->get_name() + " " : std::string(), "--help)")
                                   : str(e.what(), "\nsluice: hint: ", hint));
     settle_with_the_other_ranks();

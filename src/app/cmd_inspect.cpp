@@ -52,6 +52,7 @@ struct KeysView {
   std::vector<std::string> first, last;  // of outputs.h5 (global order), else of one rank file's rows
   std::string from;
   int64_t bad = 0;                       // committed bad samples, all rank files
+  std::vector<std::string> bad_named;    // the first of them: "key (sample N): reason"
 };
 
 struct Summary {
@@ -143,11 +144,24 @@ OutputsCheck check_outputs(const std::string& path, const std::vector<DatasetSpe
 
 KeysView keys_view(const std::string& dir, const std::vector<RankFileInfo>& infos, bool outputs_ok, int64_t total) {
   constexpr int64_t kShown = 3;
+  constexpr std::size_t kNamedBad = 20;
   KeysView k;
   for (const RankFileInfo& i : infos) {
     k.width = std::max(k.width, i.key_bytes);
     try {
-      k.bad += static_cast<int64_t>(read_bad_samples(i).size());
+      const auto bad = read_bad_samples(i);
+      k.bad += static_cast<int64_t>(bad.size());
+      for (const auto& [index, reason] : bad) {
+        if (k.bad_named.size() >= kNamedBad) break;
+        // The key is in the row the ledger put the sample in.
+        std::string key;
+        for (const ChunkRecord& r : i.chunks)
+          if (index >= r.first_index && index < r.first_index + r.count && i.key_bytes > 0) {
+            const auto keys = read_sample_keys(i.path, r.first_row + (index - r.first_index), 1);
+            if (!keys.empty()) key = keys[0];
+          }
+        k.bad_named.push_back(str(key.empty() ? "" : "'" + key + "' ", "(sample ", index, "): ", reason));
+      }
     } catch (const Error&) {
     }
   }
@@ -310,6 +324,7 @@ json to_json(const Summary& s) {
   const Coverage& c = s.coverage;
   j["keys"] = {{"width", s.keys.width}, {"first", s.keys.first}, {"last", s.keys.last}, {"from", s.keys.from}};
   j["bad_samples"] = s.keys.bad;
+  j["bad_files"] = s.keys.bad_named;
   j["coverage"] = {{"total", c.total},   {"present", c.present},          {"complete", c.complete()},
                    {"gaps", c.gaps},     {"duplicates", c.duplicates},    {"duplicate_count", c.duplicate_count},
                    {"out_of_range", c.out_of_range}};
@@ -387,6 +402,9 @@ void print_table(const Summary& s, std::ostream& out) {
     if (!s.keys.from.empty()) out << "  keys (" << s.keys.from << "): " << shown << "\n";
   }
   out << "  bad samples: " << s.keys.bad << (s.keys.bad > 0 ? " (/bad_samples: index, reason)" : "") << "\n";
+  for (const std::string& b : s.keys.bad_named) out << "    " << b << "\n";
+  if (s.keys.bad > static_cast<int64_t>(s.keys.bad_named.size()))
+    out << "    ... " << s.keys.bad - static_cast<int64_t>(s.keys.bad_named.size()) << " more in /bad_samples\n";
 
   const Coverage& c = s.coverage;
   out << "\ncoverage: ";

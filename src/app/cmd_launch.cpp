@@ -134,6 +134,19 @@ std::string self_exe() {
 
 int launch_command(const std::string& launcher_name, int argc, char** argv) {
   g_name = launcher_name;
+  if (argc == 1 && (std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h")) {
+    std::printf(
+        "Usage: sluice %s [%s options] -- [sluice run options]\n\n"
+        "Runs `%s [%s options] sluice run [sluice run options]` in a process group of its own and turns\n"
+        "each SIGTERM, SIGINT (Ctrl-C) or SIGHUP it receives into a SIGUSR1 for %s, which passes it to every\n"
+        "rank: they finish the chunks in flight, commit and exit 75; `sluice run --resume --output DIR`\n"
+        "finishes the run.  A second signal stops the ranks at once (committed chunks are kept).\n"
+        "The -- between the two option lists is required; `sluice run --help` lists the run options.\n"
+        "Example: sluice %s %s -- --config jobs/quickstart.toml\n",
+        launcher_name.c_str(), launcher_name.c_str(), launcher_name.c_str(), launcher_name.c_str(),
+        launcher_name.c_str(), launcher_name.c_str(), launcher_name == "srun" ? "--mpi=pmix" : "-np 2");
+    return kExitOk;
+  }
   std::vector<std::string> launcher_args, run_args;
   bool split = false;
   for (int i = 0; i < argc; ++i) {

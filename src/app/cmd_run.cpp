@@ -54,6 +54,8 @@ int run_job(JobConfig job, const std::vector<std::pair<std::string, std::string>
     std::fflush(stderr);
   }
 
+  if (mpi.rank() == 0 && !job.saved_job.empty())
+    log_info("--resume: the job saved in ", job.saved_job, " (options on this command line override it)");
   RunContext ctx(job, job_toml, mpi);
   // Set-up: every check that can fail is agreed before any collective that depends on it
   // (app/agreement.h), so a bad input ends every rank with one message and one exit status.
@@ -70,6 +72,12 @@ int run_job(JobConfig job, const std::vector<std::pair<std::string, std::string>
   // --resume: every rank recovers its share of the rank files; plan_resume agrees on its outcome
   // inside (one broadcast verdict), so every rank reaches every collective in it.
   agreed(mpi, [&] { ctx.plan_resume(); });
+  if (ctx.already_complete()) {
+    if (mpi.rank() == 0)
+      log_info("--resume: all ", ctx.chunking().total, " samples of ", job.output,
+               " are committed and outputs.h5 is written: nothing to do (no attempt recorded)");
+    return kExitOk;
+  }
   try {
     agreed(mpi, [&] { ctx.build(); });  // engine, device, slots, rank file
   } catch (const Error&) {
@@ -94,7 +102,8 @@ int run_job(JobConfig job, const std::vector<std::pair<std::string, std::string>
   std::unique_ptr<Progress> progress;
   if (mpi.rank() == 0 && !job.quiet)
     progress = std::make_unique<Progress>(ctx.work(), ctx.plan_result().committed_before, ctx.chunking().total,
-                                          job.progress_interval);
+                                          job.progress_interval, [&ctx] { return ctx.computed_samples(); },
+                                          mpi.world_size());
   or_abort(mpi, [&] { ctx.run(); }, [&](const std::string& message) { ctx.note_failure(message); });
   relay->close();
   bool complete = false;
@@ -115,15 +124,19 @@ void add_run_command(CLI::App& app, Commands& commands) {
     std::vector<std::pair<std::string, std::string>> origins;
     for (const CLI::Option* o : run->get_options())
       if (o->count() > 0 && !o->get_lnames().empty()) origins.emplace_back(o->get_lnames().front(), "command line");
+    // A bare `--resume --output DIR` finishes the job saved in DIR; options given here override it.
+    if (job.resume && job.config.empty() && apply_saved_job(*run, clean_path(job.output)))
+      job.saved_job = saved_job_path(clean_path(job.output));
     apply_job_file(*run, job);
     for (const CLI::Option* o : run->get_options()) {
       if (o->count() == 0 || o->get_lnames().empty()) continue;
       const std::string& name = o->get_lnames().front();
       bool cli = false;
       for (const auto& x : origins) cli = cli || x.first == name;
-      if (!cli) origins.emplace_back(name, "job file");
+      if (!cli) origins.emplace_back(name, job.saved_job.empty() ? "job file" : job.saved_job);
     }
     job.output_given = run->get_option("--output")->count() > 0;
+    clean_job_paths(job);
     validate_job(job);
     return run_job(job, origins, argc, argv);
   };

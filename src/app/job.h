@@ -22,6 +22,7 @@ struct JobConfig {
   int64_t batch_size = 32;
   std::string output = "sluice-out";       // output folder
   bool output_given = false;               // --output (or the job file's output) was given, not defaulted
+  std::string saved_job;                   // --resume read the job from this OUTPUT/job.toml ("" : it did not)
   std::string sink = "hdf5";               // hdf5 (rank files) | null (copy to the host, store nothing: benchmarks)
   std::vector<std::string> outputs = {"logits"};   // logits, argmax, softmax, topk, topk_probs
   std::string output_dtype = "float32";    // logits/softmax: float32 | float16 | bfloat16
@@ -56,7 +57,7 @@ struct JobConfig {
   int cpu_threads = 0;                     // CPU engine threads (0: all cores)
   std::string gpu_map;                     // "" (node-local rank) or a comma list of GPU ordinals
   double progress_interval = 5.0;          // seconds between progress lines when not on a terminal
-  double series_interval = 2.0;            // seconds between the points of the report's time series
+  double series_interval = 0.25;           // seconds between the first points of the report's time series (doubled as the run grows)
   std::string on_nan = "warn";             // float inputs holding NaN/Inf: warn (count, mark, compute) | fail
   bool quiet = false;
   bool dry_run = false;                    // --dry-run: explain the job, run nothing

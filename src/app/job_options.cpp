@@ -115,7 +115,8 @@ void visit_job(JobConfig& j, V& v) {
   v("progress-interval", j.progress_interval, "Seconds between progress lines when stderr is not a terminal",
     at_least(0.1));
   v("series-interval", j.series_interval,
-    "Seconds between the points of each rank's time series in report.json (thinned to at most 600 points)",
+    "Seconds between the first points of each rank's time series in report.json; the interval doubles whenever "
+    "the series reaches 600 points, so short runs get fine series and long ones bounded ones",
     at_least(0.01));
   v("quiet", j.quiet, "No job echo, no progress line", none);
   v("dry-run", j.dry_run,
@@ -139,17 +140,37 @@ struct CliBinder {
   }
   template <typename T>
   void operator()(const char* key, std::vector<T>& field, const char* help, const CLI::Validator& check) {
-    CLI::Option* o = app.add_option(str("--", key), field, help)->delimiter(',');
+    // One value per occurrence (commas inside it), so a later occurrence replaces an earlier one.
+    CLI::Option* o = app.add_option(str("--", key), field, help)->delimiter(',')->allow_extra_args(false);
     o->check(check);
     if (!field.empty()) o->capture_default_str();
     if (!*help) o->group("");
   }
   void operator()(const char* key, bool& field, const char* help, const CLI::Validator&) {
-    app.add_flag(str("--", key, ",!--no-", key), field, help);
+    CLI::Option* o = app.add_flag(str("--", key, ",!--no-", key), field, help);
+    o->option_text(field ? "(default: on)" : "(default: off)");
   }
 };
 
 }  // namespace
+
+std::string clean_path(const std::string& p) {
+  if (p.empty() || p == "synthetic") return p;
+  std::vector<std::string> parts;
+  std::stringstream ss(p);
+  std::string part;
+  while (std::getline(ss, part, '/'))
+    if (!part.empty() && part != ".") parts.push_back(part);
+  std::string out = p[0] == '/' ? "/" : "";
+  for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? "/" : "") + parts[i];
+  return out.empty() ? "." : out;
+}
+
+void clean_job_paths(JobConfig& job) {
+  for (std::string* p : {&job.model, &job.input, &job.output, &job.algo_cache}) *p = clean_path(*p);
+}
+
+std::string saved_job_path(const std::string& output_dir) { return output_dir + "/job.toml"; }
 
 std::string absolute_path(const std::string& p) {
   if (p.empty() || p == "synthetic") return p;
@@ -329,7 +350,8 @@ std::vector<std::string> job_keys(const CLI::App& run) {
 }
 
 // `name` is the job file's path: path values in it are relative to its folder.
-void apply_entries(CLI::App& run, const std::vector<JobEntry>& entries, const std::string& name) {
+void apply_entries(CLI::App& run, const std::vector<JobEntry>& entries, const std::string& name,
+                   const std::set<std::string>& skip = {}) {
   TypeCollector types;
   JobConfig scratch;  // visit_job binds references; the types are all it needs
   visit_job(scratch, types);
@@ -344,7 +366,7 @@ void apply_entries(CLI::App& run, const std::vector<JobEntry>& entries, const st
                                     : str("did you mean '", near, "'? (keys are the long option names of sluice run)"));
     }
     std::vector<std::string> inputs = typed_inputs(e, type->second, name);
-    if (o->count() > 0) continue;  // the command line wins
+    if (o->count() > 0 || skip.count(e.key)) continue;  // the command line wins
     if (inputs.empty()) continue;  // `key = []`: the default (an empty list for mean and std)
     if (inputs.size() == 1) inputs[0] = job_file_path(name, e.key, inputs[0]);
     try {
@@ -365,6 +387,13 @@ void apply_job_file(CLI::App& run, const JobConfig& job) {
 
 void apply_job_text(CLI::App& run, const std::string& text, const std::string& name) {
   apply_entries(run, parse_job_text(text, name), name);
+}
+
+bool apply_saved_job(CLI::App& run, const std::string& output_dir) {
+  const std::string path = saved_job_path(output_dir);
+  if (access(path.c_str(), F_OK) != 0) return false;
+  apply_entries(run, read_job_file(path), path, {"resume", "overwrite", "dry-run"});
+  return true;
 }
 
 void validate_job(const JobConfig& j) {

@@ -32,6 +32,19 @@ void apply_job_text(CLI::App& run, const std::string& text, const std::string& n
 bool is_path_key(const std::string& key);
 // `p` made absolute against the working directory, "." and ".." removed lexically.
 std::string absolute_path(const std::string& p);
+// `p` with repeated and trailing slashes and "./" removed, relative or absolute as given: the one
+// spelling of a path, so `photos/` and `photos` are the same input to --resume.
+std::string clean_path(const std::string& p);
+// Every path key of the job cleaned (clean_path), once, before the job runs.
+void clean_job_paths(JobConfig& job);
+
+// The resolved job a run saves in its output folder (OUTPUT/job.toml), read back by a bare
+// `sluice run --resume --output DIR`.
+std::string saved_job_path(const std::string& output_dir);
+// Applies DIR/job.toml like a job file (options on the command line win), except the keys that
+// say what this invocation does rather than what the job is (resume, overwrite, dry-run).
+// Returns false when the folder holds no saved job.
+bool apply_saved_job(CLI::App& run, const std::string& output_dir);
 std::string job_file_path(const std::string& job_file, const std::string& key, const std::string& value);
 
 // Every user-facing job key with its value (as in the TOML echo) and help text, in option order.

@@ -109,14 +109,15 @@ struct FolderContents {
   std::vector<std::string> records;     // attempts.json, failure notes, an export of the run: Sluice's
 };
 
-// The run's other records: the attempts (report/attempts.h), the failure notes a failing rank
-// leaves, temporary files of an interrupted write, and `sluice export`'s default folder.
+// The run's other records: the attempts (report/attempts.h), the saved job, the failure notes a
+// failing rank leaves, temporary files of an interrupted write, and `sluice export`'s default folder.
 bool is_run_record(const std::string& dir, const std::string& n) {
   auto ends_with = [&](const char* suffix) {
     const std::size_t k = std::strlen(suffix);
     return n.size() >= k && n.compare(n.size() - k, k, suffix) == 0;
   };
   if (n == "attempts.json" || n == "attempts.json.tmp" || n == "report.json.tmp") return true;
+  if (n == "job.toml" || n == "job.toml.tmp") return true;  // the resolved job, for a bare --resume
   if (n.rfind("attempt-", 0) == 0 && ends_with(".failed")) return true;
   // Recovery's own: a damaged rank file kept beside its salvage, one being recovered (io/recover.cpp).
   for (const char* suffix : {".damaged", ".recovering"}) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <sstream>
 
 #include "app/job_options.h"
@@ -265,6 +266,17 @@ void RunContext::plan_resume() {
   sluice::plan_resume(mpi_, job_, chunking_, id, plan_);
 }
 
+bool RunContext::already_complete() const {
+  // Rank 0's view of the folder decides for every rank, so all of them return together.
+  std::string verdict;
+  if (mpi_.rank() == 0)
+    verdict = job_.resume && job_.sink == "hdf5" && plan_.pending.empty() &&
+                      access((job_.output + "/outputs.h5").c_str(), F_OK) == 0
+                  ? "1"
+                  : "0";
+  return mpi_.broadcast_string(verdict) == "1";
+}
+
 void RunContext::abandon() {
   // Each rank removes the rank file it created; then rank 0 puts the earlier run back.
   try {
@@ -303,9 +315,22 @@ void RunContext::start_work() {
       if (std::find(a.hosts.begin(), a.hosts.end(), h) == a.hosts.end()) a.hosts.push_back(h);
     a.committed_before = plan_.committed_before;
     attempts_ = begin_attempt(job_.output, job_.resume, a, plan_.last_commit_unix);
+    save_job();
   }
   if (mpi_.rank() == 0 && job_.sink == "hdf5" && !list_set_asides(job_.output).empty())
     aside_thread_ = WorkerThread("old-run", [this] { watch_set_aside(); });
+}
+
+// The resolved job, so `sluice run --resume --output DIR` needs nothing else (written once set-up
+// passed: a refused resume leaves the saved job of the run it refused to touch).
+void RunContext::save_job() const {
+  const std::string path = saved_job_path(job_.output), tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << "# The job of this run folder, as sluice ran it: `sluice run --resume --output DIR` reads it.\n" << job_toml_;
+    if (!f) throw Error(str("cannot write ", tmp, " (disk full?)"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(str("cannot rename ", tmp, " to ", path));
 }
 
 void RunContext::watch_set_aside() {
@@ -451,6 +476,8 @@ void RunContext::run() {
   stats_ = pipeline_->run(*work_);
   series_->stop(stats_);
 }
+
+int64_t RunContext::computed_samples() const { return pipeline_ ? pipeline_->snapshot().samples : 0; }
 
 bool RunContext::stop(int signal) {
   if (signal && !stop_signal_) stop_signal_ = signal;

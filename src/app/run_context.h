@@ -39,6 +39,8 @@ class RunContext {
   std::string plan_on_root();  // rank 0: lock the output folder, plan the attempt; the plan serialized
   void set_plan(const std::string& serialized);
   void plan_resume();   // collective, --resume: recover and read the rank files, compute what is pending
+  bool already_complete() const;
+  int64_t computed_samples() const;  // this rank's pipeline: samples computed so far (committed or not)  // collective, after plan_resume: --resume of a run that is finished
   void build();         // device, engine, rank file, pipeline (no collective)
   void abandon();       // collective, after build() failed somewhere: undo what set-up did to the folder
   void start_work();    // collective: the work distributor
@@ -60,6 +62,7 @@ class RunContext {
  private:
   int choose_gpu() const;
   void make_specs();
+  void save_job() const;  // rank 0: OUTPUT/job.toml
   void watch_set_aside();  // rank 0: delete the earlier run once this one committed a chunk
 
   JobConfig job_;

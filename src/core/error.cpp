@@ -52,13 +52,23 @@ std::string nearest_word(const std::string& word, const std::vector<std::string>
     }
     return row[b.size()];
   };
+  // Letters two words share (as multisets): between candidates as near as each other, the one that
+  // keeps every letter typed wins ("outpus" is "outputs" with a letter left out, not "output").
+  auto shared = [](const std::string& a, const std::string& b) {
+    std::size_t counts[256] = {0}, n = 0;
+    for (unsigned char c : a) ++counts[c];
+    for (unsigned char c : b)
+      if (counts[c] > 0) --counts[c], ++n;
+    return n;
+  };
   std::string best;
-  std::size_t best_d = 0;
+  std::size_t best_d = 0, best_shared = 0;
   for (const auto& c : candidates) {
-    const std::size_t d = distance(word, c);
-    if (best.empty() || d < best_d) {
+    const std::size_t d = distance(word, c), s = shared(word, c);
+    if (best.empty() || d < best_d || (d == best_d && s > best_shared)) {
       best = c;
       best_d = d;
+      best_shared = s;
     }
   }
   // A typo: a few edits, and fewer than half the word (so "x" does not suggest "xyz-abc").

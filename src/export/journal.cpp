@@ -41,6 +41,7 @@ ExportJournal::ExportJournal(const std::string& out_dir, const std::string& head
   if (flock(fileno(log_), LOCK_EX | LOCK_NB) != 0)
     throw InputError(str("export: another sluice export is writing ", dir_, " (", kName, " is locked)"));
   bool ends_with_newline = true;
+  std::string last_written;  // the header the newest "file" line was written under
   {
     std::ifstream in(log_path, std::ios::binary);
     std::string line, current;
@@ -58,6 +59,7 @@ ExportJournal::ExportJournal(const std::string& out_dir, const std::string& head
         Entry& e = entries_[j["file"].get<std::string>()];
         e.claimed = true;
         e.complete = current == header;
+        last_written = current;
         e.bytes = j["bytes"].get<int64_t>();
         e.sha256 = j.value("sha256", std::string());
       }
@@ -68,6 +70,17 @@ ExportJournal::ExportJournal(const std::string& out_dir, const std::string& head
       in.seekg(-1, std::ios::end);
       ends_with_newline = in.get() == '\n';
     }
+  }
+  // Masks at each image's own size are not silently replaced by masks at the model's size (a rerun
+  // that forgot --original-size would redo every file).
+  if (!overwrite_ && !last_written.empty()) {
+    const json before = json::parse(last_written, nullptr, false);
+    const json now = json::parse(header, nullptr, false);
+    if (before.is_object() && now.is_object() && before.value("original_size", false) && !now.value("original_size", true))
+      throw InputError(str("export: ", dir_, " holds masks at each image's original size (an export with --original-size); ",
+                           "this one would replace them with masks at the model's size"),
+                       "add --original-size to finish or redo that export, --out another folder for model-size masks, or "
+                       "--overwrite to replace them");
   }
   if (!ends_with_newline) std::fputc('\n', log_);
   append(json{{"export", json::parse(header)}}.dump());

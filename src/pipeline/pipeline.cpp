@@ -116,11 +116,28 @@ struct Pipeline::Impl {
   std::atomic<double> h2d_s{0}, decode_s{0}, compute_s{0}, d2h_s{0};
   std::atomic<int64_t> samples{0}, batches{0}, chunks{0};
   std::atomic<int64_t> nonfinite_rows{0};
+  std::atomic<int64_t> bad_samples{0};
+  mutable std::mutex bad_mutex;
+  std::vector<std::string> bad_named;  // writer: the first kNamedBadSamples bad files
   std::atomic<double> end_s{0};   // set by the writer when it is done
   WorkItem run;                                 // writer: rows written since the last commit
   int64_t run_batches = 0;
 
   PipelineStats stats() const;
+
+  // A bad file said out loud as the run goes: one warning line each for the first few on this
+  // rank, then one line for the rest; the report counts and names them.
+  void note_bad(int64_t index, const std::string& reason) {
+    const int64_t n = ++bad_samples;
+    const std::string key = source.key(index);
+    if (n <= kWarnedBadSamples)
+      log_warn("bad file '", key.empty() ? str("#", index) : key, "' (sample ", index, "): ", reason,
+               "; fed as zeros, marked bad (/sample_status 1), the run goes on");
+    else if (n == kWarnedBadSamples + 1)
+      log_warn("more bad files on this rank: not listed here; the report counts them, sluice inspect names them");
+    std::lock_guard<std::mutex> lock(bad_mutex);
+    if (bad_named.size() < kNamedBadSamples) bad_named.push_back(str(key.empty() ? str("#", index) : key, ": ", reason));
+  }
 
   // Compression (docs/architecture.md, "Writing": writer threads encode chunks, one owner thread writes them).  When the
   // file deflates an output, `writer_threads` encoder threads take the batches from write_q in
@@ -504,7 +521,10 @@ void Pipeline::Impl::writer(WorkDistributor& work, std::atomic<int64_t>& committ
         meta.status = br.status.data();
         if (!br.orig_hw.empty()) meta.orig_hw = br.orig_hw.data();
         std::vector<std::pair<int64_t, std::string>> bad;
-        for (const auto& b : br.bad) bad.emplace_back(m.first + b.first, b.second);
+        for (const auto& b : br.bad) {
+          bad.emplace_back(m.first + b.first, b.second);
+          note_bad(m.first + b.first, b.second);
+        }
         if (!bad.empty()) meta.bad = &bad;
         file->set_row_meta(meta);
         const auto* base = static_cast<const uint8_t*>(out_slots[static_cast<std::size_t>(*out)]);
@@ -613,6 +633,11 @@ PipelineStats Pipeline::Impl::stats() const {
   s.batches = p.batches;
   s.chunks = p.chunks;
   s.nonfinite_rows = p.nonfinite_rows;
+  s.bad_samples = p.bad_samples;
+  {
+    std::lock_guard<std::mutex> lock(p.bad_mutex);
+    s.bad_named = p.bad_named;
+  }
   s.wall_s = p.end_s.load() > 0 ? p.end_s.load() : seconds_since(p.t0);
   s.first_batch_s = p.first_batch_s;
   s.read_s = p.read_time.seconds();

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 
 #include "cluster/work.h"
@@ -15,7 +16,11 @@ namespace sluice {
 
 class Progress {
  public:
-  Progress(const WorkDistributor& work, int64_t committed_before, int64_t total, double interval_s);
+  // `computed_on_root`: the samples rank 0's pipeline has computed so far, committed or not; with
+  // `ranks`, the pace of the work in flight before a commit shows it (a short run commits once,
+  // at its end).
+  Progress(const WorkDistributor& work, int64_t committed_before, int64_t total, double interval_s,
+           std::function<int64_t()> computed_on_root = {}, int ranks = 1);
   ~Progress();  // prints the final line and stops the thread
 
  private:
@@ -24,6 +29,8 @@ class Progress {
 
   const WorkDistributor& work_;
   int64_t before_, total_;
+  std::function<int64_t()> computed_;
+  int ranks_;
   double interval_;
   bool tty_;
   Clock::time_point t0_;

@@ -29,6 +29,8 @@ nlohmann::json RankReport::to_json() const {
   j["batches"] = s.batches;
   j["chunks"] = s.chunks;
   j["nonfinite_rows"] = s.nonfinite_rows;
+  j["bad_samples"] = s.bad_samples;
+  j["bad_files"] = s.bad_named;
   j["wall_s"] = s.wall_s;
   j["first_batch_s"] = s.first_batch_s;
   j["images_per_s"] = images_per_s();
@@ -104,6 +106,8 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   s.batches = j.at("batches").get<int64_t>();
   s.chunks = j.at("chunks").get<int64_t>();
   s.nonfinite_rows = j.value("nonfinite_rows", int64_t{0});
+  s.bad_samples = j.value("bad_samples", int64_t{0});
+  s.bad_named = j.value("bad_files", std::vector<std::string>{});
   s.wall_s = j.at("wall_s").get<double>();
   s.first_batch_s = j.at("first_batch_s").get<double>();
   const auto& sec = j.at("seconds");
@@ -188,6 +192,8 @@ nlohmann::json JobReport::to_json() const {
   int64_t nonfinite = 0;
   for (const auto& r : ranks) nonfinite += r.stats.nonfinite_rows;
   job["nonfinite_rows"] = nonfinite;
+  job["bad_samples"] = bad_samples();
+  job["bad_files"] = bad_files();
   job["complete"] = complete;
   job["stopped"] = stopped;
   job["makespan_s"] = makespan_s();
@@ -229,6 +235,33 @@ nlohmann::json JobReport::to_json() const {
   return j;
 }
 
+int64_t JobReport::bad_samples() const {
+  int64_t n = 0;
+  for (const auto& r : ranks) n += r.stats.bad_samples;
+  return n;
+}
+
+std::vector<std::string> JobReport::bad_files() const {
+  std::vector<std::string> named;
+  for (const auto& r : ranks)
+    for (const auto& b : r.stats.bad_named)
+      if (named.size() < kNamedBadSamples) named.push_back(b);
+  return named;
+}
+
+// The command that finishes a stopped run: the folder holds the job (OUTPUT/job.toml).
+std::string resume_command(const JobReport& r) {
+  std::string dir = r.output_dir;
+  if (dir.find_first_of(" \t'\"$`\\!*?;&|<>()") != std::string::npos) {
+    std::string q = "'";
+    for (char c : dir) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    dir = q + "'";
+  }
+  std::string cmd = "sluice run --resume --output " + dir;
+  if (r.world_size > 1) cmd += " (under mpirun or srun as before; any number of ranks)";
+  return cmd;
+}
+
 std::string format_report_table(const JobReport& r) {
   std::ostringstream os;
   char line[512];
@@ -256,7 +289,17 @@ std::string format_report_table(const JobReport& r) {
                 static_cast<long long>(r.samples()), r.world_size, r.makespan_s(), r.throughput(),
                 job["rank_images_per_s"]["min"].get<double>(), job["rank_images_per_s"]["mean"].get<double>(),
                 job["rank_images_per_s"]["max"].get<double>(), r.imbalance());
-  os << line;
+  std::string headline = line;
+  if (r.attempts.size() > 1) {
+    // A resumed job: the headline is the job's; this attempt's figures follow it.
+    int64_t all = 0;
+    for (const auto& a : r.attempts) all += a.samples;
+    std::snprintf(line, sizeof line, "job: %lld of %lld samples committed over %zu attempts; this attempt (#%d): ",
+                  static_cast<long long>(r.complete ? r.total_samples : all), static_cast<long long>(r.total_samples),
+                  r.attempts.size(), r.attempt);
+    headline = line + headline.substr(5);
+  }
+  os << headline;
   if (const RankReport* slow = r.slowest(); slow && r.ranks.size() > 1)
     os << "slowest: rank " << slow->rank << " on " << slow->host << ": " << slow->limit() << "\n";
   else if (slow)
@@ -272,12 +315,20 @@ std::string format_report_table(const JobReport& r) {
   }
   int64_t nonfinite = 0;
   for (const auto& rr : r.ranks) nonfinite += rr.stats.nonfinite_rows;
+  if (const int64_t bad = r.bad_samples(); bad > 0) {
+    const std::vector<std::string> named = r.bad_files();
+    os << "inputs: " << bad << " bad file(s) fed as zeros and marked bad (/sample_status 1): ";
+    for (std::size_t i = 0; i < named.size() && i < 5; ++i) os << (i ? "; " : "") << named[i];
+    if (bad > 5) os << "; ... (report.json names " << named.size() << ", sluice inspect " << r.output_dir << " all)";
+    os << "\n";
+  }
   if (nonfinite > 0)
     os << "inputs: " << nonfinite << " sample(s) held NaN or Inf values (computed as given; /sample_status 2)\n";
   if (r.complete)
     os << "status: complete: all " << r.total_samples << " samples committed\n";
   else
-    os << "status: INCOMPLETE" << (r.stopped ? " (stopped by a signal)" : "") << ": rerun with --resume to finish\n";
+    os << "status: INCOMPLETE" << (r.stopped ? " (stopped by a signal)" : "") << ": to finish, run: " << resume_command(r)
+       << "\n";
   return os.str();
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 // The run report (OUTDIR/report.json and the table printed at the end of `sluice run`).
 //
-// Definitions (also in the README):
+// Definitions (also in docs/report.md):
 //   rank wall           pipeline start (after a job-wide barrier) to the rank's last commit
 //   rank images/s       samples / wall
 //   rank steady img/s   samples after the first batch / (wall - time to first batch): warm-up apart
@@ -58,6 +58,8 @@ struct JobReport {
   std::vector<AttemptRecord> attempts;   // every attempt of the job so far, this one last
 
   int64_t samples() const;
+  int64_t bad_samples() const;               // bad image files this attempt met, every rank
+  std::vector<std::string> bad_files() const;  // the first of them, "key: reason"
   double makespan_s() const;
   double throughput() const;      // samples / makespan
   double imbalance() const;       // max wall / mean wall
@@ -67,6 +69,8 @@ struct JobReport {
 
 // The table printed at the end of a run (stdout).
 std::string format_report_table(const JobReport& r);
+// `sluice run --resume --output DIR`, the command that finishes the run of `r`.
+std::string resume_command(const JobReport& r);
 void write_report_json(const JobReport& r, const std::string& path);
 
 }  // namespace sluice

@@ -66,9 +66,9 @@ if want w3; then
   tail -1 "$OUT/data.log"
   for b in 256; do
     rm -rf /tmp/sluice-runs/w3
-    run "w3 warm-up" 60 "$R" "$S" run --config jobs/w3_resnet50_images.toml --input "$W/images" --model "$M/resnet50.onnx" \
+    run "w3 warm-up" 60 "$R" "$S" run --config jobs/resnet50_images.toml --input "$W/images" --model "$M/resnet50.onnx" \
         --samples 2048 --output /tmp/sluice-runs/w3-warm --quiet > /dev/null 2>&1
-    run "w3 b$b" 90 "$R" "$S" run --config jobs/w3_resnet50_images.toml --input "$W/images" --model "$M/resnet50.onnx" \
+    run "w3 b$b" 90 "$R" "$S" run --config jobs/resnet50_images.toml --input "$W/images" --model "$M/resnet50.onnx" \
         --batch-size "$b" --output /tmp/sluice-runs/w3 --quiet > "$OUT/w3.log" 2>&1
     grep -E '^ +0 |^limit|^job' "$OUT/w3.log"
     [ -f /tmp/sluice-runs/w3/report.json ] && cp /tmp/sluice-runs/w3/report.json "$OUT/report-w3.json"

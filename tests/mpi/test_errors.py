@@ -1,4 +1,4 @@
-"""One outcome on every rank: every usage error (exit 2) and bad input (exit 3) the README lists ends
+"""One outcome on every rank: every usage error (exit 2) and bad input (exit 3) the docs list ends
 the job under 1, 2 and 3 ranks with that exit status, exactly one error line, and no hang (each run
 has a timeout); so do sizes no machine can hold (the message names the options).  Under several ranks these used to deadlock when one rank found the problem alone
 (the output folder plan, made by rank 0)."""

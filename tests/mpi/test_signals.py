@@ -6,7 +6,7 @@ has committed something (read from the ledgers while it runs), never after a fix
 
 OpenMPI 4.1's mpirun cannot forward TERM or INT: it aborts the job (SIGCONT, then SIGTERM and
 SIGKILL a second apart) and exits 1.  USR1 it forwards; `sluice mpirun` turns TERM, INT and HUP
-into USR1.  The last test pins the plain-mpirun behaviour the README describes."""
+into USR1.  The last test pins the plain-mpirun behaviour docs/usage.md describes."""
 import json
 import os
 import signal
@@ -147,7 +147,7 @@ def test_a_second_signal_exits_at_once_and_the_ledger_stays_consistent(tmp_path,
 
 
 def test_term_to_plain_mpirun_aborts_but_keeps_what_was_committed(tmp_path, reference):
-    """What the README says of plain mpirun and TERM: OpenMPI ends the job within seconds with a
+    """What docs/usage.md says of plain mpirun and TERM: OpenMPI ends the job within seconds with a
     failure status; the committed chunks survive and --resume finishes the run."""
     out = fresh_dir(str(tmp_path / "aborted"))
     proc = launch(out, "mpirun")

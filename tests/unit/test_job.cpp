@@ -106,3 +106,33 @@ TEST(JobOptions, ValidateRejectsContradictions) {
   EXPECT_THROW(validate_job(l), UsageError);
   EXPECT_NO_THROW(validate_job(JobConfig{}));
 }
+
+TEST(JobOptions, APathHasOneSpellingWhateverItsSlashes) {
+  // --resume compares the input of the run folder with this job's: `photos/` is `photos`.
+  EXPECT_EQ(clean_path("photos/"), "photos");
+  EXPECT_EQ(clean_path("./photos//"), "photos");
+  EXPECT_EQ(clean_path("/data//photos/./a/"), "/data/photos/a");
+  EXPECT_EQ(clean_path("/"), "/");
+  EXPECT_EQ(clean_path("./"), ".");
+  EXPECT_EQ(clean_path("synthetic"), "synthetic");
+  EXPECT_EQ(clean_path("shards/train-{000000..000009}.tar"), "shards/train-{000000..000009}.tar");
+  EXPECT_EQ(clean_path("data/*/img_*.jpg"), "data/*/img_*.jpg");
+  JobConfig j;
+  j.input = "photos/";
+  j.output = "runs/a/";
+  j.model = "./m.onnx";
+  clean_job_paths(j);
+  EXPECT_EQ(j.input, "photos");
+  EXPECT_EQ(j.output, "runs/a");
+  EXPECT_EQ(j.model, "m.onnx");
+  // The echo (and so report.json's job) spells it the same way, absolute.
+  EXPECT_EQ(absolute_path("/x/photos/"), absolute_path("/x/photos"));
+}
+
+TEST(JobOptions, TheNearestOptionKeepsEveryLetterTypedAmongEquallyNearOnes) {
+  // "outpus" is one edit from both; the letter left out of "outputs" is the likelier typo.
+  EXPECT_EQ(nearest_word("outpus", {"output", "outputs"}), "outputs");
+  EXPECT_EQ(nearest_word("outpus", {"outputs", "output"}), "outputs");
+  EXPECT_EQ(nearest_word("outptu", {"output", "outputs"}), "output");
+  EXPECT_EQ(nearest_word("batch-sise", {"batch-size", "sample-shape"}), "batch-size");
+}

@@ -1,5 +1,5 @@
 // Crafted models (fuzz/corpus/onnx, written by fuzz/make_seeds.py): each bad one is refused with an
-// InputError naming what is wrong, and every valid seed prepares.  Before issue 9 several of these
+// InputError naming what is wrong, and every valid seed prepares.  Before these checks several of them
 // killed the process (SIGFPE, SIGSEGV, heap overflow).
 #include <gtest/gtest.h>
 
