@@ -18,7 +18,7 @@ ThreadPool::ThreadPool(int threads) : size_(threads <= 0 ? hardware_threads() : 
   workers_.reserve(static_cast<std::size_t>(size_ - 1));
   try {
     for (int t = 1; t < size_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
-  } catch (const std::system_error& e) {
+  } catch (const std::exception& e) {  // std::system_error, or std::bad_alloc for the thread's state
     // Joinable threads must not be destroyed (std::terminate): stop and join the ones started.
     const std::size_t started = workers_.size();
     {
