@@ -364,7 +364,8 @@ void add_export_command(CLI::App& app) {
   sub->add_option("--csv", o->csv, "classes: the table's file name in the export folder")->capture_default_str();
   sub->add_flag("--keep-extension", o->keep_extension, "name files <key>.png instead of replacing the key's extension");
   sub->add_flag("--overwrite", o->overwrite, "replace files in the export folder that this command did not write");
-  sub->add_option("--threads", o->threads, "masks: PNG encoding threads (0: all cores; at most 4 per core)")->capture_default_str();
+  sub->add_option("--threads", o->threads, "masks: PNG encoding threads (0: all cores; at most 4 per core, or 8)")
+      ->capture_default_str();
   sub->add_option("--test-kill-after", o->test_kill_after, "")->group("");
   sub->callback([o] { export_command(*o); });
 }

@@ -88,10 +88,10 @@ void visit_job(JobConfig& j, V& v) {
   v("precision", j.precision, "fp32 | tf32 | fp16 | bf16 (GPU; the CPU computes fp32)", one_of({"fp32", "tf32", "fp16", "bf16"}));
   v("prefetch", j.prefetch, "Input slots: batches read ahead", at_least(1));
   v("egress-buffers", j.egress_buffers, "Output slots: batches waiting to be written", at_least(1));
-  v("reader-threads", j.reader_threads, "Threads filling input slots (at most 4 per core)", at_least(1));
+  v("reader-threads", j.reader_threads, "Threads filling input slots (at most 4 per core, or 8)", at_least(1));
   v("writer-threads", j.writer_threads,
     "Threads compressing output chunks in parallel for the HDF5 writer (with --compression; without it one "
-    "thread writes and more have nothing to do; at most 4 per core)", at_least(1));
+    "thread writes and more have nothing to do; at most 4 per core, or 8)", at_least(1));
   v("compression", j.compression, "Deflate level of the stored outputs, 0 (none) to 9", CLI::Range(0, 9));
   v("sharding", j.sharding, "dynamic (own range first, then steal from the slowest) | static (contiguous ranges)",
     one_of({"dynamic", "static"}));
@@ -99,7 +99,10 @@ void visit_job(JobConfig& j, V& v) {
   v("fsync", j.fsync, "fsync the rank file at each commit: committed samples survive a power loss too (slower)", none);
   v("resume", j.resume, "Continue the run in the output folder: redo only uncommitted samples", none);
   v("overwrite", j.overwrite, "Replace the outputs of an earlier run in the output folder", none);
-  v("scale", j.scale, "Preprocessing on the device: y = (x * scale - mean[c]) / std[c]", none);
+  v("scale", j.scale,
+    "Preprocessing on the device: y = (x * scale - mean[c]) / std[c], in float32 (finite values that keep y finite "
+    "for x in 0..255)",
+    none);
   v("mean", j.mean, "Per-channel mean (comma list; empty: 0)", none);
   v("std", j.stddev, "Per-channel standard deviation (comma list; empty: 1)", none);
   v("resize", j.resize, "Image inputs: S (the shorter side to S, aspect kept; with --center-crop) or HxW (exact)", none);
@@ -113,7 +116,8 @@ void visit_job(JobConfig& j, V& v) {
     "them in the report) | fail (stop the job, naming the sample)", one_of({"warn", "fail"}));
   v("cuda-graphs", j.cuda_graphs, "Capture the forward pass once as a CUDA graph and replay it", none);
   v("algo-cache", j.algo_cache, "Folder of the cuDNN algorithm cache (default: ~/.cache/sluice)", none);
-  v("cpu-threads", j.cpu_threads, "CPU engine threads (0: all cores, shared among the node's ranks; at most 4 per core)", at_least(0));
+  v("cpu-threads", j.cpu_threads,
+    "CPU engine threads (0: all cores, shared among the node's ranks; at most 4 per core, or 8)", at_least(0));
   v("gpu-map", j.gpu_map, "GPU of each node-local rank, comma list (default: the node-local rank)", none);
   v("progress-interval", j.progress_interval, "Seconds between progress lines when stderr is not a terminal",
     at_least(0.1));

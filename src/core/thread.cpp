@@ -23,8 +23,8 @@ int check_thread_count(const std::string& option, int requested) {
   const int bound = max_threads_per_option();
   if (requested > bound) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    throw UsageError(str(option, " ", requested, " is more threads than this machine can use: at most ", bound, " (4 per core, ",
-                         cores, " core", cores == 1 ? "" : "s", ", at least 8)"),
+    throw UsageError(str(option, " ", requested, " is more threads than this machine can use: at most ", bound,
+                         " (4 per core, ", cores, " core", cores == 1 ? "" : "s", ", at least 8)"),
                      str("lower ", option, " to ", bound, " or less"));
   }
   return requested;
@@ -36,9 +36,9 @@ WorkerThread::WorkerThread(std::string name, std::function<void()> body, std::fu
   try {
     start(slot, std::move(body), std::move(on_error));
   } catch (const std::system_error& e) {
-    throw Error(str("cannot start the ", name_, " thread: ", e.what()),
-                kExitFailure, "the system refused another thread (memory, or the limit of `ulimit -u`): lower the thread "
-                "options (--reader-threads, --writer-threads, --cpu-threads)");
+    throw Error(str("cannot start the ", name_, " thread: ", e.what()), kExitFailure,
+                "the system refused another thread (memory, or the limit of `ulimit -u`): lower the thread options "
+                "(--reader-threads, --writer-threads, --cpu-threads)");
   }
 }
 

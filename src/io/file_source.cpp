@@ -188,8 +188,9 @@ std::unique_ptr<Source> open_list_source(const std::string& list, int64_t limit)
   const int fd = open_regular(list, &bytes, &why);
   if (fd < 0)
     throw InputError(str("input ", list, ": cannot read the list: ", why),
-                     why.find("regular") != std::string::npos ? "a list (.txt, .lst) is a regular text file, one path per line"
-                                                              : "");
+                     why.find("regular") != std::string::npos
+                         ? "a list (.txt, .lst) is a regular text file, one path per line"
+                         : "");
   std::string text(static_cast<std::size_t>(bytes), '\0');
   const std::string read_error = pread_exact(fd, reinterpret_cast<uint8_t*>(text.data()), bytes, 0);
   ::close(fd);

@@ -206,7 +206,8 @@ void check_virtual_sources(hid_t dataset, const std::string& path, const std::st
     h5::error_stack_text();
     if (!has)
       throw InputError(str(where, ": dataset '", name, "' is a virtual dataset whose source '", found, ":", source,
-                           "' ", src.valid() ? "does not exist" : "cannot be opened", "; HDF5 would read its rows as zeros"),
+                           "' ", src.valid() ? "does not exist" : "cannot be opened",
+                           "; HDF5 would read its rows as zeros"),
                        "fix or restore the virtual dataset's source files");
   }
 }

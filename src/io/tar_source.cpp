@@ -223,8 +223,9 @@ class TarSource final : public EncodedSource {
     const int fd = open_regular(path, &size, &why);
     if (fd < 0)
       throw InputError(str(where, ": ", why == std::strerror(ENOENT) ? "no such file" : why),
-                       why.find("regular") != std::string::npos ? "tar shards are regular files: a pipe or device cannot be indexed"
-                                                                : "");
+                       why.find("regular") != std::string::npos
+                           ? "tar shards are regular files: a pipe or device cannot be indexed"
+                           : "");
     const uint32_t shard = static_cast<uint32_t>(shards_.size());
     shards_.push_back({path, size});
     try {
