@@ -23,6 +23,7 @@
 #include "app/commands.h"
 #include "core/error.h"
 #include "core/sha256.h"
+#include "core/thread.h"
 #include "export/classes.h"
 #include "export/journal.h"
 #include "export/masks.h"
@@ -311,6 +312,7 @@ void export_command(const ExportOptions& o) {
   if (launcher_rank() != 0) return;
   if (o.top_k < 1) throw UsageError(str("--top-k must be at least 1, got ", o.top_k));
   if (o.threads < 0) throw UsageError(str("--threads must be 0 (all cores) or more, got ", o.threads));
+  check_thread_count("--threads", o.threads);
   ExportOptions opts = o;
   if (opts.threads == 0) opts.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const RunOutputs r(o.run_dir);
@@ -362,7 +364,8 @@ void add_export_command(CLI::App& app) {
   sub->add_option("--csv", o->csv, "classes: the table's file name in the export folder")->capture_default_str();
   sub->add_flag("--keep-extension", o->keep_extension, "name files <key>.png instead of replacing the key's extension");
   sub->add_flag("--overwrite", o->overwrite, "replace files in the export folder that this command did not write");
-  sub->add_option("--threads", o->threads, "masks: PNG encoding threads (0: all cores)")->capture_default_str();
+  sub->add_option("--threads", o->threads, "masks: PNG encoding threads (0: all cores; at most 4 per core, or 8)")
+      ->capture_default_str();
   sub->add_option("--test-kill-after", o->test_kill_after, "")->group("");
   sub->callback([o] { export_command(*o); });
 }

@@ -16,8 +16,10 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "app/job_options.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/thread.h"
 #include "engine/engine.h"
 #include "model/onnx_loader.h"
 #include "model/prepare.h"
@@ -231,6 +233,8 @@ void profile_command(const ProfileCommandOptions& o) {
   const Precision precision = precision_from_name(o.precision);
   if (o.replays < 1) throw UsageError(str("--replays must be at least 1, not ", o.replays));
   if (o.batch_size < 1) throw UsageError(str("--batch-size must be at least 1, not ", o.batch_size));
+  check_normalization(o.scale, o.mean, o.stddev);
+  check_thread_count("--cpu-threads", o.cpu_threads);
   const std::string backend = choose_backend(o.device);
   if (backend == "cpu" && precision != Precision::FP32)
     log_warn("the cpu engine computes in float32; --precision ", o.precision, " applies to cuda only");

@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +17,7 @@
 
 #include "app/job_file.h"
 #include "core/error.h"
+#include "core/thread.h"
 
 namespace sluice {
 
@@ -85,10 +88,10 @@ void visit_job(JobConfig& j, V& v) {
   v("precision", j.precision, "fp32 | tf32 | fp16 | bf16 (GPU; the CPU computes fp32)", one_of({"fp32", "tf32", "fp16", "bf16"}));
   v("prefetch", j.prefetch, "Input slots: batches read ahead", at_least(1));
   v("egress-buffers", j.egress_buffers, "Output slots: batches waiting to be written", at_least(1));
-  v("reader-threads", j.reader_threads, "Threads filling input slots", at_least(1));
+  v("reader-threads", j.reader_threads, "Threads filling input slots (at most 4 per core, or 8)", at_least(1));
   v("writer-threads", j.writer_threads,
     "Threads compressing output chunks in parallel for the HDF5 writer (with --compression; without it one "
-    "thread writes and more have nothing to do)", at_least(1));
+    "thread writes and more have nothing to do; at most 4 per core, or 8)", at_least(1));
   v("compression", j.compression, "Deflate level of the stored outputs, 0 (none) to 9", CLI::Range(0, 9));
   v("sharding", j.sharding, "dynamic (own range first, then steal from the slowest) | static (contiguous ranges)",
     one_of({"dynamic", "static"}));
@@ -96,7 +99,10 @@ void visit_job(JobConfig& j, V& v) {
   v("fsync", j.fsync, "fsync the rank file at each commit: committed samples survive a power loss too (slower)", none);
   v("resume", j.resume, "Continue the run in the output folder: redo only uncommitted samples", none);
   v("overwrite", j.overwrite, "Replace the outputs of an earlier run in the output folder", none);
-  v("scale", j.scale, "Preprocessing on the device: y = (x * scale - mean[c]) / std[c]", none);
+  v("scale", j.scale,
+    "Preprocessing on the device: y = (x * scale - mean[c]) / std[c], in float32 (finite values that keep y finite "
+    "for x in 0..255)",
+    none);
   v("mean", j.mean, "Per-channel mean (comma list; empty: 0)", none);
   v("std", j.stddev, "Per-channel standard deviation (comma list; empty: 1)", none);
   v("resize", j.resize, "Image inputs: S (the shorter side to S, aspect kept; with --center-crop) or HxW (exact)", none);
@@ -110,7 +116,8 @@ void visit_job(JobConfig& j, V& v) {
     "them in the report) | fail (stop the job, naming the sample)", one_of({"warn", "fail"}));
   v("cuda-graphs", j.cuda_graphs, "Capture the forward pass once as a CUDA graph and replay it", none);
   v("algo-cache", j.algo_cache, "Folder of the cuDNN algorithm cache (default: ~/.cache/sluice)", none);
-  v("cpu-threads", j.cpu_threads, "CPU engine threads (0: all cores, shared among the node's ranks)", at_least(0));
+  v("cpu-threads", j.cpu_threads,
+    "CPU engine threads (0: all cores, shared among the node's ranks; at most 4 per core, or 8)", at_least(0));
   v("gpu-map", j.gpu_map, "GPU of each node-local rank, comma list (default: the node-local rank)", none);
   v("progress-interval", j.progress_interval, "Seconds between progress lines when stderr is not a terminal",
     at_least(0.1));
@@ -396,6 +403,39 @@ bool apply_saved_job(CLI::App& run, const std::string& output_dir) {
   return true;
 }
 
+void check_normalization(float scale, const std::vector<float>& mean, const std::vector<float>& stddev) {
+  // Preprocessing computes in float32: a value that is not a finite float32 (nan, inf, 1e39), a std
+  // below the smallest normal float32 (1e-45: its inverse is inf) or values that overflow float32
+  // for an input of 0..255 turn every sample into NaN or Inf; --on-nan cannot catch that, the input
+  // itself is finite.
+  const char* allowed = "--scale, --mean and --std take finite numbers; |--std| at least 1.2e-38; "
+                        "(255 * |scale| + |mean|) / |std| at most 3.4e+38 (float32)";
+  auto finite = [&](const char* option, float v) {
+    if (!std::isfinite(v))
+      throw UsageError(str(option, " ", v, " is not a finite float32 number (values beyond 3.4e+38 are inf)"), allowed);
+  };
+  finite("--scale", scale);
+  for (float m : mean) finite("--mean", m);
+  for (float s : stddev) {
+    finite("--std", s);
+    if (s != 0.f && std::fabs(s) < std::numeric_limits<float>::min())
+      throw UsageError(str("--std ", s, " is below the smallest normal float32 (1.2e-38): dividing by it gives inf"),
+                       allowed);
+  }
+  double worst_mean = 0, least_std = 1;
+  for (float m : mean) worst_mean = std::max(worst_mean, std::fabs(static_cast<double>(m)));
+  if (!stddev.empty()) {
+    least_std = std::fabs(static_cast<double>(stddev[0]));
+    for (float s : stddev) least_std = std::min(least_std, std::fabs(static_cast<double>(s)));
+  }
+  if (least_std == 0) return;  // refused above with its own message
+  const double worst = (255.0 * std::fabs(static_cast<double>(scale)) + worst_mean) / least_std;
+  if (worst > std::numeric_limits<float>::max())
+    throw UsageError(str("--scale ", scale, ", --mean and --std give values up to ", worst,
+                         " for inputs of 0..255: more than float32 holds (3.4e+38), every sample would be inf"),
+                     allowed);
+}
+
 void validate_job(const JobConfig& j) {
   if (j.model.empty()) throw UsageError("--model is required");
   if (j.output.empty()) throw UsageError("--output is required");
@@ -409,6 +449,10 @@ void validate_job(const JobConfig& j) {
                      "give one value per input channel, or one for all: --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225");
   for (float s : j.stddev)
     if (s == 0.f) throw UsageError("--std values must be non-zero", "--std divides: leave it out (1) to only subtract --mean");
+  check_normalization(j.scale, j.mean, j.stddev);
+  check_thread_count("--cpu-threads", j.cpu_threads);
+  check_thread_count("--reader-threads", j.reader_threads);
+  check_thread_count("--writer-threads", j.writer_threads);
   if (j.resume && j.overwrite) throw UsageError("--resume and --overwrite exclude each other",
                                                    "--resume finishes the run in the folder, --overwrite replaces it: keep one");
   check_image_options(image_options(j));

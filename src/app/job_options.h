@@ -55,6 +55,8 @@ std::vector<JobField> job_fields(JobConfig job);
 
 // Checks values that CLI11 cannot (combinations); throws UsageError.
 void validate_job(const JobConfig& job);
+// Refuses (UsageError) preprocessing values that make every sample NaN or Inf in float32.
+void check_normalization(float scale, const std::vector<float>& mean, const std::vector<float>& stddev);
 
 // The job's image options (--resize, --center-crop, --letterbox, --pad-value, --on-bad-sample).
 ImageJobOptions image_options(const JobConfig& job);

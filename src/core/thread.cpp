@@ -2,7 +2,11 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <memory>
+#include <system_error>
+
+#include "core/error.h"
 
 namespace sluice {
 
@@ -10,9 +14,35 @@ void set_thread_name(const std::string& name) {
   pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
 }
 
+int max_threads_per_option() {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(8, 4 * cores);
+}
+
+int check_thread_count(const std::string& option, int requested) {
+  const int bound = max_threads_per_option();
+  if (requested > bound) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    throw UsageError(str(option, " ", requested, " is more threads than this machine can use: at most ", bound,
+                         " (4 per core, ", cores, " core", cores == 1 ? "" : "s", ", at least 8)"),
+                     str("lower ", option, " to ", bound, " or less"));
+  }
+  return requested;
+}
+
 WorkerThread::WorkerThread(std::string name, std::function<void()> body, std::function<void()> on_error)
     : name_(std::move(name)), error_slot_(std::make_unique<std::exception_ptr>()) {
   std::exception_ptr* slot = error_slot_.get();
+  try {
+    start(slot, std::move(body), std::move(on_error));
+  } catch (const std::system_error& e) {
+    throw Error(str("cannot start the ", name_, " thread: ", e.what()), kExitFailure,
+                "the system refused another thread (memory, or the limit of `ulimit -u`): lower the thread options "
+                "(--reader-threads, --writer-threads, --cpu-threads)");
+  }
+}
+
+void WorkerThread::start(std::exception_ptr* slot, std::function<void()> body, std::function<void()> on_error) {
   thread_ = std::thread([name = name_, body = std::move(body), on_error = std::move(on_error), slot] {
     set_thread_name(name);
     try {

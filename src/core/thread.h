@@ -27,11 +27,20 @@ class WorkerThread {
   const std::string& name() const { return name_; }
 
  private:
+  void start(std::exception_ptr* slot, std::function<void()> body, std::function<void()> on_error);
   std::string name_;
   std::thread thread_;
   std::exception_ptr error_;
   std::unique_ptr<std::exception_ptr> error_slot_;
 };
+
+// The most threads one thread option (--cpu-threads, --reader-threads, --writer-threads, export
+// --threads) may ask for: 4 per core of this machine, at least 8.  More only share the same cores
+// and cost memory (a stack each, and a buffer each for the readers and encoders).
+int max_threads_per_option();
+// `requested` when it is at most max_threads_per_option(); otherwise a UsageError naming `option`
+// and the bound.
+int check_thread_count(const std::string& option, int requested);
 
 // Names the calling thread (at most 15 characters are kept by Linux).
 void set_thread_name(const std::string& name);

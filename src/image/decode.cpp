@@ -1,6 +1,8 @@
 // Decoding on the CPU to interleaved 8-bit RGB: JPEG with TurboJPEG (libjpeg-turbo), PNG with
 // libspng.  Every input kind ends as RGB the way PIL's convert("RGB") makes it: grey replicated,
-// alpha dropped (not composited), CMYK through PIL's formula, 16-bit samples to their high byte.
+// alpha dropped (not composited), CMYK through PIL's formula, 16-bit grey clipped to 255 (PIL reads
+// it as integers, mode I, and convert clips), the other 16-bit samples to their high byte (PIL
+// reads grey+alpha, RGB and RGBA of 16 bits as 8-bit modes from the high byte).
 #include <turbojpeg.h>
 #include <spng.h>
 
@@ -108,6 +110,19 @@ bool decode_png(const uint8_t* data, std::size_t size, const ImageHeader& h, std
   if ((rc = spng_get_ihdr(s.ctx, &ihdr))) return spng_fail(rc);
   if (static_cast<int64_t>(ihdr.width) != h.width || static_cast<int64_t>(ihdr.height) != h.height)
     return fail(error, "corrupt PNG: inconsistent header");
+  if (ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE && ihdr.bit_depth == 16) {
+    // Big-endian 16-bit grey, clipped: a label map stored as 0..255 in 16 bits keeps its values.
+    std::size_t raw_bytes = 0;
+    if ((rc = spng_decoded_image_size(s.ctx, SPNG_FMT_RAW, &raw_bytes))) return spng_fail(rc);
+    if (raw_bytes * 3 != rgb.size() * 2) return fail(error, "corrupt PNG: unexpected decoded size");
+    std::vector<uint8_t> raw(raw_bytes);
+    if ((rc = spng_decode_image(s.ctx, raw.data(), raw_bytes, SPNG_FMT_RAW, 0))) return spng_fail(rc);
+    for (std::size_t i = 0; i < raw_bytes / 2; ++i) {
+      const uint8_t v = raw[2 * i] != 0 ? 255 : raw[2 * i + 1];
+      rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = v;
+    }
+    return true;
+  }
   std::size_t bytes = 0;
   if ((rc = spng_decoded_image_size(s.ctx, SPNG_FMT_RGB8, &bytes))) return spng_fail(rc);
   if (bytes != rgb.size()) return fail(error, "corrupt PNG: unexpected decoded size");

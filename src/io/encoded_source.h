@@ -5,6 +5,7 @@
 // computes the fingerprint.  A subclass only says where sample i's bytes are and reads them.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/source.h"
@@ -35,15 +36,21 @@ class EncodedSource : public Source {
   virtual void read_samples(int64_t first, int64_t count, uint8_t* dst, EncodedSample* out) const = 0;
   // Folded into the fingerprint's list hash (e.g. the tar shards' names and sizes).
   virtual void extra_identity(Fnv64&) const {}
-  // Call once keys_ and sizes_ are complete.
+  // Reads the first `n` bytes (n <= sizes_[i]) of sample i; "" or why not.
+  virtual std::string read_head(int64_t i, uint8_t* dst, std::size_t n) const = 0;
+  // Call once keys_ and sizes_ are complete.  Samples too large to be an image file the decoders
+  // take, and large ones whose first bytes are no JPEG or PNG, are bad samples from here on: never
+  // read, and no room in the in-slots (one such file must not cost its size in memory).
   void finish_open();
 
   std::string kind_, root_;            // for describe() and the fingerprint
   KeyList keys_;
   std::vector<uint64_t> sizes_;        // bytes of each sample when the source was opened
-  std::vector<uint64_t> largest_sum_;  // [k]: the sum of the k largest sizes
+  std::vector<uint64_t> largest_sum_;  // [k]: the sum of the k largest sizes (rejected samples: 0)
+  std::vector<std::pair<std::size_t, std::string>> rejected_;  // (sample, why), sorted; found at open
 
  private:
+  const std::string* rejection(int64_t i) const;  // why sample i was rejected at open, or nullptr
   Shape no_shape_;
 };
 

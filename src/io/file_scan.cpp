@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -61,6 +62,10 @@ std::vector<Entry> list_folder(int fd, const std::string& shown) {
   const int err = errno;
   ::closedir(d);
   if (err != 0) throw InputError(str("input ", shown, ": cannot read the folder: ", std::strerror(err)));
+  // In byte order, not readdir's: a folder reached under two names (a link to a folder beside the
+  // folder) is walked once, under the first of its names in that order, the same on every rank and
+  // every run.
+  std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
   return out;
 }
 

@@ -11,12 +11,13 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "core/error.h"
 #include "io/encoded_source.h"
 #include "io/file_scan.h"
+#include "io/source_util.h"
 
 namespace sluice {
 
@@ -106,22 +107,33 @@ class FileSource final : public EncodedSource {
     for (int64_t k = 0; k < count; ++k) {
       const std::size_t i = static_cast<std::size_t>(first + k);
       const std::string path = path_of(keys_[i]);
-      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      // A file replaced by a FIFO during the run must not block the reader (open_regular).
+      std::string why;
+      uint64_t size = 0;
+      const int fd = open_regular(path, &size, &why);
       if (fd < 0) {
-        out[k].error = str(path, ": cannot open: ", std::strerror(errno));
+        out[k].error = str(path, ": cannot open: ", why);
         continue;
       }
-      struct stat st;
-      if (::fstat(fd, &st) != 0) {
-        out[k].error = str(path, ": cannot stat: ", std::strerror(errno));
-      } else if (static_cast<uint64_t>(st.st_size) != sizes_[i]) {
-        out[k].error = str(path, ": changed since the job started (", st.st_size, " bytes, was ", sizes_[i], ")");
+      if (size != sizes_[i]) {
+        out[k].error = str(path, ": changed since the job started (", size, " bytes, was ", sizes_[i], ")");
       } else {
         const std::string e = pread_exact(fd, dst + out[k].offset, sizes_[i], 0);
         if (!e.empty()) out[k].error = str(path, ": ", e);
       }
       ::close(fd);
     }
+  }
+
+  std::string read_head(int64_t i, uint8_t* dst, std::size_t n) const override {
+    const std::string path = path_of(keys_[static_cast<std::size_t>(i)]);
+    std::string why;
+    uint64_t size = 0;
+    const int fd = open_regular(path, &size, &why);
+    if (fd < 0) return str("cannot open: ", why);
+    const std::string e = pread_exact(fd, dst, n, 0);
+    ::close(fd);
+    return e;
   }
 
  private:
@@ -170,8 +182,22 @@ std::unique_ptr<Source> open_glob_source(const std::string& pattern, int64_t lim
 std::unique_ptr<Source> open_list_source(const std::string& list, int64_t limit) {
   std::error_code ec;
   if (std::filesystem::is_directory(list, ec)) throw InputError(str("input ", list, ": a folder, not a list of paths"));
-  std::ifstream in(list);
-  if (!in) throw InputError(str("input ", list, ": cannot read the list: ", std::strerror(errno)));
+  // Opened without blocking: a list that is a FIFO would wait for a writer forever.
+  std::string why;
+  uint64_t bytes = 0;
+  const int fd = open_regular(list, &bytes, &why);
+  if (fd < 0)
+    throw InputError(str("input ", list, ": cannot read the list: ", why),
+                     why.find("regular") != std::string::npos
+                         ? "a list (.txt, .lst) is a regular text file, one path per line"
+                         : "");
+  std::string text(static_cast<std::size_t>(bytes), '\0');
+  const std::string read_error = pread_exact(fd, reinterpret_cast<uint8_t*>(text.data()), bytes, 0);
+  ::close(fd);
+  if (!read_error.empty()) throw InputError(str("input ", list, ": cannot read the list: ", read_error));
+  // A byte-order mark (which some Windows editors write) is not part of the first path.
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  std::istringstream in(text);
   std::vector<std::string> keys;
   std::string line;
   while (std::getline(in, line)) {

@@ -12,8 +12,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <set>
+#include <utility>
 
 #include "core/crash_guard.h"
 #include "io/file_identity.h"
@@ -151,6 +154,64 @@ KeyList read_keys(hid_t file, const std::string& where, const std::string& name,
   return keys;
 }
 
+// A virtual dataset reads each mapped source as the fill value (zeros) when the source file or its
+// dataset is missing, and H5Dread succeeds: a moved source file would pass for data.  Every source
+// is checked here, where HDF5 would look for it (HDF5_VDS_PREFIX, the virtual file's folder, the
+// path as written); names with printf-style patterns (%b) are not checked.
+void check_virtual_sources(hid_t dataset, const std::string& path, const std::string& where, const std::string& name) {
+  h5::Plist dcpl(H5_CHECK(H5Dget_create_plist(dataset)));
+  if (H5Pget_layout(dcpl) != H5D_VIRTUAL) return;
+  size_t count = 0;
+  H5_CHECK(H5Pget_virtual_count(dcpl, &count));
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  const char* prefix = std::getenv("HDF5_VDS_PREFIX");
+  std::set<std::pair<std::string, std::string>> checked;
+  for (size_t i = 0; i < count; ++i) {
+    auto text = [&](auto get) {
+      const ssize_t n = get(dcpl, i, nullptr, 0);
+      if (n < 0) return std::string();
+      std::string v(static_cast<std::size_t>(n) + 1, '\0');
+      get(dcpl, i, v.data(), v.size());
+      v.resize(static_cast<std::size_t>(n));
+      return v;
+    };
+    const std::string file = text(H5Pget_virtual_filename), source = text(H5Pget_virtual_dsetname);
+    if (file.find('%') != std::string::npos || source.find('%') != std::string::npos) continue;
+    if (!checked.insert({file, source}).second) continue;
+    std::string found;
+    if (file == ".") {
+      found = path;
+    } else {
+      std::vector<std::string> tried;
+      if (!file.empty() && file[0] == '/') tried.push_back(file);
+      else {
+        if (prefix && *prefix) tried.push_back((std::filesystem::path(prefix) / file).string());
+        tried.push_back((std::filesystem::path(folder.empty() ? "." : folder) / file).string());
+        tried.push_back(file);
+      }
+      std::error_code ec;
+      for (const std::string& t : tried)
+        if (found.empty() && std::filesystem::is_regular_file(t, ec)) found = t;
+      if (found.empty()) {
+        std::string list;
+        for (const std::string& t : tried) list += (list.empty() ? "" : ", ") + t;
+        throw InputError(str(where, ": dataset '", name, "' is a virtual dataset whose source file '", file,
+                             "' is missing (looked for ", list, "); HDF5 would read its rows as zeros"),
+                         "put the source files back where the virtual dataset names them, or set HDF5_VDS_PREFIX to "
+                         "the folder that holds them");
+      }
+    }
+    h5::File src(H5Fopen(found.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+    const bool has = src.valid() && h5::exists(src, source);
+    h5::error_stack_text();
+    if (!has)
+      throw InputError(str(where, ": dataset '", name, "' is a virtual dataset whose source '", found, ":", source,
+                           "' ", src.valid() ? "does not exist" : "cannot be opened",
+                           "; HDF5 would read its rows as zeros"),
+                       "fix or restore the virtual dataset's source files");
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Source> open_hdf5_source(const std::string& path, const std::string& dataset, const std::string& keys,
@@ -189,6 +250,7 @@ std::unique_ptr<Source> open_hdf5_source(const std::string& path, const std::str
     throw InputError(str(where, ": '", dataset, "' is not a dataset"));
   h5::Dataset d(H5Dopen2(file, dataset.c_str(), H5P_DEFAULT));
   if (!d.valid()) throw InputError(str(where, ": cannot open dataset '", dataset, "': ", h5::error_stack_text()));
+  check_virtual_sources(d, path, where, dataset);
 
   h5::Type type(H5_CHECK(H5Dget_type(d)));
   const std::string stored = h5::type_text(type);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "io/file_scan.h"
 #include "io/source.h"
+#include "io/source_util.h"
 
 namespace sluice {
 
@@ -29,9 +30,10 @@ std::string lower_extension(const std::string& path) {
 // The kind a regular file's first bytes say it is ("" when none).
 std::string sniff(const std::string& path) {
   unsigned char head[512] = {0};
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return "";
-  const ssize_t n = ::pread(fd, head, sizeof head, 0);
+  struct stat st;
+  const ssize_t n = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? ::pread(fd, head, sizeof head, 0) : 0;
   ::close(fd);
   if (n >= 8 && std::memcmp(head, "\x89HDF\r\n\x1a\n", 8) == 0) return "hdf5";
   if (n >= 6 && std::memcmp(head, "\x93NUMPY", 6) == 0) return "npy";
@@ -65,6 +67,16 @@ std::unique_ptr<Source> open_input(const InputOptions& o) {
       throw InputError(str("input ", o.path, ": brace patterns ({000000..000099}, {a,b}) name tar shards, and this ",
                            "one does not end in .tar; for image files use a folder, a glob or a list"));
     if (kind.empty()) {
+      // A compressed tarball (.tar.gz, .tgz, .tar.zst, ...): say so rather than "not an input".
+      unsigned char head[8] = {0};
+      const int fd = ::open(o.path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd >= 0) {
+        struct stat st;
+        const ssize_t n = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? ::pread(fd, head, sizeof head, 0) : 0;
+        ::close(fd);
+        const char* c = n > 0 ? compression_magic(head, static_cast<std::size_t>(n)) : nullptr;
+        if (c) throw InputError(str("input ", o.path, ": ", compressed_tar_text(c)));
+      }
       struct stat st;
       const bool exists = ::stat(o.path.c_str(), &st) == 0;
       throw InputError(str("input ", o.path, ": ", exists ? "not an input sluice knows" : "no such file or folder",

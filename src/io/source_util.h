@@ -53,6 +53,18 @@ class Fnv64 {
 // Whether a file name ends in .jpg, .jpeg or .png (any case).
 bool is_image_name(std::string_view name);
 
+// Opens `path` for reading without blocking on it (a FIFO or a device would block open() and then
+// every read; O_NONBLOCK has no effect on regular files) and checks, on the open file, that it is a
+// regular file: no window between a stat and the open for the path to be replaced.  Returns the
+// descriptor (and the file's size in *size), or -1 with why in *error ("is a FIFO", strerror
+// for a failed open).
+int open_regular(const std::string& path, uint64_t* size, std::string* error);
+
+// The compression whose magic bytes `head` starts with ("gzip", "zstd", "xz", "bzip2"), or nullptr;
+// and the error text for a tar shard compressed so (what to run to decompress it).
+const char* compression_magic(const unsigned char* head, std::size_t n);
+std::string compressed_tar_text(const char* compression);
+
 // Reads `size` bytes at `offset` of the open file `fd` into dst; "" or why it could not (a short
 // read names how much was there).
 std::string pread_exact(int fd, uint8_t* dst, uint64_t size, uint64_t offset);

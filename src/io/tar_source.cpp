@@ -9,7 +9,8 @@
 // key form one sample, members whose file name has no such dot are skipped.  A sample's image is
 // its member with extension jpg, jpeg or png; failing that, one whose extension ends in those
 // ("seg.png"); the first such when there are several.  Samples without an image are skipped and
-// counted.
+// counted.  A hard-link member reads its target's data (an earlier member of the same shard);
+// symlink members, and hard links whose target is not in the shard, are skipped and counted.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +19,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <unordered_map>
+#include <utility>
 
 #include "core/error.h"
 #include "io/encoded_source.h"
@@ -110,6 +113,9 @@ class TarSource final : public EncodedSource {
     std::string s = str("tar ", shown_, ": ", size(), " sample", size() == 1 ? "" : "s", " in ", shards_.size(), " shard",
                         shards_.size() == 1 ? "" : "s");
     if (no_image_ > 0) s += str(" (", no_image_, " sample", no_image_ == 1 ? "" : "s", " without an image skipped)");
+    if (links_skipped_ > 0)
+      s += str(" (", links_skipped_, " link member", links_skipped_ == 1 ? "" : "s",
+               " skipped: symlinks, and hard links to no earlier member of their shard)");
     return s;
   }
 
@@ -132,13 +138,12 @@ class TarSource final : public EncodedSource {
       int64_t end = k + 1;
       while (end < count && shard_of_[static_cast<std::size_t>(first + end)] == s) ++end;
       const Shard& shard = shards_[s];
-      std::string error;
-      const int fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC);
-      struct stat st;
-      if (fd < 0) error = str(shard.path, ": cannot open: ", std::strerror(errno));
-      else if (::fstat(fd, &st) != 0) error = str(shard.path, ": cannot stat: ", std::strerror(errno));
-      else if (static_cast<uint64_t>(st.st_size) != shard.size)
-        error = str(shard.path, ": changed since the job started (", st.st_size, " bytes, was ", shard.size, ")");
+      std::string error, why;
+      uint64_t now = 0;
+      const int fd = open_regular(shard.path, &now, &why);
+      if (fd < 0) error = str(shard.path, ": cannot open: ", why);
+      else if (now != shard.size)
+        error = str(shard.path, ": changed since the job started (", now, " bytes, was ", shard.size, ")");
       for (; k < end; ++k) {
         const std::size_t i = static_cast<std::size_t>(first + k);
         if (error.empty()) {
@@ -150,6 +155,17 @@ class TarSource final : public EncodedSource {
       }
       if (fd >= 0) ::close(fd);
     }
+  }
+
+  std::string read_head(int64_t i, uint8_t* dst, std::size_t n) const override {
+    const Shard& shard = shards_[shard_of_[static_cast<std::size_t>(i)]];
+    std::string why;
+    uint64_t size = 0;
+    const int fd = open_regular(shard.path, &size, &why);
+    if (fd < 0) return str(shard.path, ": cannot open: ", why);
+    const std::string e = pread_exact(fd, dst, n, offset_[static_cast<std::size_t>(i)]);
+    ::close(fd);
+    return e;
   }
 
   void extra_identity(Fnv64& h) const override {
@@ -202,15 +218,16 @@ class TarSource final : public EncodedSource {
 
   void index_shard(const std::string& path, int64_t limit) {
     const std::string where = str("input ", shown_, ": shard ", path);
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw InputError(str(where, ": ", errno == ENOENT ? "no such file" : std::strerror(errno)));
-    struct stat st;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw InputError(str(where, ": not a regular file"));
-    }
+    std::string why;
+    uint64_t size = 0;
+    const int fd = open_regular(path, &size, &why);
+    if (fd < 0)
+      throw InputError(str(where, ": ", why == std::strerror(ENOENT) ? "no such file" : why),
+                       why.find("regular") != std::string::npos
+                           ? "tar shards are regular files: a pipe or device cannot be indexed"
+                           : "");
     const uint32_t shard = static_cast<uint32_t>(shards_.size());
-    shards_.push_back({path, static_cast<uint64_t>(st.st_size)});
+    shards_.push_back({path, size});
     try {
       walk_headers(fd, shard, where, limit);
     } catch (...) {
@@ -223,7 +240,9 @@ class TarSource final : public EncodedSource {
   void walk_headers(int fd, uint32_t shard, const std::string& where, int64_t limit) {
     const uint64_t file_size = shards_[shard].size;
     unsigned char h[kBlock];
-    std::string long_name, pax_path;
+    std::string long_name, pax_path, long_link, pax_link;
+    // Regular members so far (name -> data offset, size): a hard link ('1') reads its target's data.
+    std::unordered_map<std::string, std::pair<uint64_t, uint64_t>> members;
     uint64_t pax_size = 0;
     bool has_pax_size = false;
     Group g;
@@ -237,6 +256,8 @@ class TarSource final : public EncodedSource {
         ended = true;
         break;
       }
+      if (pos == 0 && !checksum_ok(h))
+        if (const char* c = compression_magic(h, kBlock)) throw InputError(str(where, ": ", compressed_tar_text(c)));
       if (!checksum_ok(h)) throw InputError(str(where, ": not a tar file (bad header checksum at byte ", pos, ")"));
       uint64_t size = 0;
       if (!parse_number(h + 124, 12, &size)) throw InputError(str(where, ": bad member size at byte ", pos));
@@ -247,26 +268,40 @@ class TarSource final : public EncodedSource {
       if (data + size > file_size)
         throw InputError(str(where, ": truncated: the member at byte ", pos, " needs ", data + size, " bytes, the file has ",
                              file_size));
-      if (type == 'L' || type == 'x') {
+      if (type == 'L' || type == 'K' || type == 'x') {
         if (size > kMaxNameRecord) throw InputError(str(where, ": oversized ", type, " record at byte ", pos));
         std::string text(static_cast<std::size_t>(size), '\0');
         const std::string re = pread_exact(fd, reinterpret_cast<uint8_t*>(text.data()), size, data);
         if (!re.empty()) throw InputError(str(where, ": ", re));
         if (type == 'L') long_name = text.substr(0, strnlen(text.c_str(), text.size()));
-        else parse_pax(text, &pax_path, &pax_size, &has_pax_size);
-      } else if (type != 'K' && type != 'g') {
+        else if (type == 'K') long_link = text.substr(0, strnlen(text.c_str(), text.size()));
+        else parse_pax(text, &pax_path, &pax_size, &has_pax_size, &pax_link);
+      } else if (type != 'g') {
+        std::string name = field(h, 0, 100);
+        if (std::memcmp(h + 257, "ustar\0", 6) == 0) {
+          const std::string prefix = field(h, 345, 155);
+          if (!prefix.empty()) name = prefix + "/" + name;
+        }
+        if (!long_name.empty()) name = long_name;
+        if (!pax_path.empty()) name = pax_path;
         if (regular) {
-          std::string name = field(h, 0, 100);
-          if (std::memcmp(h + 257, "ustar\0", 6) == 0) {
-            const std::string prefix = field(h, 345, 155);
-            if (!prefix.empty()) name = prefix + "/" + name;
-          }
-          if (!long_name.empty()) name = long_name;
-          if (!pax_path.empty()) name = pax_path;
           add_member(g, shard, name, data, size);
+          members[name] = {data, size};
+        } else if (type == '1' || type == '2') {
+          // A hard link stands for its target's data, an earlier member of the shard (GNU tar
+          // writes one for a file added twice); a symlink is skipped, and so is a hard link whose
+          // target is not in the shard: both are counted, so no sample goes missing unsaid.
+          std::string link = field(h, 157, 100);
+          if (!long_link.empty()) link = long_link;
+          if (!pax_link.empty()) link = pax_link;
+          const auto target = type == '1' ? members.find(link) : members.end();
+          if (target != members.end()) add_member(g, shard, name, target->second.first, target->second.second);
+          else ++links_skipped_;
         }
         long_name.clear();
         pax_path.clear();
+        long_link.clear();
+        pax_link.clear();
         has_pax_size = false;
       }
       pos = data + round_up(size);
@@ -280,7 +315,8 @@ class TarSource final : public EncodedSource {
   }
 
   // pax records: "LEN key=value\n", LEN counting the whole record.
-  static void parse_pax(const std::string& text, std::string* path, uint64_t* size, bool* has_size) {
+  static void parse_pax(const std::string& text, std::string* path, uint64_t* size, bool* has_size,
+                        std::string* linkpath) {
     std::size_t at = 0;
     while (at < text.size()) {
       const std::size_t space = text.find(' ', at);
@@ -296,6 +332,7 @@ class TarSource final : public EncodedSource {
       if (eq != std::string::npos) {
         const std::string key = record.substr(0, eq), value = record.substr(eq + 1);
         if (key == "path") *path = value;
+        if (key == "linkpath") *linkpath = value;
         if (key == "size" && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos) {
           *size = std::stoull(value);
           *has_size = true;
@@ -310,6 +347,7 @@ class TarSource final : public EncodedSource {
   std::vector<uint32_t> shard_of_;  // per sample
   std::vector<uint64_t> offset_;    // per sample: its image member's data in the shard
   int64_t no_image_ = 0;
+  int64_t links_skipped_ = 0;  // link members neither read nor resolved
 };
 
 // The shard files `shards` names: a brace pattern (every name must exist), a glob of files, or one file.

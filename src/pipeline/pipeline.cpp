@@ -599,15 +599,21 @@ PipelineStats Pipeline::run(WorkDistributor& work) {
   started_ = true;
   auto on_error = [&p] { p.abort_all(); };
   std::vector<WorkerThread> threads;
-  threads.emplace_back("dispatch", [&] { p.dispatcher(work, stop_requested_); }, on_error);
-  for (int i = 0; i < p.opt.reader_threads; ++i)
-    threads.emplace_back(str("reader-", i), [&] { p.reader(stop_requested_); }, on_error);
-  threads.emplace_back("driver", [&] { p.driver(stop_requested_); }, on_error);
-  threads.emplace_back("monitor", [&] { p.monitor(); }, on_error);
-  if (p.encode)
-    for (int i = 0; i < p.opt.writer_threads; ++i)
-      threads.emplace_back(str("encoder-", i), [&p, i] { p.encoder(i); }, on_error);
-  threads.emplace_back("writer", [&] { p.writer(work, committed_samples_); }, on_error);
+  try {
+    threads.emplace_back("dispatch", [&] { p.dispatcher(work, stop_requested_); }, on_error);
+    for (int i = 0; i < p.opt.reader_threads; ++i)
+      threads.emplace_back(str("reader-", i), [&] { p.reader(stop_requested_); }, on_error);
+    threads.emplace_back("driver", [&] { p.driver(stop_requested_); }, on_error);
+    threads.emplace_back("monitor", [&] { p.monitor(); }, on_error);
+    if (p.encode)
+      for (int i = 0; i < p.opt.writer_threads; ++i)
+        threads.emplace_back(str("encoder-", i), [&p, i] { p.encoder(i); }, on_error);
+    threads.emplace_back("writer", [&] { p.writer(work, committed_samples_); }, on_error);
+  } catch (...) {
+    // A thread the system refused: the stages already running stop, then are joined (by `threads`).
+    on_error();
+    throw;
+  }
 
   std::exception_ptr first;
   for (auto& t : threads) {

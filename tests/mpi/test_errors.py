@@ -61,7 +61,12 @@ def files(tmp_path_factory):
     f["text"] = str(d / "notes.txt")
     with open(f["text"], "w") as t:
         t.write("not a model, not an HDF5 file\n")
-    for name, body in [("malformed.toml", "batch-size = [1,\n"), ("unknown.toml", "batchsize = 4\n")]:
+    with open(QUICKSTART) as q:
+        quickstart = q.read()
+    nan_job = "".join(line + "\n" for line in quickstart.splitlines() if not line.startswith("scale"))
+    for name, body in [("malformed.toml", "batch-size = [1,\n"), ("unknown.toml", "batchsize = 4\n"),
+                       ("nan.toml", nan_job.replace("model = \"", "model = \"" + ROOT + "/jobs/")
+                        + "scale = nan\non-nan = \"fail\"\n")]:
         f[name.replace(".", "_")] = str(d / name)
         with open(f[name.replace(".", "_")], "w") as t:
             t.write(body)
@@ -96,6 +101,23 @@ CASES = [
     ("resume-and-overwrite", 2, "exclude each other", ["--resume", "--overwrite", "--output", "{out}"]),
     ("mean-std-counts", 2, "same number", ["--mean", "1,2", "--std", "1,2,3", "--output", "{out}"]),
     ("std-zero", 2, "non-zero", ["--std", "0", "--output", "{out}"]),
+    # preprocessing that makes every sample NaN or Inf in float32 (the input itself is finite, so
+    # --on-nan fail would not see it)
+    ("scale-nan", 2, "--scale nan is not a finite", ["--scale", "nan", "--on-nan", "fail", "--output", "{out}"]),
+    ("scale-inf", 2, "--scale inf is not a finite", ["--scale", "inf", "--on-nan", "fail", "--output", "{out}"]),
+    ("scale-beyond-float32", 2, "not a finite float32", ["--scale", "1e39", "--on-nan", "fail", "--output", "{out}"]),
+    ("scale-overflowing", 2, "more than float32 holds", ["--scale", "1e37", "--output", "{out}"]),
+    ("mean-nan", 2, "--mean nan is not a finite", ["--mean", "nan", "--on-nan", "fail", "--output", "{out}"]),
+    ("std-nan", 2, "--std nan is not a finite", ["--std", "nan", "--on-nan", "fail", "--output", "{out}"]),
+    ("std-subnormal", 2, "below the smallest normal float32", ["--std", "1e-45", "--on-nan", "fail", "--output", "{out}"]),
+    ("scale-nan-in-job-file", 2, "--scale nan is not a finite", ["--config", "{nan_toml}", "--output", "{out}"]),
+    # thread counts beyond what the machine has: refused with the bound
+    ("cpu-threads-unbounded", 2, "--cpu-threads 40000 is more threads than this machine can use",
+     ["--cpu-threads", "40000", "--output", "{out}"]),
+    ("reader-threads-unbounded", 2, "--reader-threads 100000 is more threads than this machine can use",
+     ["--reader-threads", "100000", "--output", "{out}"]),
+    ("writer-threads-unbounded", 2, "--writer-threads 100000 is more threads than this machine can use",
+     ["--writer-threads", "100000", "--compression", "1", "--output", "{out}"]),
     # bad input: exit 3
     ("model-missing", 3, "cannot read the model file", ["--model", "{dir}/nope.onnx", "--output", "{out}"]),
     ("model-not-onnx", 3, "not a valid ONNX model", ["--model", "{text}", "--output", "{out}"]),
@@ -176,6 +198,9 @@ def test_one_error_line_and_one_status_on_every_rank(files, np_, case_id, status
     base = [str(a) for a in JOB]
     if "--config" in args:  # the case's own job file instead of the quickstart's
         base = base[2:]
+    if "--cpu-threads" in args:  # the case's own count instead of the base's 1
+        i = base.index("--cpu-threads")
+        base = base[:i] + base[i + 2:]
     cmd = [BIN, "run", *base, *args]
     if np_ > 1:
         cmd = ["mpirun", "-np", str(np_), "--oversubscribe", *cmd]

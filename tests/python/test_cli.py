@@ -125,3 +125,14 @@ def test_plot_reports_summarizes_and_draws(tmp_path):
     assert "64 samples on 1 rank(s)" in p.stdout and "complete" in p.stdout
     for kind in ("throughput", "stages", "ranks"):
         assert (plots / f"quickstart-{kind}.png").stat().st_size > 10000
+
+
+def test_export_threads_beyond_the_machine_are_refused_with_the_bound(tmp_path):
+    out = tmp_path / "run"
+    sluice("run", *SMALL, "--output", out, check=True)
+    p = sluice("export", out, "--threads", "100000", timeout=120)
+    assert p.returncode == 2, p.stderr
+    errs = error_lines(p.stderr)
+    assert len(errs) == 1 and "--threads 100000 is more threads than this machine can use: at most" in errs[0], p.stderr
+    assert "terminate called" not in p.stderr
+    assert not (out / "export").exists()

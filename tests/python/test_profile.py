@@ -104,3 +104,14 @@ def test_bad_arguments_give_one_clear_error(tmp_path):
     assert p.returncode != 0
     lines = [l for l in p.stderr.splitlines() if "error" in l]
     assert len(lines) == 1 and "shape" in lines[0], p.stderr
+
+
+@pytest.mark.parametrize("args,words", [(["--scale", "nan"], "--scale nan is not a finite"),
+                                        (["--std", "1e-45"], "below the smallest normal float32"),
+                                        (["--cpu-threads", "40000"], "--cpu-threads 40000 is more threads")])
+def test_preprocessing_and_threads_beyond_float32_or_the_machine_are_refused(args, words):
+    p = sluice("profile", "--model", QUICKSTART_MODEL, "--device", "cpu", "--sample-shape", "3,64,64", "--replays", "1",
+               *args, timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = [line for line in p.stderr.splitlines() if "error" in line]
+    assert len(lines) == 1 and words in lines[0], p.stderr

@@ -3,7 +3,16 @@
 // independent, and bad graphs end in one clear error.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "core/thread.h"
 
 #include "engine/cpu/kernel.h"
 #include "engine/cpu/memory_plan.h"
@@ -31,6 +40,67 @@ TEST(CpuThreadPool, RunsEveryTaskOnceAndSurvivesAFailingJob) {
   std::atomic<int64_t> sum{0};
   pool.parallel_for(100, [&](int64_t t, int) { sum += t; });
   EXPECT_EQ(sum.load(), 4950);
+}
+
+// Runs `body` in a child process whose address space is capped a little above what it uses now,
+// so only a few more thread stacks (8 MB each) fit; returns the child's exit status (-signal when a
+// signal, SIGABRT from std::terminate say, ended it).
+int with_little_address_space(const std::function<int()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::ifstream statm("/proc/self/statm");
+    unsigned long pages = 0;
+    statm >> pages;
+    const rlim_t cap = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + (rlim_t{48} << 20);
+    const struct rlimit limit{cap, cap};
+    ::setrlimit(RLIMIT_AS, &limit);
+    ::_exit(body());
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+TEST(CpuThreadPool, AThreadTheSystemRefusesIsAClearErrorNotStdTerminate) {
+  const int status = with_little_address_space([] {
+    try {
+      cpu::ThreadPool pool(512);
+      return 3;  // every thread started: the cap did not bite
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      std::fprintf(stderr, "%s\n", what.c_str());
+      return what.find("cpu engine: cannot start thread") != std::string::npos && e.hint().find("--cpu-threads") !=
+                 std::string::npos ? 0 : 4;
+    } catch (...) {
+      return 5;
+    }
+  });
+  EXPECT_EQ(status, 0) << "3: no failure, 4: wrong message, 5: another exception, negative: a signal";
+}
+
+TEST(WorkerThread, AThreadTheSystemRefusesIsAClearErrorNotStdTerminate) {
+  const int status = with_little_address_space([] {
+    std::atomic<bool> go{false};
+    std::vector<WorkerThread> threads;  // outside the try: joined after `go` is set
+    try {
+      for (int i = 0; i < 512; ++i)
+        threads.emplace_back("reader-" + std::to_string(i), [&go] {
+          while (!go) ::usleep(1000);
+        });
+      go = true;
+      return 3;
+    } catch (const Error& e) {
+      go = true;  // the threads already started end, and are joined as `threads` goes
+      threads.clear();
+      const std::string what = e.what();
+      std::fprintf(stderr, "%s\n", what.c_str());
+      return what.find("cannot start the reader-") != std::string::npos ? 0 : 4;
+    } catch (...) {
+      go = true;
+      return 5;
+    }
+  });
+  EXPECT_EQ(status, 0) << "3: no failure, 4: wrong message, 5: another exception, negative: a signal";
 }
 
 // x -> Relu -> Relu -> ... (n times) -> y

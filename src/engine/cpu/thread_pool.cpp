@@ -1,6 +1,9 @@
 #include "engine/cpu/thread_pool.h"
 
 #include <algorithm>
+#include <system_error>
+
+#include "core/error.h"
 
 #include "core/thread.h"
 
@@ -13,7 +16,20 @@ int ThreadPool::hardware_threads() {
 
 ThreadPool::ThreadPool(int threads) : size_(threads <= 0 ? hardware_threads() : threads) {
   workers_.reserve(static_cast<std::size_t>(size_ - 1));
-  for (int t = 1; t < size_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
+  try {
+    for (int t = 1; t < size_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
+  } catch (const std::exception& e) {  // std::system_error, or std::bad_alloc for the thread's state
+    // Joinable threads must not be destroyed (std::terminate): stop and join the ones started.
+    const std::size_t started = workers_.size();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+    throw Error(str("cpu engine: cannot start thread ", started + 2, " of ", size_, ": ", e.what()), kExitFailure,
+                "the system refused another thread (memory, or the limit of `ulimit -u`): lower --cpu-threads");
+  }
 }
 
 ThreadPool::~ThreadPool() {
