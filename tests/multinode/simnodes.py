@@ -1,7 +1,8 @@
 """Simulated cluster nodes on one machine, for the multi-node tests.
 
 Each node is a network namespace with its own hostname (a UTS namespace entered on every command),
-its own /etc/hosts (ip netns exec binds /etc/netns/NS/hosts over it) and a veth pair into a bridge
+its own /etc/hosts (bound over the machine's in a mount namespace of the command's, so the machine's
+file is never touched) and a veth pair into a bridge
 that lives in a namespace of its own, the cluster's switch, on a private /24 that exists only inside
 these namespaces.  The file system is shared, as a cluster's parallel file system would be.  Open
 MPI's rsh launcher reaches the nodes through an agent script that enters a node's namespaces where
@@ -36,7 +37,7 @@ def why_not():
     """None when simulated nodes can be built here, else the reason they cannot."""
     if os.geteuid() != 0:
         return "simulated nodes need root (network namespaces)"
-    for tool in ("ip", "unshare", "mpirun"):
+    for tool in ("ip", "unshare", "nsenter", "mount", "mpirun"):
         if not shutil.which(tool):
             return f"simulated nodes need `{tool}`, which is not on PATH"
     probe = f"{PREFIX}{os.getpid()}-probe"
@@ -44,10 +45,10 @@ def why_not():
     if p.returncode != 0:
         return f"this machine forbids network namespaces (ip netns add: {p.stderr.strip()})"
     try:
-        p = _run("ip", "netns", "exec", probe, "unshare", "--uts", "sh", "-c", "hostname probe-node && hostname",
-                 check=False)
+        p = _run("nsenter", f"--net=/run/netns/{probe}", "unshare", "--uts", "--mount", "--propagation", "private",
+                 "sh", "-c", "mount --bind /etc/hosts /etc/hosts && hostname probe-node && hostname", check=False)
         if p.returncode != 0 or p.stdout.strip() != "probe-node":
-            return f"this machine forbids UTS namespaces inside a network namespace ({p.stderr.strip()})"
+            return f"this machine forbids UTS or mount namespaces inside a network namespace ({p.stderr.strip()})"
         p = _run("ip", "link", "add", f"simprobe{os.getpid() % 100000}", "type", "veth", "peer", "name", IFACE, "netns", probe, check=False)
         if p.returncode != 0:
             return f"this machine forbids veth pairs ({p.stderr.strip()})"
@@ -63,7 +64,6 @@ def remove_stale():
         if m and not os.path.exists(f"/proc/{m.group(2)}"):
             _kill_netns(m.group(1))
             _run("ip", "netns", "del", m.group(1), check=False)
-            shutil.rmtree(f"/etc/netns/{m.group(1)}", ignore_errors=True)
 
 
 def _kill_netns(ns):
@@ -102,13 +102,12 @@ class SimNodes:
         _run("ip", "netns", "add", self.switch)
         _run("ip", "netns", "exec", self.switch, "ip", "link", "add", "br0", "type", "bridge")
         _run("ip", "netns", "exec", self.switch, "ip", "link", "set", "br0", "up")
-        hosts = "127.0.0.1 localhost\n" + "".join(f"{self.address(n)} {n}\n" for n in self.nodes)
+        self.hosts = os.path.join(self.dir, "hosts")
+        with open(self.hosts, "w") as f:
+            f.write("127.0.0.1 localhost\n" + "".join(f"{self.address(n)} {n}\n" for n in self.nodes))
         for i, node in enumerate(self.nodes, 1):
             ns = self.netns(node)
             _run("ip", "netns", "add", ns)
-            os.makedirs(f"/etc/netns/{ns}", exist_ok=True)
-            with open(f"/etc/netns/{ns}/hosts", "w") as f:
-                f.write(hosts)
             # The switch's end is created in this namespace only for the moment it takes to move it.
             port = f"sim{os.getpid() % 100000}p{i}"
             _run("ip", "link", "add", port, "type", "veth", "peer", "name", IFACE, "netns", ns)
@@ -134,17 +133,20 @@ class SimNodes:
             env = " ".join(f"{k}={v}" for k, v in self.node_env.get(node, {}).items())
             lines.append(f'  {node}) ns={self.netns(node)}; vars="{env}" ;;')
         lines += ['  *) echo "agent: no simulated node $node" >&2; exit 255 ;;', "esac",
-                  'exec ip netns exec "$ns" unshare --uts env $vars sh -c \'hostname "$0" && exec sh -c "$1"\' '
-                  '"$node" "$*"']
+                  f'exec nsenter --net=/run/netns/$ns unshare --uts --mount --propagation private env $vars '
+                  f'sh -c \'mount --bind {self.hosts} /etc/hosts && hostname "$0" && exec sh -c "$1"\' "$node" "$*"']
         with open(self.agent, "w") as f:
             f.write("\n".join(lines) + "\n")
         os.chmod(self.agent, 0o755)
 
     def on(self, node, argv):
         """argv run on `node`: in its namespaces, with its hostname and its environment variables."""
+        # nsenter rather than `ip netns exec`, which mounts a sysfs of its own and so hides
+        # /sys/fs/cgroup, which slurmd needs.
         env = [f"{k}={v}" for k, v in self.node_env.get(node, {}).items()]
-        return ["ip", "netns", "exec", self.netns(node), "unshare", "--uts", "env", *env, "sh", "-c",
-                'hostname "$0" && exec "$@"', node, *argv]
+        return ["nsenter", f"--net=/run/netns/{self.netns(node)}", "unshare", "--uts", "--mount", "--propagation",
+                "private", "env", *env, "sh", "-c", f'mount --bind {self.hosts} /etc/hosts && hostname "$0" && exec "$@"',
+                node, *argv]
 
     def mpirun(self, placement, argv):
         """mpirun on the head node (the first of `placement`, [(node, ranks)]) starting argv on those
@@ -173,7 +175,6 @@ class SimNodes:
                 while _kill_netns(ns) and time.time() < deadline:
                     time.sleep(0.05)
                 _run("ip", "netns", "del", ns, check=False)
-                shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
             _run("ip", "netns", "del", self.switch, check=False)
             self.started = False
         shutil.rmtree(self.dir, ignore_errors=True)
