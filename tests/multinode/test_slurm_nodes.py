@@ -30,6 +30,8 @@ def cluster():
     why = why_not() or missing_software()
     if why:
         pytest.skip(why)
+    if os.path.realpath(BIN).startswith("/tmp/"):
+        pytest.fail(f"SLUICE_BIN {BIN} is under /tmp, which each simulated Slurm node has of its own: build it elsewhere")
     sim = SimNodes(3)
     # Not under /tmp: each simulated node's daemons have a /tmp of their own.
     base = tempfile.mkdtemp(prefix="sluice-slurm-nodes-", dir="/var/tmp")
