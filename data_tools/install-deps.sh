@@ -13,7 +13,8 @@ apt_pkgs=(build-essential cmake pkg-config git
           libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libcli11-dev
           libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libgtest-dev libopenblas-dev
           libturbojpeg0-dev libspng-dev
-          python3-torch python3-torchvision python3-numpy python3-h5py python3-pip)
+          python3-torch python3-torchvision python3-numpy python3-h5py python3-pip
+          iproute2 util-linux mount)   # ip netns, nsenter, unshare: the multinode tests' simulated nodes
 if [ "${SLUICE_WITH_SLURM:-0}" = 1 ]; then apt_pkgs+=(slurm-wlm munge); fi
 
 if [ "${SLUICE_SKIP_APT:-0}" != 1 ]; then
