@@ -117,7 +117,10 @@ void find_silent(AttemptRecord& a, const std::vector<Note>& failed, const std::v
   a.silent_hosts.clear();
   for (int r = 0; r < a.world_size; ++r)
     if (!heard[static_cast<std::size_t>(r)]) a.silent_ranks.push_back(r);
-  if (a.rank_hosts.size() != static_cast<std::size_t>(a.world_size)) return;  // an older record: no per-rank hosts
+  // An older record has no per-rank hosts; an edited one may name hosts it does not list.
+  if (a.rank_hosts.size() != static_cast<std::size_t>(a.world_size)) return;
+  for (int h : a.rank_hosts)
+    if (h < 0 || h >= static_cast<int>(a.hosts.size())) return;
   for (std::size_t h = 0; h < a.hosts.size(); ++h) {
     bool any = false, all_silent = true;
     for (int r = 0; r < a.world_size; ++r)

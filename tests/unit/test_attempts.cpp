@@ -110,6 +110,18 @@ TEST(Attempts, AnAttemptThatEndedLeavesNoStopNotesBehind) {
   EXPECT_TRUE(again.at(0).silent_ranks.empty());
 }
 
+TEST(Attempts, ARecordWhoseRankHostsNameNoListedHostStillSettlesByRanks) {
+  Folder dir;
+  AttemptRecord a = four_ranks_on_three_nodes();
+  a.rank_hosts = {0, 7, 7, 2};  // as an edited attempts.json might say
+  begin_attempt(dir.path, false, a);
+  for (int r : {0, 3}) note_attempt_stopping(dir.path, 0, r, "by SIGTERM");
+  const auto all = begin_attempt(dir.path, true, next_attempt(0));
+  EXPECT_TRUE(all.at(0).silent_hosts.empty());
+  EXPECT_EQ(all.at(0).silent_ranks, std::vector<int>({1, 2}));
+  EXPECT_NE(all.at(0).message.find("ranks 1, 2 went silent"), std::string::npos) << all.at(0).message;
+}
+
 TEST(Clock, AnOffsetIsTakenOutOfEveryTimeRead) {
   const double before = unix_time_now();
   set_clock_offset(3600);
