@@ -17,7 +17,8 @@ apt_pkgs=(build-essential cmake pkg-config git
           libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libopenblas-dev
           libturbojpeg0-dev libspng-dev)
 if [ "$deps" != run ]; then
-  apt_pkgs+=(libgtest-dev python3-torch python3-torchvision python3-numpy python3-h5py python3-pip)
+  apt_pkgs+=(libgtest-dev python3-torch python3-torchvision python3-numpy python3-h5py python3-pip
+             iproute2 util-linux mount)   # ip netns, nsenter, unshare: the multinode tests' simulated nodes
 fi
 if [ "${SLUICE_WITH_SLURM:-0}" = 1 ]; then apt_pkgs+=(slurm-wlm munge); fi
 

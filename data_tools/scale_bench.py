@@ -26,6 +26,11 @@ ledgers, outputs.h5, resume), not the model.  For each (N, np) it prints one row
   load                        the 1-minute load average when the row started (the VM is shared)
 
     python3 data_tools/scale_bench.py --samples 1e6,1e7 --np 4 --chunk-batches 1
+    python3 data_tools/scale_bench.py --samples 1e8 --np 16 --sim-nodes 4     (as root)
+
+With --sim-nodes K the ranks are spread over K nodes simulated in network namespaces
+(tests/multinode/simnodes.py), np/K per node, Open MPI between them over TCP; the run folders are
+on the shared file system as on a cluster.
 
 Rows are also appended as JSON lines to --json FILE when given.  Nothing here is a test: it prints
 figures; BENCHMARKS.md quotes them.
@@ -79,7 +84,7 @@ def sluice_pids(outdir):
 class Run:
     """One mpirun of `sluice run`, each rank under GNU time (peak RSS), stderr watched for progress."""
 
-    def __init__(self, args, np_, outdir, extra, kill_at=None, progress=0.1):
+    def __init__(self, args, np_, outdir, extra, kill_at=None, progress=0.1, sim=None):
         self.rss_dir = outdir + ".rss"
         shutil.rmtree(self.rss_dir, ignore_errors=True)
         os.makedirs(self.rss_dir)
@@ -90,6 +95,10 @@ class Run:
         inner = " ".join(["exec", "/usr/bin/time", "-f", "%M", "-o", f"{self.rss_dir}/rank.$OMPI_COMM_WORLD_RANK",
                           *(["nice", "-n", str(args.nice)] if args.nice else []), *map(shlex_quote, job)])
         cmd = ["mpirun", "-np", str(np_), "--oversubscribe", "--bind-to", "none", "sh", "-c", inner]
+        if sim is not None:
+            per = -(-np_ // len(sim.nodes))
+            placement = [(node, min(per, np_ - i * per)) for i, node in enumerate(sim.nodes) if np_ > i * per]
+            cmd = sim.mpirun(placement, ["--oversubscribe", "--bind-to", "none", "sh", "-c", inner])
         self.outdir, self.n, self.kill_at = outdir, args.n, kill_at
         self.killed_at = None
         self.t0 = time.time()
@@ -171,7 +180,7 @@ def one(args, np_):
            "load": round(os.getloadavg()[0], 2)}
     out = base + "-clean"
     shutil.rmtree(out, ignore_errors=True)
-    run = Run(args, np_, out, ["--quiet"] if args.sink == "null" else [])
+    run = Run(args, np_, out, ["--quiet"] if args.sink == "null" else [], sim=args.sim)
     rc, _ = run.wait(args.timeout)
     if rc != 0:
         raise SystemExit(f"run exited {rc}:\n{''.join(run.err[-30:])}")
@@ -201,11 +210,11 @@ def one(args, np_):
         if args.kill_at > 0:
             out = base + "-killed"
             shutil.rmtree(out, ignore_errors=True)
-            run = Run(args, np_, out, [], kill_at=args.kill_at)
+            run = Run(args, np_, out, [], kill_at=args.kill_at, sim=args.sim)
             run.wait(args.timeout)
             if run.killed_at is None:
                 raise SystemExit("the run ended before it could be killed")
-            again = Run(args, np_, out, ["--resume"], progress=1000)
+            again = Run(args, np_, out, ["--resume"], progress=1000, sim=args.sim)
             rc, _ = again.wait(args.timeout)
             if rc != 0:
                 raise SystemExit(f"resume exited {rc}:\n{''.join(again.err[-30:])}")
@@ -240,7 +249,24 @@ def main():
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--keep", action="store_true", help="keep the run folders")
     ap.add_argument("--json", help="append each row as one JSON line to this file")
+    ap.add_argument("--sim-nodes", type=int, default=0, help="spread the ranks over this many simulated nodes (root)")
     args = ap.parse_args()
+    args.sim = None
+    if args.sim_nodes > 0:
+        sys.path.insert(0, os.path.join(ROOT, "tests", "multinode"))
+        from simnodes import SimNodes, why_not
+        why = why_not()
+        if why:
+            raise SystemExit(f"--sim-nodes: {why}")
+        args.sim = SimNodes(args.sim_nodes).up()
+    try:
+        run_rows(args)
+    finally:
+        if args.sim is not None:
+            args.sim.down()
+
+
+def run_rows(args):
     os.makedirs(args.work, exist_ok=True)
     args.model = os.path.join(args.work, "trivial.onnx")
     make_model(args.model)

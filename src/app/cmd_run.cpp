@@ -90,10 +90,12 @@ int run_job(JobConfig job, const std::vector<std::pair<std::string, std::string>
   std::unique_ptr<StopRelay> relay;
   or_abort(mpi, [&] {
     relay = std::make_unique<StopRelay>(mpi, [&](int from) {
+      ctx.note_stopping(str("by rank ", from));
       if (ctx.stop()) log_info("rank ", from, " is stopping: finishing the chunks in flight, then stopping (resumable)");
     });
   });
   SignalWatcher watcher([&](int sig) {
+    ctx.note_stopping(sig);
     log_info("received ", strsignal(sig), ": finishing the chunks in flight, then stopping (resumable)");
     ctx.stop(sig);
     relay->broadcast();

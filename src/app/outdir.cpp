@@ -118,7 +118,7 @@ bool is_run_record(const std::string& dir, const std::string& n) {
   };
   if (n == "attempts.json" || n == "attempts.json.tmp" || n == "report.json.tmp") return true;
   if (n == "job.toml" || n == "job.toml.tmp") return true;  // the resolved job, for a bare --resume
-  if (n.rfind("attempt-", 0) == 0 && ends_with(".failed")) return true;
+  if (n.rfind("attempt-", 0) == 0 && (ends_with(".failed") || ends_with(".stopping"))) return true;
   // Recovery's own: a damaged rank file kept beside its salvage, one being recovered (io/recover.cpp).
   for (const char* suffix : {".damaged", ".recovering"}) {
     const std::size_t k = std::strlen(suffix);

@@ -300,6 +300,12 @@ void RunContext::note_failure(const std::string& message) const {
   if (job_.sink == "hdf5") note_attempt_failure(job_.output, plan_.attempt, mpi_.rank(), message);
 }
 
+void RunContext::note_stopping(const std::string& how) const {
+  if (job_.sink == "hdf5") note_attempt_stopping(job_.output, plan_.attempt, mpi_.rank(), how);
+}
+
+void RunContext::note_stopping(int signal) const { note_stopping(str("by ", signal_name(signal))); }
+
 void RunContext::start_work() {
   work_ = make_work_distributor(job_.sharding == "static" ? Sharding::Static : Sharding::Dynamic, mpi_, chunking_,
                                 plan_.pending);
@@ -311,8 +317,11 @@ void RunContext::start_work() {
     a.started = iso8601(a.started_unix);
     a.world_size = mpi_.world_size();
     a.nodes = mpi_.node_count();
-    for (const auto& h : hosts_)
-      if (std::find(a.hosts.begin(), a.hosts.end(), h) == a.hosts.end()) a.hosts.push_back(h);
+    for (const auto& h : hosts_) {
+      auto at = std::find(a.hosts.begin(), a.hosts.end(), h);
+      if (at == a.hosts.end()) at = a.hosts.insert(a.hosts.end(), h);
+      a.rank_hosts.push_back(static_cast<int>(at - a.hosts.begin()));
+    }
     a.committed_before = plan_.committed_before;
     attempts_ = begin_attempt(job_.output, job_.resume, a, plan_.last_commit_unix);
     save_job();
@@ -354,18 +363,21 @@ void RunContext::choose_device() {
   if (backend_ == "cuda") gpu_ = choose_gpu();
 }
 
+int RunContext::mapped_gpu() const {
+  if (job_.gpu_map.empty()) return mpi_.local_rank();
+  std::vector<int> map;
+  std::stringstream ss(job_.gpu_map);
+  std::string item;
+  while (std::getline(ss, item, ',')) map.push_back(std::atoi(item.c_str()));
+  return map[static_cast<std::size_t>(mpi_.local_rank()) % map.size()];
+}
+
 int RunContext::choose_gpu() const {
   const int gpus = gpu_count();
-  if (!job_.gpu_map.empty()) {
-    std::vector<int> map;
-    std::stringstream ss(job_.gpu_map);
-    std::string item;
-    while (std::getline(ss, item, ',')) map.push_back(std::atoi(item.c_str()));
-    const int g = map[static_cast<std::size_t>(mpi_.local_rank()) % map.size()];
-    if (g < 0 || g >= gpus) throw UsageError(str("--gpu-map names GPU ", g, " but ", gpus, " are visible"));
-    return g;
-  }
-  return mpi_.local_rank() % gpus;
+  const int g = mapped_gpu();
+  if (!job_.gpu_map.empty() && (g < 0 || g >= gpus))
+    throw UsageError(str("--gpu-map names GPU ", g, " but ", gpus, " are visible"));
+  return job_.gpu_map.empty() ? g % gpus : g;
 }
 
 void RunContext::build() {
@@ -517,6 +529,11 @@ void RunContext::report() {
   me.reader_threads = job_.reader_threads;
   me.writer_threads = job_.writer_threads;
   me.start_unix = pipeline_start_unix_;
+  me.local_rank = mpi_.local_rank();
+  me.local_size = mpi_.local_size();
+  // The GPU this rank drives; on the CPU backend the one the map gives its node-local rank.
+  me.gpu = backend_ == "cuda" ? gpu_ : mapped_gpu();
+  me.clock_offset_s = clock_offset();
   if (series_) me.series = series_->to_json();
   const std::vector<std::string> all = mpi_.gather_strings(me.to_json().dump());
   mpi_.barrier();  // every rank file is closed before they are read

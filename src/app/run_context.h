@@ -49,6 +49,10 @@ class RunContext {
   bool stop(int signal = 0);  // from the signal thread; false when already stopping
   // A failure that ends the job: left in the folder for the next attempt's record (any rank).
   void note_failure(const std::string& message) const;
+  // Told to stop ("by SIGTERM", "by rank 3"): left in the folder at once, so that the next attempt
+  // can tell this rank from ranks that went silent if this attempt never gets to write its end.
+  void note_stopping(const std::string& how) const;
+  void note_stopping(int signal) const;
   bool drain();         // close the rank file; agree whether the job is complete
   void report();        // gather the report; rank 0 writes outputs.h5 and report.json
   // --dry-run, after load_model() and share_model(): the resolved job (with where each value came
@@ -60,6 +64,7 @@ class RunContext {
   const Chunking& chunking() const { return chunking_; }
 
  private:
+  int mapped_gpu() const;   // --gpu-map's ordinal for this node-local rank (default: the node-local rank)
   int choose_gpu() const;
   void make_specs();
   void save_job() const;  // rank 0: OUTPUT/job.toml

@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
+
+#include "core/timer.h"
 
 namespace sluice {
 
@@ -29,6 +32,19 @@ MpiContext::MpiContext(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_size(node_comm_, &local_size_));
   int is_leader = local_rank_ == 0 ? 1 : 0;
   MPI_CHECK(MPI_Allreduce(&is_leader, &nodes_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+
+  // One clock for the job, rank 0's: each rank compares its clock with rank 0's as read just before
+  // a broadcast.  The difference is the nodes' clock difference plus one message's latency (micro-
+  // to milliseconds, more on a loaded machine), so only a difference beyond kClockTolerance is taken
+  // for a clock that is off and subtracted from every time this process reads (core/timer.h).
+  if (world_ > 1) {
+    constexpr double kClockTolerance = 0.5;  // seconds
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    double root_now = unix_time_now();
+    MPI_CHECK(MPI_Bcast(&root_now, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+    const double diff = unix_time_now() - root_now;
+    if (rank_ != 0 && std::abs(diff) > kClockTolerance) set_clock_offset(diff);
+  }
 }
 
 MpiContext::~MpiContext() {

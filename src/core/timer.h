@@ -15,8 +15,16 @@ inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Seconds since the Unix epoch, for file attributes and the report.
+// Seconds since the Unix epoch, for file attributes, ledger records and the report: the one place
+// Sluice reads the wall clock.  In a job of several ranks it is rank 0's clock: MpiContext measures
+// how far this node's clock is from rank 0's when the job starts and sets that offset here, so
+// times that different nodes wrote (commits, series, rank starts) compare and subtract correctly
+// even when the nodes' clocks disagree.  SLUICE_CLOCK_SKEW_S (seconds, for tests) shifts this
+// process's clock, standing in for a node whose clock is off.
 double unix_time_now();
+// This node's clock minus rank 0's (seconds), subtracted by unix_time_now() from then on.
+void set_clock_offset(double seconds);
+double clock_offset();
 std::string iso8601(double unix_seconds);
 
 class TimeCounter {

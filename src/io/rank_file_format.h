@@ -123,7 +123,7 @@ class RowDatasets {
 
 // "2025-03-01T12:34:56.789Z" (UTC); "" for 0.
 std::string iso8601(double unix_seconds);
-double unix_now();
+double unix_now();   // core/timer.h unix_time_now(): the job's clock
 
 // Where a file stands: closed cleanly, or held open by a writer (alive or killed) in SWMR mode, or
 // (only with `salvage`) shorter than its superblock says: truncated.

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "core/ranges.h"
+#include "core/timer.h"
 
 #include "io/rank_file_format.h"
 
@@ -119,10 +120,7 @@ std::string iso8601(double unix_seconds) {
   return out;
 }
 
-double unix_now() {
-  using namespace std::chrono;
-  return duration<double>(system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return unix_time_now(); }
 
 int64_t dataset_chunk_rows(int64_t chunk_rows, std::size_t row_bytes) {
   chunk_rows = std::max<int64_t>(chunk_rows, 1);

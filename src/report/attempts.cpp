@@ -25,6 +25,11 @@ nlohmann::json AttemptRecord::to_json() const {
   j["world_size"] = world_size;
   j["nodes"] = nodes;
   j["hosts"] = hosts;
+  j["rank_hosts"] = rank_hosts;
+  if (!silent_hosts.empty() || !silent_ranks.empty()) {
+    j["silent_hosts"] = silent_hosts;
+    j["silent_ranks"] = silent_ranks;
+  }
   j["committed_before"] = committed_before;
   j["samples"] = samples;
   j["ended"] = ended;
@@ -43,6 +48,9 @@ AttemptRecord AttemptRecord::from_json(const nlohmann::json& j) {
   a.world_size = j.value("world_size", 0);
   a.nodes = j.value("nodes", 0);
   a.hosts = j.value("hosts", std::vector<std::string>{});
+  a.rank_hosts = j.value("rank_hosts", std::vector<int>{});
+  a.silent_hosts = j.value("silent_hosts", std::vector<std::string>{});
+  a.silent_ranks = j.value("silent_ranks", std::vector<int>{});
   a.committed_before = j.value("committed_before", int64_t{0});
   a.samples = j.value("samples", int64_t{0});
   a.ended = j.value("ended", "running");
@@ -55,22 +63,30 @@ std::string attempts_path(const std::string& outdir) { return outdir + "/attempt
 
 namespace {
 
-std::string failure_note_path(const std::string& outdir, int attempt, int rank) {
-  char name[64];
-  std::snprintf(name, sizeof name, "/attempt-%d-rank-%05d.failed", attempt, rank);
+std::string note_path(const std::string& outdir, int attempt, int rank, const char* kind) {
+  char name[80];
+  std::snprintf(name, sizeof name, "/attempt-%d-rank-%05d.%s", attempt, rank, kind);
   return outdir + name;
 }
 
-// The failure notes of `attempt` in rank order: "rank 2: message".
-std::vector<std::string> take_failure_notes(const std::string& outdir, int attempt) {
-  std::vector<std::string> notes;
+struct Note {
+  int rank;
+  std::string text;
+};
+
+// The notes of one kind ("failed", "stopping") that ranks left for `attempt`, in rank order; the
+// files are removed.
+std::vector<Note> take_notes(const std::string& outdir, int attempt, const std::string& kind) {
+  std::vector<Note> notes;
   DIR* d = opendir(outdir.c_str());
   if (!d) return notes;
-  const std::string prefix = str("attempt-", attempt, "-rank-");
+  const std::string prefix = str("attempt-", attempt, "-rank-"), suffix = "." + kind;
   std::vector<std::string> names;
   while (dirent* e = readdir(d)) {
     const std::string n = e->d_name;
-    if (n.rfind(prefix, 0) == 0 && n.size() > 7 && n.compare(n.size() - 7, 7, ".failed") == 0) names.push_back(n);
+    if (n.rfind(prefix, 0) == 0 && n.size() > prefix.size() + suffix.size() &&
+        n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+      names.push_back(n);
   }
   closedir(d);
   std::sort(names.begin(), names.end());
@@ -78,11 +94,70 @@ std::vector<std::string> take_failure_notes(const std::string& outdir, int attem
     std::ifstream f(outdir + "/" + n);
     std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-    const int rank = std::atoi(n.c_str() + prefix.size());
-    notes.push_back(str("rank ", rank, ": ", text));
+    notes.push_back({std::atoi(n.c_str() + prefix.size()), text});
     unlink((outdir + "/" + n).c_str());
   }
   return notes;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+// Which ranks of a settled attempt left no word (neither a failure nor a stop note), and the nodes
+// all of whose ranks are among them: what the record says went silent.
+void find_silent(AttemptRecord& a, const std::vector<Note>& failed, const std::vector<Note>& stopping) {
+  std::vector<bool> heard(static_cast<std::size_t>(std::max(0, a.world_size)), false);
+  for (const auto* notes : {&failed, &stopping})
+    for (const Note& n : *notes)
+      if (n.rank >= 0 && n.rank < a.world_size) heard[static_cast<std::size_t>(n.rank)] = true;
+  a.silent_ranks.clear();
+  a.silent_hosts.clear();
+  for (int r = 0; r < a.world_size; ++r)
+    if (!heard[static_cast<std::size_t>(r)]) a.silent_ranks.push_back(r);
+  // An older record has no per-rank hosts; an edited one may name hosts it does not list.
+  if (a.rank_hosts.size() != static_cast<std::size_t>(a.world_size)) return;
+  for (int h : a.rank_hosts)
+    if (h < 0 || h >= static_cast<int>(a.hosts.size())) return;
+  for (std::size_t h = 0; h < a.hosts.size(); ++h) {
+    bool any = false, all_silent = true;
+    for (int r = 0; r < a.world_size; ++r)
+      if (a.rank_hosts[static_cast<std::size_t>(r)] == static_cast<int>(h)) {
+        any = true;
+        all_silent = all_silent && !heard[static_cast<std::size_t>(r)];
+      }
+    if (any && all_silent) a.silent_hosts.push_back(a.hosts[h]);
+  }
+}
+
+// The sentence on what went silent, for a settled attempt's message ("" when every rank was heard
+// or every rank went silent, which the message already says).
+std::string silent_sentence(const AttemptRecord& a, const std::vector<Note>& stopping) {
+  if (a.silent_ranks.empty() || static_cast<int>(a.silent_ranks.size()) == a.world_size) return "";
+  std::string s;
+  if (!a.silent_hosts.empty()) {
+    for (std::size_t i = 0; i < a.silent_hosts.size(); ++i) {
+      std::vector<int> ranks;
+      for (int r : a.silent_ranks)
+        if (a.hosts[static_cast<std::size_t>(a.rank_hosts[static_cast<std::size_t>(r)])] == a.silent_hosts[i]) ranks.push_back(r);
+      s += str(i ? ", " : "", "node ", a.silent_hosts[i], " (rank", ranks.size() > 1 ? "s " : " ", rank_list(ranks), ")");
+    }
+    s += a.silent_hosts.size() > 1 ? " went silent (lost nodes, or their ranks killed)"
+                                   : " went silent (a lost node, or its ranks killed)";
+    // Ranks silent on nodes that were otherwise heard.
+    std::vector<int> others;
+    for (int r : a.silent_ranks) {
+      const std::string& h = a.hosts[static_cast<std::size_t>(a.rank_hosts[static_cast<std::size_t>(r)])];
+      if (std::find(a.silent_hosts.begin(), a.silent_hosts.end(), h) == a.silent_hosts.end()) others.push_back(r);
+    }
+    if (!others.empty()) s += str("; also silent: rank", others.size() > 1 ? "s " : " ", rank_list(others));
+  } else {
+    s = str("rank", a.silent_ranks.size() > 1 ? "s " : " ", rank_list(a.silent_ranks), " went silent");
+  }
+  if (!stopping.empty()) s += str("; the other ranks were stopped ", stopping.front().text);
+  return s;
 }
 
 std::vector<AttemptRecord> read_attempts(const std::string& outdir) {
@@ -121,11 +196,22 @@ std::vector<AttemptRecord> begin_attempt(const std::string& outdir, bool resume,
   // Keep only attempts before this one (a rerun of the same attempt number replaces its entry).
   while (!attempts.empty() && attempts.back().attempt >= current.attempt) attempts.pop_back();
   for (auto& a : attempts) {
+    const std::vector<Note> stopping = take_notes(outdir, a.attempt, "stopping");
     if (a.ended != "running") continue;
-    const std::vector<std::string> notes = take_failure_notes(outdir, a.attempt);
-    if (!notes.empty()) {
+    const std::vector<Note> failed = take_notes(outdir, a.attempt, "failed");
+    find_silent(a, failed, stopping);
+    const std::string silent = silent_sentence(a, stopping);
+    if (!failed.empty()) {
       a.ended = "failed";
-      for (const auto& n : notes) a.message += (a.message.empty() ? "" : "; ") + n;
+      for (const auto& n : failed) a.message += str(a.message.empty() ? "" : "; ", "rank ", n.rank, ": ", n.text);
+      if (!silent.empty()) a.message += "; " + silent;
+    } else if (!silent.empty()) {
+      a.ended = "killed";
+      a.message = silent + "; its committed chunks were kept";
+    } else if (a.silent_ranks.empty()) {
+      a.ended = "killed";
+      a.message = "every rank was told to stop, but the attempt ended before it could say so (killed after the stop "
+                  "began); its committed chunks were kept";
     } else {
       a.ended = "killed";
       a.message = "ended without a word (kill -9, a lost node or a timeout); its committed chunks were kept";
@@ -144,8 +230,9 @@ std::vector<AttemptRecord> begin_attempt(const std::string& outdir, bool resume,
       }
     }
   }
-  // Failure notes of this very attempt number from an older run are stale.
-  take_failure_notes(outdir, current.attempt);
+  // Notes of this very attempt number from an older run are stale.
+  take_notes(outdir, current.attempt, "failed");
+  take_notes(outdir, current.attempt, "stopping");
   attempts.push_back(current);
   write_attempts(outdir, attempts);
   return attempts;
@@ -161,6 +248,7 @@ std::vector<AttemptRecord> end_attempt(const std::string& outdir, std::vector<At
   a.message = message;
   a.samples = samples;
   write_attempts(outdir, attempts);
+  take_notes(outdir, a.attempt, "stopping");  // the attempt said how it ended: the stop notes are moot
   return attempts;
 }
 
@@ -188,8 +276,16 @@ nlohmann::json thin_series(const nlohmann::json& series, std::size_t points) {
 
 void note_attempt_failure(const std::string& outdir, int attempt, int rank, const std::string& message) {
   try {
-    std::ofstream f(failure_note_path(outdir, attempt, rank));
+    std::ofstream f(note_path(outdir, attempt, rank, "failed"));
     f << message << "\n";
+  } catch (...) {
+  }
+}
+
+void note_attempt_stopping(const std::string& outdir, int attempt, int rank, const std::string& how) {
+  try {
+    std::ofstream f(note_path(outdir, attempt, rank, "stopping"));
+    f << how << "\n";
   } catch (...) {
   }
 }

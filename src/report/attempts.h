@@ -5,7 +5,10 @@
 // starts (its entry says "running") and when it ends; an attempt that never got to write its end
 // (kill -9, a lost node, MPI_Abort after a failure) is recognised by the next one as still
 // "running", and becomes "killed", or "failed" with the message a failing rank left in
-// OUTDIR/attempt-<n>-rank-<r>.failed before it aborted the job.
+// OUTDIR/attempt-<n>-rank-<r>.failed before it aborted the job.  A rank that is told to stop (a
+// signal, or a peer's stop message) leaves OUTDIR/attempt-<n>-rank-<r>.stopping at once: when a node
+// is lost, the launcher ends the ranks of the other nodes with a signal, and the ranks that left no
+// note at all are those that went silent; the record names them and their nodes.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,6 +23,9 @@ struct AttemptRecord {
   double started_unix = 0, finished_unix = 0;
   int world_size = 0, nodes = 0;
   std::vector<std::string> hosts;    // distinct, in rank order
+  std::vector<int> rank_hosts;       // per rank, its host's index in `hosts`
+  std::vector<std::string> silent_hosts;   // a killed or failed attempt: nodes none of whose ranks left a word
+  std::vector<int> silent_ranks;           // ... and the ranks that left none (no failure or stop note)
   int64_t committed_before = 0;      // samples committed by earlier attempts when this one started
   int64_t samples = 0;               // samples this attempt committed
   std::string ended = "running";     // running | complete | stopped | failed | killed
@@ -51,5 +57,9 @@ nlohmann::json thin_series(const nlohmann::json& series, std::size_t points);
 // Any rank, before it aborts the job on a failure: leaves its message for the next attempt's record.
 // Never throws (the job is failing already).
 void note_attempt_failure(const std::string& outdir, int attempt, int rank, const std::string& message);
+
+// Any rank, as soon as it is told to stop (`how`: "by SIGTERM", "by rank 3"): the note that tells a
+// rank that heard the end from one that went silent.  Never throws.
+void note_attempt_stopping(const std::string& outdir, int attempt, int rank, const std::string& how);
 
 }  // namespace sluice

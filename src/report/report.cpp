@@ -44,6 +44,10 @@ nlohmann::json RankReport::to_json() const {
   j["reader_threads"] = reader_threads;
   j["writer_threads"] = writer_threads;
   j["start_unix"] = start_unix;
+  j["local_rank"] = local_rank;
+  j["local_size"] = local_size;
+  j["gpu"] = gpu;
+  j["clock_offset_s"] = clock_offset_s;
   j["limit"] = limit();
   if (!series.is_null()) j["series"] = series;
   return j;
@@ -124,6 +128,10 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   r.reader_threads = j.value("reader_threads", 1);
   r.writer_threads = j.value("writer_threads", 1);
   r.start_unix = j.value("start_unix", 0.0);
+  r.local_rank = j.value("local_rank", 0);
+  r.local_size = j.value("local_size", 1);
+  r.gpu = j.value("gpu", -1);
+  r.clock_offset_s = j.value("clock_offset_s", 0.0);
   if (j.contains("series")) r.series = j.at("series");
   return r;
 }

@@ -28,6 +28,9 @@ struct RankReport {
   double setup_s = 0;   // model load, engine build and autotuning, before the pipeline starts
   int reader_threads = 1, writer_threads = 1;
   double start_unix = 0;        // when the pipeline started (unix seconds): places the series in time
+  int local_rank = 0, local_size = 1;   // among the ranks of its node (host)
+  int gpu = -1;                 // the GPU it drives (CPU backend: the one --gpu-map gives its node-local rank)
+  double clock_offset_s = 0;    // its node's clock minus rank 0's, taken out of every time it wrote
   PipelineStats stats;
   nlohmann::json series;        // SeriesRecorder::to_json(), or null
 
