@@ -9,6 +9,7 @@
 
 #include "app/folder_lock.h"
 #include "app/job.h"
+#include "app/job_plan.h"
 #include "app/outdir.h"
 #include "cluster/mpi_context.h"
 #include "cluster/weights.h"
@@ -59,10 +60,10 @@ class RunContext {
 
  private:
   int choose_gpu() const;
-  void make_specs();
   void watch_set_aside();  // rank 0: delete the earlier run once this one committed a chunk
 
   JobConfig job_;
+  JobPlan job_plan_;   // the job as each layer takes it
   std::string job_toml_;
   const MpiContext& mpi_;
   double t_setup_ = 0;

@@ -125,3 +125,17 @@ def test_plot_reports_summarizes_and_draws(tmp_path):
     assert "64 samples on 1 rank(s)" in p.stdout and "complete" in p.stdout
     for kind in ("throughput", "stages", "ranks"):
         assert (plots / f"quickstart-{kind}.png").stat().st_size > 10000
+
+
+def test_forward_without_a_gpu_gives_the_error_of_run(tmp_path):
+    run = sluice("run", *SMALL, "--device", "cuda", "--output", tmp_path / "o")
+    if run.returncode == 0:
+        pytest.skip("a GPU is visible to this process")
+    import numpy as np
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((2, 3, 64, 64), dtype=np.float32))
+    p = sluice("forward", "--model", "jobs/models/quickstart.onnx", "--input", x, "--outdir", tmp_path / "f",
+               "--device", "cuda")
+    # One backend choice (app/job_plan.h) for both commands: the same status and the same words.
+    assert p.returncode == run.returncode == 3, p.stderr
+    assert error_lines(p.stderr) == error_lines(run.stderr), (p.stderr, run.stderr)
