@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import QUICKSTART, error_lines, fresh_dir, rank_files, sluice  # noqa: E402
+from support.sluice_test import QUICKSTART, error_lines, fresh_dir, rank_files, sluice
 
 SMALL = ["--config", QUICKSTART, "--samples", "64", "--quiet"]
 

@@ -6,12 +6,10 @@ import json
 import os
 import resource
 import subprocess
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, error_lines, sluice  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, error_lines, sluice
 
 CRAFTED = os.path.join(ROOT, "fuzz", "corpus", "onnx")
 with open(os.path.join(CRAFTED, "crafted.json")) as f:

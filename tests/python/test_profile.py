@@ -8,15 +8,13 @@ are exactly what their shapes say.
 """
 import json
 import os
-import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, ROOT, sluice  # noqa: E402
+from support.sluice_test import BIN, ROOT, sluice
 
 if not os.access(BIN, os.X_OK):
     pytest.skip(f"no sluice binary at {BIN} (set SLUICE_BIN)", allow_module_level=True)
