@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scale harness (issue 11): Sluice's own costs as N and the number of ranks grow.
+"""Scale harness: Sluice's own costs as N and the number of ranks grow.
 
 A trivial model (made here with onnx.helper: input [B, 4] float32 -> MatMul -> logits [B, 3]) runs
 over N synthetic samples on the CPU backend, so what is measured is Sluice (sharding, commits,

@@ -1,7 +1,8 @@
 #pragma once
-// The job: every option of `sluice run`, with its default.  CLI11 binds each field to a flag of the
-// same name (app/cli.cpp), and job files (TOML, app/job_file.h) set fields by the same names, so
-// every job key is also a flag and flags override the file.
+// The job: every option of `sluice run` (and `sluice profile`), with its default.  One list of the
+// fields (visit_job in app/job_options.cpp) binds each to a flag of the same name and to the job
+// file key (TOML, app/job_file.h) of that name, so every job key is also a flag and flags override
+// the file.  app/job_plan.h translates the job into each layer's options.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
-"""Input crafted to break Sluice (issue 9): models, job files and a file size limit that used to
+"""Input crafted to break Sluice: models, job files and a file size limit that used to
 kill the process with a signal now end with one clear error line and the documented status.  The
 models are fuzz/corpus/onnx/crafted-*.onnx (fuzz/make_seeds.py); the in-process check of every one
-of them is tests/unit/test_model_crafted.cpp, this one runs the binary on the cases of the issue."""
+of them is tests/unit/test_model_crafted.cpp, this one runs the binary on them."""
 import json
 import os
 import resource

@@ -296,7 +296,7 @@ TEST(Pipeline, StopFinishesTheBatchesInFlightAndCommitsThem) {
   for (const auto& kv : slow.rows_) EXPECT_TRUE(kv.second.committed);
 }
 
-// A stop does not wait for the commit unit to fill up (issue 9: a stop once drained a whole job):
+// A stop does not wait for the commit unit to fill up (a stop once drained a whole job):
 // once the stop is seen, no new batch starts on the device; the batches already there are written
 // and committed as a partial run, however many batches a commit would otherwise take.
 TEST(Pipeline, AStopStartsNoNewBatchAndCommitsThePartialRun) {
