@@ -53,8 +53,8 @@ struct JobConfig {
   int pad_value = 0;                       // letterbox padding, 0..255
   std::string on_bad_sample = "skip";      // skip (recorded, zeros fed) | fail (exit 3)
   bool cuda_graphs = true;
-  std::string algo_cache;                  // cuDNN algorithm cache folder ("" = OUTPUT/.. default)
-  int cpu_threads = 0;                     // CPU engine threads (0: all cores)
+  std::string algo_cache;                  // cuDNN algorithm cache folder ("": $XDG_CACHE_HOME/sluice or ~/.cache/sluice)
+  int cpu_threads = 0;                     // CPU engine threads (0: all cores, shared among a node's ranks)
   std::string gpu_map;                     // "" (node-local rank) or a comma list of GPU ordinals
   double progress_interval = 5.0;          // seconds between progress lines when not on a terminal
   double series_interval = 2.0;            // seconds between the points of the report's time series
