@@ -6,8 +6,7 @@
 #   data_tools/asan.sh --all      also the python and mpi tests, driving the sanitized binary
 #
 # Prints one line at the end: the result and how long the build and the tests took.  It does not
-# run in CI (it takes longer than CI's budget on two cores); its last result is quoted in the
-# notes of the issue that asked for it.
+# run in CI (it takes longer than CI's budget on two cores).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build="$root/build-asan"

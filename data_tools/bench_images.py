@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Image files to ResNet-50 top-5, Sluice against PyTorch on the same files.
+"""The image benchmark: image files to ResNet-50 top-5, Sluice against PyTorch on the same files.
 
-    python3 data_tools/bench_images.py --images /tmp/w3/images --model /tmp/w3/resnet50.onnx \\
+    python3 data_tools/bench_images.py --images /tmp/sluice-images/images --model /tmp/sluice-images/resnet50.onnx \\
         --sluice build/sluice --gpu-tests build/tests/sluice_gpu_tests [--runner .devrt/run]
 
 Steps (--steps, comma list; all by default), each printed as it ends, then one table:
@@ -95,9 +95,9 @@ def sluice_run(a, out_dir, samples, extra=()):
 
 def step_sluice(a, paths):
     n = len(paths)
-    if sluice_run(a, a.workdir + "/w3-warmup", min(n, 4 * a.batch)) is None:
+    if sluice_run(a, a.workdir + "/images-warmup", min(n, 4 * a.batch)) is None:
         return
-    r = sluice_run(a, a.workdir + "/w3", n)
+    r = sluice_run(a, a.workdir + "/images", n)
     if r is None:
         return
     rep, wall = r
@@ -192,7 +192,7 @@ def main():
     p.add_argument("--sluice", default="build/sluice")
     p.add_argument("--gpu-tests", default="build/tests/sluice_gpu_tests")
     p.add_argument("--runner", default="", help="prefix for the binaries, e.g. .devrt/run")
-    p.add_argument("--workdir", default="/tmp/sluice-w3")
+    p.add_argument("--workdir", default="/tmp/sluice-images")
     p.add_argument("--steps", default="decoders,nvjpeg,sluice,pil,tvgpu,tvgpu_e2e")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--batches", default="64 128 256", help="nvjpeg step: batch sizes")

@@ -10,7 +10,7 @@ regenerated with data_tools/synthetic.py from the run's job (seed, shape, dtype,
 read from the rank files' `job` attribute).  The reference is torch at fp32 with TF32 off.  Torch
 is also run at the run's precision, so its own error shows what that precision costs on this model.
 
-Pass rule (fixed tolerances from the issue, relaxed only where torch itself cannot meet them):
+Pass rule (fixed tolerances, as the README states them, relaxed only where torch itself cannot meet them):
   rel = max|sluice - ref| / max|ref| <= max(tol, 1.5 * torch_rel)   tol: fp32/tf32 1e-3, fp16/bf16 2e-2
   argmax agreement >= min(99.5 %, torch's own agreement - 0.5 points)
 Exits 0 when every stored output passes, 1 otherwise.
@@ -34,7 +34,7 @@ TOL = {"fp32": 1e-3, "tf32": 1e-3, "fp16": 2e-2, "bf16": 2e-2}
 def pass_rule(precision, torch_err=0.0, torch_agree=1.0, whole=1.0):
     """The pass rule of this script and of tests/gpu/compare_torch.py, as two pairs of limits.
 
-    Returns ((max error, min argmax agreement) fixed by the issue, (max error, min agreement) at
+    Returns ((max error, min argmax agreement) fixed in advance, (max error, min agreement) at
     torch's own level: 1.5x torch's error, torch's agreement less 0.5 points).  Errors are
     max|diff|/max|ref|; torch_err and torch_agree are torch's at `precision` against the fp32
     reference; agreements are parts of `whole` (1.0, or 100.0 for percent).

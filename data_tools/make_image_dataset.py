@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Makes a folder of natural-looking JPEG files (the W3 workload's input: 50,000 files of about
+"""Makes a folder of natural-looking JPEG files (the image benchmark's input: 50,000 files of about
 500x375, quality 90, ~65 kB), seeded, in parallel.
 
 Each picture is drawn from its own generator seeded by (seed, index), so the files do not depend on
@@ -8,7 +8,7 @@ texture (the spectrum of photographs, so the JPEGs compress like photos rather t
 drawings), blurred shapes, and a little sensor noise.  Sizes vary around the base size by a few
 per cent, some pictures are portrait, and optional flags add grey JPEGs and PNG files.
 
-    python3 data_tools/make_image_dataset.py --out /data/w3 --count 50000
+    python3 data_tools/make_image_dataset.py --out /data/images --count 50000
     python3 data_tools/make_image_dataset.py --out /tmp/few --count 200 --grey 0.05 --png 0.05 --shards 4
 
 Layout: OUT/NNN/NNNNNN.jpg (a thousand files a folder; keys are these relative paths).  With

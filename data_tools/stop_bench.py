@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How long a stop takes (issue 9: "stops in about two batch times, whatever the chunk size").
+"""How long a stop takes (the README promises about two batch times, whatever the chunk size).
 
 Runs the quickstart job on 2 ranks with every batch slowed to --batch-ms (a slow GPU) and
 --chunk-batches larger than the job, so that a stop that waited for a whole commit unit would run

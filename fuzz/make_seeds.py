@@ -3,8 +3,8 @@
 
   graph/  a few byte strings for the structure-aware graph target (any bytes are a recipe)
   onnx/   small valid models that reach every op of the loader, the folder and shape inference
-          (opset 9 to 18 spellings), plus quickstart.onnx; and crafted-*.onnx, the bad models of
-          issue 9 and their relatives, each listed in crafted.json with the words its error must
+          (opset 9 to 18 spellings), plus quickstart.onnx; and crafted-*.onnx, bad models that once
+          crashed the process and their relatives, each listed in crafted.json with the words its error must
           contain (tests/unit/test_model_crafted.cpp and tests/python/test_crafted_inputs.py check them)
   job/    job files: the repository's, and ones using every value form the reader accepts
   hdf5/   tiny HDF5 inputs: float32, uint8, float16 compressed, and ones the reader refuses
@@ -181,7 +181,7 @@ def crafted_models():
         return model(nodes + [n("Relu", ["x"], ["y"])], inits, opset=opset)
 
     c = {}
-    # ---- the cases of issue 9 ----
+    # ---- models that once crashed the process ----
     c["div_int64_min_by_minus_one"] = (reshape_by(
         [n("Div", ["a", "b"], ["q"])], [i64("a", [INT64_MIN]), i64("b", [-1])], "q"), "invalid target shape")
     c["mod_int64_min_by_minus_one"] = (reshape_by(

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "app/commands.h"
+#include "app/job_plan.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -54,6 +55,7 @@ std::vector<Tensor> run_once(Engine& e, const std::string& device, const Tensor&
 void forward_command(const ForwardOptions& o) {
   const Precision precision = precision_from_name(o.precision);
   if (o.device != "cpu" && o.device != "cuda") throw UsageError(str("--device must be cpu or cuda, not '", o.device, "'"));
+  const std::string backend = choose_backend(o.device);  // a clear error where this build or machine has no GPU
   if (o.threads < 0) throw UsageError(str("--threads must be 0 (all cores) or more, not ", o.threads));
 
   NpyArray x = read_npy(o.input);
@@ -76,12 +78,12 @@ void forward_command(const ForwardOptions& o) {
   eo.cuda_graphs = false;  // one pass: capturing would only cost time
   if (o.device == "cpu" && precision != Precision::FP32)
     log_warn("the cpu engine computes in float32; --precision ", o.precision, " applies to --device cuda only");
-  std::unique_ptr<Engine> engine = create_engine(o.device, graph, eo);
+  std::unique_ptr<Engine> engine = create_engine(backend, graph, eo);
   log_info("forward: ", engine->describe());
 
   Tensor input(x.dtype, x.shape);
   std::memcpy(input.bytes.data(), x.data.data(), input.nbytes());
-  const std::vector<Tensor> outs = run_once(*engine, o.device, input);
+  const std::vector<Tensor> outs = run_once(*engine, backend, input);
 
   std::error_code ec;
   std::filesystem::create_directories(o.outdir, ec);

@@ -1,6 +1,6 @@
 // `sluice profile`: where the time of one forward pass goes, step by step, on either backend.
-// The model is prepared exactly as `sluice run` prepares it for the same batch size, input and
-// outputs; the engine is built (algorithms measured or read from the cache, CUDA graphs captured),
+// It takes the job options of `sluice run` (and its job files), and the job plan (app/job_plan.h)
+// prepares the model exactly as `sluice run` does for the same batch size, input and outputs; the engine is built (algorithms measured or read from the cache, CUDA graphs captured),
 // then Engine::profile times every step over a number of replays and measures the device's copy
 // bandwidth and matrix-product rate in the same process.  The table goes to stdout, the full
 // record to --json.
@@ -16,77 +16,36 @@
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
+#include "app/job.h"
 #include "app/job_options.h"
+#include "app/job_plan.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread.h"
 #include "engine/engine.h"
-#include "model/onnx_loader.h"
-#include "model/prepare.h"
-#include "pipeline/gpu_count.h"
+#include "io/source.h"
 #include "sluice/version.h"
 
 namespace sluice {
 namespace {
 
+// The options of `sluice profile` beside the job's (app/job_plan.h translates those as `sluice run` does).
 struct ProfileCommandOptions {
-  std::string model;
-  int64_t batch_size = 32;
-  std::vector<int64_t> sample_shape = {3, 224, 224};
-  std::string input_dtype = "float32";
-  std::vector<std::string> outputs = {"logits"};
-  std::string output_dtype = "float32";
-  int top_k = 5;
-  float scale = 1.f;
-  std::vector<float> mean, stddev;
-  std::string device = "auto";
   int gpu = 0;
-  std::string precision = "fp32";
   int replays = 20;
   int top = 30;                 // rows of the step table (0: all)
   std::string json;             // file for the full record
-  std::string algo_cache;       // cuDNN algorithm cache folder
-  int cpu_threads = 0;
-  bool no_cuda_graphs = false;
   bool no_peaks = false;
 };
 
-// The same output heads `sluice run` puts behind the model (app/run_context.cpp).
-std::vector<OutputSpec> output_specs(const ProfileCommandOptions& o) {
-  std::vector<OutputSpec> specs;
-  const DType float_out = dtype_from_name(o.output_dtype);
-  for (const auto& name : o.outputs) {
-    OutputSpec s;
-    s.name = name;
-    if (name == "logits") {
-      s.dtype = float_out;
-    } else if (name == "argmax") {
-      s.kind = OutputSpec::Kind::ArgMax;
-      s.dtype = DType::Undefined;
-    } else if (name == "softmax") {
-      s.kind = OutputSpec::Kind::Softmax;
-      s.dtype = float_out;
-    } else if (name == "topk") {
-      s.kind = OutputSpec::Kind::TopK;
-      s.dtype = float_out;
-      s.top_k = o.top_k;
-    } else {
-      throw UsageError(str("--outputs: '", name, "' is not one of logits, argmax, softmax, topk"));
-    }
-    specs.push_back(s);
-  }
-  return specs;
-}
-
-std::string choose_backend(const std::string& device) {
-  if (device == "cpu") return "cpu";
-  if (device == "cuda") {
-    if (!cuda_built()) throw InputError("--device cuda: this sluice was built without the CUDA backend (SLUICE_CUDA=OFF)");
-    if (gpu_count() == 0) throw InputError("--device cuda: no CUDA device is visible to this process");
-    return "cuda";
-  }
-  return gpu_count() > 0 ? "cuda" : "cpu";
-}
+// What was profiled, as the table's first line and the JSON name it.
+struct Profiled {
+  std::string model;
+  int64_t batch_size = 0;
+  Shape sample_shape;           // the model's input per sample, as the plan feeds it
+  std::string input_dtype;
+  std::vector<std::string> outputs;
+};
 
 // Achieved rates of a step or a group of steps, against the ceilings.
 struct Rates {
@@ -153,11 +112,11 @@ void print_row(const char* index, const std::string& name, const std::string& ki
               percent(r.flops_fraction, peaks.flops_per_s > 0).c_str());
 }
 
-void print_table(const ProfileCommandOptions& o, const EngineProfile& p, double build_s) {
-  const double images = static_cast<double>(o.batch_size);
-  std::printf("sluice profile: %s, batch %lld, sample %s %s, outputs %s\n", o.model.c_str(),
-              static_cast<long long>(o.batch_size), shape_str(o.sample_shape).c_str(), o.input_dtype.c_str(),
-              [&] { std::string s; for (const auto& x : o.outputs) s += (s.empty() ? "" : ",") + x; return s; }().c_str());
+void print_table(const ProfileCommandOptions& o, const Profiled& w, const EngineProfile& p, double build_s) {
+  const double images = static_cast<double>(w.batch_size);
+  std::printf("sluice profile: %s, batch %lld, sample %s %s, outputs %s\n", w.model.c_str(),
+              static_cast<long long>(w.batch_size), shape_str(w.sample_shape).c_str(), w.input_dtype.c_str(),
+              [&] { std::string s; for (const auto& x : w.outputs) s += (s.empty() ? "" : ",") + x; return s; }().c_str());
   std::printf("engine: %s, built in %.1f s (algorithm search or cache, CUDA graph capture)\n", p.engine.c_str(), build_s);
   if (p.peaks.bytes_per_s > 0)
     std::printf("ceilings: copy %s GB/s (%s); matrix product %s TFLOP/s (%s)\n", sig3(p.peaks.bytes_per_s / 1e9).c_str(),
@@ -185,7 +144,7 @@ void print_table(const ProfileCommandOptions& o, const EngineProfile& p, double 
   std::fflush(stdout);
 }
 
-nlohmann::json to_json(const ProfileCommandOptions& o, const EngineProfile& p, const std::string& backend) {
+nlohmann::json to_json(const Profiled& o, const EngineProfile& p, const std::string& backend) {
   using nlohmann::json;
   json j;
   j["sluice"] = str(SLUICE_VERSION, " (git ", SLUICE_GIT_COMMIT, ")");
@@ -229,47 +188,45 @@ nlohmann::json to_json(const ProfileCommandOptions& o, const EngineProfile& p, c
   return j;
 }
 
-void profile_command(const ProfileCommandOptions& o) {
-  const Precision precision = precision_from_name(o.precision);
+void profile_command(const JobConfig& job, const ProfileCommandOptions& o) {
+  validate_job(job);
+  JobPlan plan = plan_job(job);
   if (o.replays < 1) throw UsageError(str("--replays must be at least 1, not ", o.replays));
-  if (o.batch_size < 1) throw UsageError(str("--batch-size must be at least 1, not ", o.batch_size));
-  check_normalization(o.scale, o.mean, o.stddev);
-  check_thread_count("--cpu-threads", o.cpu_threads);
-  const std::string backend = choose_backend(o.device);
-  if (backend == "cpu" && precision != Precision::FP32)
-    log_warn("the cpu engine computes in float32; --precision ", o.precision, " applies to cuda only");
+  const std::string backend = choose_backend(job.device);
+  if (backend == "cpu" && plan.engine.precision != Precision::FP32)
+    log_warn("the cpu engine computes in float32; --precision ", job.precision, " applies to cuda only");
 
-  PrepareOptions po;
-  po.batch_size = o.batch_size;
-  po.sample_shape = o.sample_shape;
-  po.input_dtype = dtype_from_name(o.input_dtype);
-  po.normalize = o.scale != 1.f || !o.mean.empty() || !o.stddev.empty();
-  po.scale = o.scale;
-  po.mean = o.mean;
-  po.stddev = o.stddev;
-  po.outputs = output_specs(o);
-  const Graph graph = prepare_graph(load_onnx(o.model), po);
+  // The model is prepared for the job's input as `sluice run` prepares it: the input's sample shape
+  // and type, an image input's decoded size, the preprocessing and the output heads.
+  const std::unique_ptr<Source> source = open_input(plan.input);
+  log_info("profile: input ", source->describe());
+  plan.check_batch_bytes(*source);
+  const PreparedModel model = load_prepared_model(plan, *source);
+  Profiled what;
+  what.model = job.model;
+  what.batch_size = job.batch_size;
+  what.sample_shape = plan.prepare.sample_shape;
+  what.input_dtype = dtype_name(plan.prepare.input_dtype);
+  what.outputs = job.outputs;
 
-  EngineOptions eo;
-  eo.precision = precision;
+  EngineOptions eo = plan.engine;
   eo.device = o.gpu;
   eo.io_sets = 1;
-  eo.cache_dir = o.algo_cache;
-  eo.cuda_graphs = !o.no_cuda_graphs;
-  eo.threads = o.cpu_threads;
   log_info("profile: building the ", backend, " engine");
   const auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<Engine> engine = create_engine(backend, graph, eo);
+  std::unique_ptr<Engine> engine;
+  allocating(str("the ", backend == "cuda" ? "GPU" : "CPU", " engine for --batch-size ", job.batch_size),
+             [&] { engine = create_engine(backend, model.graph, eo); });
   const double build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log_info("profile: ", engine->describe(), " built in ", build_s, " s; timing ", o.replays, " passes");
   ProfileOptions pr;
   pr.replays = o.replays;
   pr.peaks = !o.no_peaks;
   const EngineProfile p = engine->profile(pr);
-  print_table(o, p, build_s);
+  print_table(o, what, p, build_s);
   if (!o.json.empty()) {
     std::ofstream out(o.json, std::ios::trunc);
-    nlohmann::json j = to_json(o, p, backend);
+    nlohmann::json j = to_json(what, p, backend);
     j["build_s"] = build_s;
     out << j.dump(1) << "\n";
     out.flush();
@@ -280,33 +237,23 @@ void profile_command(const ProfileCommandOptions& o) {
 }  // namespace
 
 void add_profile_command(CLI::App& app) {
+  auto job = std::make_shared<JobConfig>();
   auto o = std::make_shared<ProfileCommandOptions>();
   CLI::App* sub = app.add_subcommand(
-      "profile", "Time each step of a model's forward pass (prepared as `sluice run` would) against the device's ceilings");
-  sub->add_option("--model", o->model, "ONNX model file")->required()->check(CLI::ExistingFile);
-  sub->add_option("--batch-size", o->batch_size, "Samples per batch")->capture_default_str();
-  sub->add_option("--sample-shape", o->sample_shape, "Shape of one sample, e.g. 3,512,512")->delimiter(',')->capture_default_str();
-  sub->add_option("--input-dtype", o->input_dtype, "float32 | uint8")->capture_default_str()->check(CLI::IsMember({"float32", "uint8"}));
-  sub->add_option("--outputs", o->outputs, "Heads behind the model: logits, argmax, softmax, topk (comma list)")
-      ->delimiter(',')->capture_default_str();
-  sub->add_option("--output-dtype", o->output_dtype, "logits/softmax/topk values: float32 | float16 | bfloat16")
-      ->capture_default_str()->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
-  sub->add_option("--top-k", o->top_k, "k of the topk output")->capture_default_str()->check(CLI::PositiveNumber);
-  sub->add_option("--scale", o->scale, "Preprocessing: x * scale")->capture_default_str();
-  sub->add_option("--mean", o->mean, "Preprocessing: per-channel mean (comma list)")->delimiter(',');
-  sub->add_option("--std", o->stddev, "Preprocessing: per-channel std (comma list)")->delimiter(',');
-  sub->add_option("--device", o->device, "auto | cpu | cuda")->capture_default_str()->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  sub->add_option("--gpu", o->gpu, "CUDA device ordinal")->capture_default_str()->check(CLI::NonNegativeNumber);
-  sub->add_option("--precision", o->precision, "fp32 | tf32 | fp16 | bf16 (cuda)")
-      ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16"}));
-  sub->add_option("--replays", o->replays, "Timed passes (after one warm-up)")->capture_default_str()->check(CLI::PositiveNumber);
-  sub->add_option("--top", o->top, "Rows of the step table, slowest first (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  sub->add_option("--json", o->json, "Write every step, the totals by kind and the ceilings to this JSON file");
-  sub->add_option("--algo-cache", o->algo_cache, "cuDNN algorithm cache folder (none by default: measure at start)");
-  sub->add_option("--cpu-threads", o->cpu_threads, "CPU engine threads (0: all cores)")->capture_default_str()->check(CLI::NonNegativeNumber);
-  sub->add_flag("--no-cuda-graphs", o->no_cuda_graphs, "Time the forward pass as eager launches instead of a CUDA graph");
-  sub->add_flag("--no-peaks", o->no_peaks, "Skip measuring the device's ceilings (no fractions of peak)");
-  sub->callback([o] { profile_command(*o); });
+      "profile", "Time each step of a job's forward pass (the model prepared as `sluice run` would) against the device's "
+                 "ceilings; takes the options and job files of `sluice run`");
+  // The job's options, as `sluice run` has them: a job file profiles as it runs.  Those of the
+  // input, the model, the batch, the preprocessing, the outputs and the engine apply here.
+  add_job_options(*sub, *job);
+  sub->add_option("--gpu", o->gpu, "CUDA device ordinal")->capture_default_str()->check(CLI::NonNegativeNumber)->group("Profile");
+  sub->add_option("--replays", o->replays, "Timed passes (after one warm-up)")->capture_default_str()->check(CLI::PositiveNumber)->group("Profile");
+  sub->add_option("--top", o->top, "Rows of the step table, slowest first (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber)->group("Profile");
+  sub->add_option("--json", o->json, "Write every step, the totals by kind and the ceilings to this JSON file")->group("Profile");
+  sub->add_flag("--no-peaks", o->no_peaks, "Skip measuring the device's ceilings (no fractions of peak)")->group("Profile");
+  sub->callback([sub, job, o] {
+    apply_job_file(*sub, *job);
+    profile_command(*job, *o);
+  });
 }
 
 }  // namespace sluice

@@ -1,7 +1,8 @@
 #pragma once
-// The job: every option of `sluice run`, with its default.  CLI11 binds each field to a flag of the
-// same name (app/cli.cpp), and job files (TOML, app/job_file.h) set fields by the same names, so
-// every job key is also a flag and flags override the file.
+// The job: every option of `sluice run` (and `sluice profile`), with its default.  One list of the
+// fields (visit_job in app/job_options.cpp) binds each to a flag of the same name and to the job
+// file key (TOML, app/job_file.h) of that name, so every job key is also a flag and flags override
+// the file.  app/job_plan.h translates the job into each layer's options.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,8 +54,8 @@ struct JobConfig {
   int pad_value = 0;                       // letterbox padding, 0..255
   std::string on_bad_sample = "skip";      // skip (recorded, zeros fed) | fail (exit 3)
   bool cuda_graphs = true;
-  std::string algo_cache;                  // cuDNN algorithm cache folder ("" = OUTPUT/.. default)
-  int cpu_threads = 0;                     // CPU engine threads (0: all cores)
+  std::string algo_cache;                  // cuDNN algorithm cache folder ("": $XDG_CACHE_HOME/sluice or ~/.cache/sluice)
+  int cpu_threads = 0;                     // CPU engine threads (0: all cores, shared among a node's ranks)
   std::string gpu_map;                     // "" (node-local rank) or a comma list of GPU ordinals
   double progress_interval = 5.0;          // seconds between progress lines when not on a terminal
   double series_interval = 0.25;           // seconds between the first points of the report's time series (doubled as the run grows)

@@ -171,7 +171,7 @@ RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking) {
   if (job.overwrite) {
     // Sluice's file names only: other files of the folder stay where they are.
     std::vector<std::string> ours = c.rank_files;
-    for (const std::string& n : {"outputs.h5", "report.json"})
+    for (const char* n : {"outputs.h5", "report.json"})
       if (fs::exists(dir + "/" + n)) ours.push_back(n);
     ours.insert(ours.end(), c.records.begin(), c.records.end());
     if (!ours.empty()) {

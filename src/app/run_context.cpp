@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "app/job_options.h"
+#include "app/job_plan.h"
 #include "app/ledgers.h"
 #include "core/log.h"
 #include "core/sha256.h"
@@ -28,14 +29,6 @@ namespace sluice {
 
 namespace {
 
-std::string default_cache_dir() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return str(x, "/sluice");
-  if (const char* h = std::getenv("HOME"); h && *h) return str(h, "/.cache/sluice");
-  return "";
-}
-
-bool file_readable(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
-
 std::string signal_name(int sig) {
   switch (sig) {
     case SIGTERM: return "SIGTERM";
@@ -46,32 +39,10 @@ std::string signal_name(int sig) {
   }
 }
 
-// "12 MB", "3.5e+12 TB": sizes in messages, whatever their magnitude.
-std::string mb(double bytes) {
-  if (bytes < 1e12) return str(static_cast<int64_t>(bytes / 1e6 + 0.5), " MB");
-  std::ostringstream os;
-  os.precision(3);
-  os << bytes / 1e12 << " TB";
-  return os.str();
-}
-
-// Runs an allocating step; a failure says what asked for how much (`what`: the options and sizes
-// behind it) instead of a bare std::bad_alloc.  Exit status 1: a resource, not a bad input.
-template <typename F>
-void allocating(const std::string& what, F&& step) {
-  try {
-    step();
-  } catch (const std::bad_alloc&) {
-    throw Error(str("out of memory allocating ", what));
-  } catch (const std::length_error&) {
-    throw Error(str("too large to allocate: ", what));
-  }
-}
-
 }  // namespace
 
 RunContext::RunContext(const JobConfig& job, std::string job_toml, const MpiContext& mpi)
-    : job_(job), job_toml_(std::move(job_toml)), mpi_(mpi) {
+    : job_(job), job_plan_(plan_job(job, mpi.rank())), job_toml_(std::move(job_toml)), mpi_(mpi) {
   started_ = iso8601(unix_time_now());
 }
 
@@ -88,21 +59,12 @@ RunContext::~RunContext() {
 
 void RunContext::open_source() {
   const auto t0 = Clock::now();
-  InputOptions in;
-  in.path = job_.input;
-  in.kind = job_.input_kind;
-  in.dataset = job_.input_dataset;
-  in.keys = job_.input_keys;
-  in.samples = job_.samples;
-  in.sample_shape = job_.sample_shape;
-  in.dtype = dtype_from_name(job_.input_dtype);
-  in.seed = job_.seed;
   // Every rank enumerates the input itself; the fingerprints must agree (a rank that sees another
   // file list would mix samples).  One broadcast on every path, so a rank that failed to open
   // still takes part before its error is agreed on.
   std::exception_ptr failed;
   try {
-    source_ = open_input(in);
+    source_ = open_input(job_plan_.input);
     input_fingerprint_ = source_->fingerprint();
   } catch (...) {
     failed = std::current_exception();
@@ -114,13 +76,7 @@ void RunContext::open_source() {
                          root_fingerprint, "); every rank must see the same files"));
   if (mpi_.rank() == 0) log_info("input: ", source_->describe());
   chunking_.total = source_->size();
-  // Sizes multiplied below must not overflow: one batch of input is batch x sample bytes.
-  double sample = static_cast<double>(dtype_size(source_->dtype()));
-  for (int64_t d : source_->sample_shape()) sample *= static_cast<double>(d);
-  const double batch = static_cast<double>(job_.batch_size);
-  if (job_.batch_size > (int64_t{1} << 40) / std::max<int64_t>(1, job_.chunk_batches) || sample * batch > 1e15)
-    throw UsageError(str("--batch-size ", job_.batch_size, " x --chunk-batches ", job_.chunk_batches, " with samples of ",
-                         mb(sample), " asks for ", mb(sample * batch), " per batch; choose smaller values"));
+  job_plan_.check_batch_bytes(*source_);
   chunking_.batch = job_.batch_size;
   chunking_.chunk_samples = job_.batch_size * job_.chunk_batches;
   t_setup_ += seconds_since(t0);
@@ -129,98 +85,11 @@ void RunContext::open_source() {
 void RunContext::load_model() {
   if (mpi_.rank() != 0) return;  // the others receive the prepared model in share_model()
   const auto t0 = Clock::now();
-  if (!file_readable(job_.model))
-    throw InputError(str("cannot read the model file ", job_.model, access(job_.model.c_str(), F_OK) == 0 ? " (permission)" : " (no such file)"),
-                     str("--model names an ONNX file; ", kPathsHint));
-  Graph model = load_onnx(job_.model);
-  model_sha256_ = sha256_file(job_.model);
-  t_model_load_ = seconds_since(t0);
-
-  PrepareOptions po;
-  po.batch_size = job_.batch_size;
-  po.sample_shape = source_->sample_shape();
-  po.input_dtype = source_->dtype();
-  if (source_->encoded()) {
-    // Image files: the model takes uint8 [B, 3, H, W]; scale/mean/std run in the graph.
-    const PreprocessSpec spec = resolve_preprocess(image_options(job_), model.inputs.empty() ? Shape{} : model.inputs[0].shape,
-                                                   job_.model);
-    po.sample_shape = {3, spec.out_h, spec.out_w};
-    po.input_dtype = DType::U8;
-  } else if (!job_.resize.empty() || !job_.center_crop.empty() || job_.letterbox) {
-    throw UsageError(str("--resize, --center-crop and --letterbox apply to image inputs; ", source_->describe(),
-                         " is a tensor input"));
-  }
-  po.normalize = job_.scale != 1.0f || !job_.mean.empty() || !job_.stddev.empty();
-  po.scale = job_.scale;
-  po.mean = job_.mean;
-  po.stddev = job_.stddev;
-  po.static_batch = static_batch_from_name(job_.static_batch);
-  const DType float_out = dtype_from_name(job_.output_dtype);
-  for (const auto& name : job_.outputs) {
-    OutputSpec s;
-    s.name = name;
-    if (name == "logits") {
-      s.kind = OutputSpec::Kind::Logits;
-      s.dtype = float_out;
-    } else if (name == "argmax") {
-      s.kind = OutputSpec::Kind::ArgMax;
-      s.dtype = DType::Undefined;  // uint8 for <= 256 classes, else int32
-    } else if (name == "softmax") {
-      s.kind = OutputSpec::Kind::Softmax;
-      s.dtype = float_out;
-    } else if (name == "topk" || name == "topk_probs") {
-      s.kind = name == "topk" ? OutputSpec::Kind::TopK : OutputSpec::Kind::TopKProbs;
-      s.dtype = float_out;
-      s.top_k = job_.top_k;
-    }
-    po.outputs.push_back(s);
-  }
-  try {
-    allocating(str("preparing the model for --batch-size ", job_.batch_size), [&] { graph_ = prepare_graph(std::move(model), po); });
-  } catch (const SizeError& e) {
-    // Past Sluice's size limits: the model's own shapes (bad input), or only this batch size (a
-    // resource limit, exit 1, like any allocation the batch size makes impossible)?
-    if (job_.batch_size <= 1) throw;
-    PrepareOptions one = po;
-    one.batch_size = 1;
-    try {
-      prepare_graph(load_onnx(job_.model), one);
-    } catch (const Error&) {
-      throw e;
-    }
-    throw Error(str("cannot allocate the model's tensors for --batch-size ", job_.batch_size, ": ", e.what()),
-                kExitFailure, "a smaller --batch-size fits (batch 1 does)");
-  }
-  check_batch_axis(graph_, job_.batch_size);
-  // Here, on rank 0 in an agreed step, rather than when every rank plans its datasets: one error
-  // line, and before any rank allocates an engine for it.
-  for (const ValueInfo& o : graph_.outputs) {
-    const ValueInfo* v = graph_.value(o.name);
-    const Shape& shape = v ? v->shape : o.shape;
-    for (std::size_t i = 1; i < shape.size(); ++i)
-      if (shape[i] < 1)
-        throw InputError(str("the model's output '", o.name, "' has shape ", shape_str(shape),
-                             ": no values per sample (an empty dimension), nothing to store"),
-                         "check the model's last Reshape/Slice/Pad: every output needs at least one value per sample");
-  }
+  PreparedModel m = load_prepared_model(job_plan_, *source_);
+  graph_ = std::move(m.graph);
+  model_sha256_ = m.sha256;
+  t_model_load_ = m.load_s;
   t_setup_ += seconds_since(t0);
-}
-
-void RunContext::make_specs() {
-  specs_.clear();
-  for (const ValueInfo& o : graph_.outputs) {
-    const ValueInfo* v = graph_.value(o.name);
-    const ValueInfo& info = v ? *v : o;
-    if (info.shape.empty() || info.shape[0] != job_.batch_size)
-      throw InputError(str("the model's output '", info.name, "' has shape ", shape_str(info.shape),
-                           "; Sluice needs the batch (", job_.batch_size, ") on axis 0"));
-    DatasetSpec d;
-    d.name = info.name;
-    d.dtype = info.dtype;
-    d.row_shape.assign(info.shape.begin() + 1, info.shape.end());
-    d.deflate = job_.compression;
-    specs_.push_back(d);
-  }
 }
 
 void RunContext::share_model() {
@@ -234,7 +103,7 @@ void RunContext::share_model() {
       log_info("weights: ", weights_.tensors, " tensors, ", weights_.bytes / 1e6, " MB to ", mpi_.world_size() - 1,
                " rank(s) over ", weights_.transport, " in ", weights_.seconds, " s");
   }
-  make_specs();
+  specs_ = job_plan_.dataset_specs(graph_);
   hosts_ = mpi_.gather_strings(mpi_.host());
   t_setup_ += seconds_since(t0);
 }
@@ -350,16 +219,7 @@ void RunContext::watch_set_aside() {
 }
 
 void RunContext::choose_device() {
-  const int gpus = gpu_count();
-  if (job_.device == "cpu") {
-    backend_ = "cpu";
-  } else if (job_.device == "cuda") {
-    if (!cuda_built()) throw InputError("--device cuda: this sluice was built without the CUDA backend (SLUICE_CUDA=OFF)");
-    if (gpus == 0) throw InputError("--device cuda: no CUDA device is visible to this process");
-    backend_ = "cuda";
-  } else {
-    backend_ = gpus > 0 ? "cuda" : "cpu";
-  }
+  backend_ = choose_backend(job_.device);
   if (backend_ == "cuda") gpu_ = choose_gpu();
 }
 
@@ -382,11 +242,7 @@ int RunContext::choose_gpu() const {
 
 void RunContext::build() {
   const auto t0 = Clock::now();
-  EngineOptions eo;
-  eo.precision = precision_from_name(job_.precision);
-  eo.cuda_graphs = job_.cuda_graphs;
-  eo.threads = job_.cpu_threads;
-  eo.cache_dir = job_.algo_cache.empty() ? default_cache_dir() : job_.algo_cache;
+  EngineOptions eo = job_plan_.engine;
   if (backend_ == "cuda") {
 #ifdef SLUICE_HAVE_CUDA
     eo.device = gpu_;
@@ -414,10 +270,7 @@ void RunContext::build() {
              });
   if (source_->encoded()) {
     // Every rank resolves the same spec from the prepared graph's input [B, 3, H, W].
-    const PreprocessSpec spec = resolve_preprocess(image_options(job_), graph_.inputs.at(0).shape, job_.model);
-    ImageInputOptions io;
-    io.fail_on_bad = job_.on_bad_sample == "fail";
-    input_ = make_image_input(*source_, spec, job_.batch_size, *device_, io);
+    input_ = make_image_input(*source_, job_plan_.image_spec(graph_), job_.batch_size, *device_, job_plan_.image_input);
     if (mpi_.rank() == 0) log_info("images: ", input_->describe());
   }
 
@@ -444,39 +297,15 @@ void RunContext::build() {
     file_created_ = !exists;
   }
 
-  PipelineOptions po;
-  po.prefetch = job_.prefetch;
-  po.egress_buffers = job_.egress_buffers;
-  po.reader_threads = job_.reader_threads;
-  po.writer_threads = job_.writer_threads;
-  for (int r : job_.fail_ranks)
-    if (r == mpi_.rank()) po.fail_at_batch = job_.fail_at_batch;
-  po.commit_batches = job_.chunk_batches;
-  for (std::size_t i = 0; i < job_.throttle_ranks.size() && !job_.throttle_ms.empty(); ++i)
-    if (job_.throttle_ranks[i] == mpi_.rank()) po.throttle_ms = job_.throttle_ms[std::min(i, job_.throttle_ms.size() - 1)];
   // An image input's slots hold file bytes (or decoded pixels), a tensor input's one batch of input.
   const std::size_t in_slot_bytes = input_ ? input_->slot_bytes() : graph_.inputs[0].bytes();
-  std::size_t out_bytes = 0;
-  for (const auto& s : specs_) out_bytes += s.row_bytes() * static_cast<std::size_t>(job_.batch_size);
-  // The slots are host memory (pinned): asking for more than the machine has would end in the
-  // kernel's OOM killer rather than an error, so it is refused here, naming the options.
-  const double slots = static_cast<double>(job_.prefetch) * static_cast<double>(in_slot_bytes) +
-                       static_cast<double>(job_.egress_buffers) * static_cast<double>(out_bytes);
-  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-  if (ram > 0 && slots * static_cast<double>(mpi_.local_size()) > 0.8 * ram)
-    throw Error(str("--prefetch ", job_.prefetch, " input slots of ", mb(static_cast<double>(in_slot_bytes)),
-                    " and --egress-buffers ", job_.egress_buffers, " output slots of ", mb(static_cast<double>(out_bytes)),
-                    " (--batch-size ", job_.batch_size, ") take ", mb(slots), " of host memory per rank, x ",
-                    mpi_.local_size(), " rank(s) on this node; the node has ", mb(ram), ": lower them"));
-  allocating(str("--prefetch ", job_.prefetch, " input slots of ", mb(static_cast<double>(in_slot_bytes)),
-                 " and --egress-buffers ", job_.egress_buffers, " output slots of ", mb(static_cast<double>(out_bytes)),
-                 " (--batch-size ", job_.batch_size, ")"),
-             [&] {
-               if (!input_)
-                 input_ = make_tensor_input(*source_, job_.batch_size, engine_->input().bytes(),
-                                            job_.on_nan == "fail" ? NonFinite::Fail : NonFinite::Warn);
-               pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, input_.get(), file_.get(), po);
-             });
+  std::size_t out_row_bytes = 0;
+  for (const auto& s : specs_) out_row_bytes += s.row_bytes();
+  job_plan_.check_host_slots(in_slot_bytes, out_row_bytes, mpi_.local_size());
+  allocating(job_plan_.slots_text(in_slot_bytes, out_row_bytes), [&] {
+    if (!input_) input_ = make_tensor_input(*source_, job_.batch_size, engine_->input().bytes(), job_plan_.on_nan);
+    pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, input_.get(), file_.get(), job_plan_.pipeline);
+  });
   t_setup_ += seconds_since(t0);
   log_debug("engine: ", engine_->describe());
 }

@@ -9,6 +9,7 @@
 
 #include "app/folder_lock.h"
 #include "app/job.h"
+#include "app/job_plan.h"
 #include "app/outdir.h"
 #include "cluster/mpi_context.h"
 #include "cluster/weights.h"
@@ -66,11 +67,11 @@ class RunContext {
  private:
   int mapped_gpu() const;   // --gpu-map's ordinal for this node-local rank (default: the node-local rank)
   int choose_gpu() const;
-  void make_specs();
   void save_job() const;  // rank 0: OUTPUT/job.toml
   void watch_set_aside();  // rank 0: delete the earlier run once this one committed a chunk
 
   JobConfig job_;
+  JobPlan job_plan_;   // the job as each layer takes it
   std::string job_toml_;
   const MpiContext& mpi_;
   double t_setup_ = 0;

@@ -6,7 +6,7 @@
 //  - CPU path (image/cpu_image_input.cpp): reader threads read the files into a private buffer,
 //    decode (TurboJPEG, libspng) and preprocess (image/preprocess.cpp) straight into the in-slot,
 //    which holds the finished uint8 batch; enqueue_copy() is one H2D copy (a memcpy on the host).
-//  - GPU path (image/cuda/, helper imggpu): the slot carries the compressed bytes, the device
+//  - GPU path (image/cuda/): the slot carries the compressed bytes, the device
 //    decodes them (nvJPEG) and preprocesses with the same plan_resize/axis_taps.
 // A sample that cannot be read or decoded is a bad row (zeros, a reason, BatchRows::mark_bad), or
 // ends the job with exit 3 under --on-bad-sample fail.
@@ -35,8 +35,8 @@ std::unique_ptr<BatchInput> make_cpu_image_input(Source& source, const Preproces
                                                  const ImageInputOptions& options);
 
 #ifdef SLUICE_HAVE_CUDA
-// Helper imggpu's nvJPEG input (image/cuda/).  make_image_input calls it on a GPU when the build
-// defines SLUICE_HAVE_GPU_IMAGES (the CMake of image/cuda/ does, once it is there).
+// The nvJPEG input (image/cuda/).  make_image_input calls it on a GPU when the build defines
+// SLUICE_HAVE_GPU_IMAGES (every CUDA build does: CMakeLists.txt).
 std::unique_ptr<BatchInput> make_gpu_image_input(Source& source, const PreprocessSpec& spec, int64_t batch,
                                                  Device& device, const ImageInputOptions& options);
 #endif

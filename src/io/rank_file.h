@@ -168,7 +168,7 @@ struct RankFileInfo {
   std::string input_fingerprint;     // the input the file was written from ("" in files older than it)
   int attempt = 0;   // the attempt that last wrote the file (0: first run)
   bool closed_cleanly = false;       // false: a writer holds the file, or was killed holding it
-  // Also read from the header (additions by the io part):
+  // Also read from the header:
   std::string model_path, host, device, sluice_version, git_commit;
   std::string start_time, end_time;  // ISO-8601 UTC; end_time is "" until close() ran
   double start_unix = 0, end_unix = 0;

@@ -35,12 +35,16 @@ nlohmann::json RankReport::to_json() const {
   j["first_batch_s"] = s.first_batch_s;
   j["images_per_s"] = images_per_s();
   j["steady_images_per_s"] = steady_images_per_s();
-  j["seconds"] = {{"read", s.read_s}, {"h2d", s.h2d_s}, {"decode", s.decode_s}, {"decode_cpu", s.decode_cpu_s}, {"compute", s.compute_s}, {"d2h", s.d2h_s},
-                  {"encode", s.encode_s}, {"write", s.write_s}, {"stall_input", s.stall_input_s},
-                  {"stall_output", s.stall_output_s}};
-  j["busy"] = {{"read", s.read_s / w}, {"h2d", s.h2d_s / w}, {"decode", s.decode_s / w}, {"compute", s.compute_s / w},
-               {"d2h", s.d2h_s / w}, {"encode", s.encode_s / w}, {"write", s.write_s / w}};
-  j["stall"] = {{"input", s.stall_input_s / w}, {"output", s.stall_output_s / w}};
+  nlohmann::json seconds = nlohmann::json::object(), busy = nlohmann::json::object(),
+                 stall = nlohmann::json::object();
+  for (const auto& f : kTimedFields) {
+    seconds[f.name] = s.*f.seconds;
+    if (f.kind == TimedField::kStage) busy[f.name] = s.*f.seconds / w;
+    if (f.kind == TimedField::kStall) stall[f.stall] = s.*f.seconds / w;
+  }
+  j["seconds"] = seconds;
+  j["busy"] = busy;
+  j["stall"] = stall;
   j["reader_threads"] = reader_threads;
   j["writer_threads"] = writer_threads;
   j["start_unix"] = start_unix;
@@ -58,24 +62,41 @@ std::string RankReport::limit() const {
   if (s.wall_s <= 0 || s.batches == 0) return "idle: no batch";
   const double w = s.wall_s;
   const double readers = std::max(1, reader_threads), writers = std::max(1, writer_threads);
+  const auto threads = [](int n, const char* whose) { return str(" (", n, " ", whose, " thread", n == 1 ? "" : "s", ")"); };
   struct Stage {
-    const char* kind;
+    const TimedField* field;
     std::string what;
     double busy;
   };
-  const double cpu_decode = s.decode_cpu_s, gpu_decode = s.decode_s - s.decode_cpu_s;
-  std::vector<Stage> stages = {
-      {"compute-bound", "compute", s.compute_s / w},
-      {"input-bound", str("read (", reader_threads, " reader thread", reader_threads == 1 ? "" : "s", ")"),
-       (s.read_s + cpu_decode) / readers / w},
-      {"input-bound", "GPU decode", gpu_decode / w},
-      {"copy-bound", "h2d", s.h2d_s / w},
-      {"copy-bound", "d2h", s.d2h_s / w},
-      {"output-bound", "write", s.write_s / w},
-      {"output-bound", str("encode (", writer_threads, " writer thread", writer_threads == 1 ? "" : "s", ")"),
-       s.encode_s / writers / w},
-  };
-  if (cpu_decode > 0) stages[1].what = str("read + decode (", reader_threads, " reader thread", reader_threads == 1 ? "" : "s", ")");
+  // CPU decoding runs on the reader threads, so it counts with read; decode's own stage is the
+  // GPU's part.  Busy is per thread where a stage has several.
+  const double cpu_decode = s.decode_cpu_s;
+  std::vector<Stage> stages;
+  for (const auto& f : kTimedFields) {
+    if (f.kind != TimedField::kStage) continue;
+    double seconds = s.*f.seconds;
+    std::string what = f.name;
+    if (f.seconds == &PipelineStats::read_s) {
+      seconds += cpu_decode;
+      if (cpu_decode > 0) what = "read + decode";
+    }
+    if (f.seconds == &PipelineStats::decode_s) {
+      seconds -= cpu_decode;
+      what = "GPU decode";
+    }
+    if (f.threads == TimedField::kReaders) {
+      what += threads(reader_threads, "reader");
+      seconds /= readers;
+    }
+    if (f.threads == TimedField::kWriters) {
+      what += threads(writer_threads, "writer");
+      seconds /= writers;
+    }
+    stages.push_back({&f, what, seconds / w});
+  }
+  const auto is = [](double PipelineStats::*field) { return [field](const Stage& st) { return st.field->seconds == field; }; };
+  std::stable_partition(stages.begin(), stages.end(), is(&PipelineStats::compute_s));   // compute wins a tie
+  const Stage& read = *std::find_if(stages.begin(), stages.end(), is(&PipelineStats::read_s));
   const Stage* top = &stages[0];
   for (const auto& st : stages)
     if (st.busy > top->busy) top = &st;
@@ -86,8 +107,8 @@ std::string RankReport::limit() const {
   if (top->busy < 0.9 && std::max(st_in, st_out) > 0.5) {
     std::snprintf(pct, sizeof pct, "%.0f %%", 100 * std::max(st_in, st_out));
     if (st_in >= st_out)
-      return str("input-bound: the driver waited for input ", pct, " of the time (", stages[1].what, " ",
-                 static_cast<int>(100 * stages[1].busy + 0.5), " % busy per thread)");
+      return str("input-bound: the driver waited for input ", pct, " of the time (", read.what, " ",
+                 static_cast<int>(100 * read.busy + 0.5), " % busy per thread)");
     return str("output-bound: the driver waited for a free output slot ", pct, " of the time (write ",
                static_cast<int>(100 * s.write_s / w + 0.5), " % busy)");
   }
@@ -95,7 +116,7 @@ std::string RankReport::limit() const {
   if (top->busy < 0.5)
     return str("latency-bound: no stage is busy (busiest: ", top->what, " ", pct,
                "); more batches in flight (--prefetch, larger --batch-size) or a longer run would help");
-  return str(top->kind, ": ", top->what, " ", pct, " busy");
+  return str(top->field->bound, ": ", top->what, " ", pct, " busy");
 }
 
 RankReport RankReport::from_json(const nlohmann::json& j) {
@@ -115,16 +136,8 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   s.wall_s = j.at("wall_s").get<double>();
   s.first_batch_s = j.at("first_batch_s").get<double>();
   const auto& sec = j.at("seconds");
-  s.read_s = sec.at("read").get<double>();
-  s.h2d_s = sec.at("h2d").get<double>();
-  s.decode_s = sec.value("decode", 0.0);
-  s.compute_s = sec.at("compute").get<double>();
-  s.d2h_s = sec.at("d2h").get<double>();
-  s.write_s = sec.at("write").get<double>();
-  s.encode_s = sec.value("encode", 0.0);
-  s.stall_input_s = sec.at("stall_input").get<double>();
-  s.stall_output_s = sec.at("stall_output").get<double>();
-  s.decode_cpu_s = sec.value("decode_cpu", 0.0);
+  for (const auto& f : kTimedFields)
+    s.*f.seconds = f.since_first_report ? sec.at(f.name).get<double>() : sec.value(f.name, 0.0);
   r.reader_threads = j.value("reader_threads", 1);
   r.writer_threads = j.value("writer_threads", 1);
   r.start_unix = j.value("start_unix", 0.0);
@@ -274,20 +287,30 @@ std::string format_report_table(const JobReport& r) {
   std::ostringstream os;
   char line[512];
   os << "\n";
-  std::snprintf(line, sizeof line, "%4s %-14s %-22s %8s %6s %8s %9s %9s %6s %6s %6s %6s %6s %7s %7s\n", "rank", "host",
-                "device", "samples", "chunks", "wall s", "img/s", "steady/s", "read", "h2d", "comp", "d2h", "write",
-                "st.in", "st.out");
+  std::snprintf(line, sizeof line, "%4s %-14s %-22s %8s %6s %8s %9s %9s", "rank", "host", "device", "samples",
+                "chunks", "wall s", "img/s", "steady/s");
   os << line;
+  // A stage's column is a busy fraction, a stall's a stall fraction (one character wider).
+  const auto width = [](const TimedField& f) { return f.kind == TimedField::kStall ? 7 : 6; };
+  for (const auto& f : kTimedFields)
+    if (f.column) {
+      std::snprintf(line, sizeof line, " %*s", width(f), f.column);
+      os << line;
+    }
+  os << "\n";
   for (const auto& rr : r.ranks) {
     const auto& s = rr.stats;
     const double w = s.wall_s > 0 ? s.wall_s : 1;
-    std::snprintf(line, sizeof line,
-                  "%4d %-14.14s %-22.22s %8lld %6lld %8.2f %9.1f %9.1f %5.0f%% %5.0f%% %5.0f%% %5.0f%% %5.0f%% %6.0f%% %6.0f%%\n",
-                  rr.rank, rr.host.c_str(), rr.device.c_str(), static_cast<long long>(s.samples),
-                  static_cast<long long>(s.chunks), s.wall_s, rr.images_per_s(), rr.steady_images_per_s(),
-                  100 * s.read_s / w, 100 * s.h2d_s / w, 100 * s.compute_s / w, 100 * s.d2h_s / w,
-                  100 * s.write_s / w, 100 * s.stall_input_s / w, 100 * s.stall_output_s / w);
+    std::snprintf(line, sizeof line, "%4d %-14.14s %-22.22s %8lld %6lld %8.2f %9.1f %9.1f", rr.rank, rr.host.c_str(),
+                  rr.device.c_str(), static_cast<long long>(s.samples), static_cast<long long>(s.chunks), s.wall_s,
+                  rr.images_per_s(), rr.steady_images_per_s());
     os << line;
+    for (const auto& f : kTimedFields)
+      if (f.column) {
+        std::snprintf(line, sizeof line, " %*.0f%%", width(f) - 1, 100 * s.*f.seconds / w);
+        os << line;
+      }
+    os << "\n";
   }
   const nlohmann::json j = r.to_json();
   const auto& job = j["job"];

@@ -55,8 +55,8 @@ struct JobReport {
   std::string started, finished;  // ISO-8601
   std::string weights_transport;  // how rank 0's weights reached the other ranks: nccl, mpi, or none
   double weights_mb = 0, weights_s = 0;
-  double model_load_s = 0;
-  std::string job_text;           // the resolved job (TOML), as echoed at the start        // rank 0 reading and parsing the model file (what each rank would pay without the broadcast)
+  double model_load_s = 0;        // rank 0 reading and parsing the model file (what each rank would pay without the broadcast)
+  std::string job_text;           // the resolved job (TOML), as echoed at the start
   std::vector<RankReport> ranks;
   std::vector<AttemptRecord> attempts;   // every attempt of the job so far, this one last
 

@@ -1,5 +1,6 @@
 #include "report/series.h"
 
+#include <array>
 #include <cmath>
 
 namespace sluice {
@@ -69,26 +70,24 @@ nlohmann::json SeriesRecorder::to_json() const {
   std::lock_guard<std::mutex> lock(mutex_);
   nlohmann::json j;
   j["interval_s"] = interval_;
-  std::vector<double> t, read, decode, h2d, compute, d2h, encode, write, st_in, st_out;
+  std::vector<double> t;
   std::vector<int64_t> samples;
+  std::array<std::vector<double>, kTimedFields.size()> seconds;
   for (const auto& p : points_) {
     t.push_back(ms(p.wall_s));
     samples.push_back(p.samples);
-    read.push_back(ms(p.read_s));
-    decode.push_back(ms(p.decode_s));
-    h2d.push_back(ms(p.h2d_s));
-    compute.push_back(ms(p.compute_s));
-    d2h.push_back(ms(p.d2h_s));
-    encode.push_back(ms(p.encode_s));
-    write.push_back(ms(p.write_s));
-    st_in.push_back(ms(p.stall_input_s));
-    st_out.push_back(ms(p.stall_output_s));
+    for (std::size_t i = 0; i < kTimedFields.size(); ++i) seconds[i].push_back(ms(p.*kTimedFields[i].seconds));
   }
   j["t"] = t;
   j["samples"] = samples;
-  j["busy"] = {{"read", read}, {"decode", decode}, {"h2d", h2d}, {"compute", compute},
-               {"d2h", d2h}, {"encode", encode}, {"write", write}};
-  j["stall"] = {{"input", st_in}, {"output", st_out}};
+  nlohmann::json busy = nlohmann::json::object(), stall = nlohmann::json::object();
+  for (std::size_t i = 0; i < kTimedFields.size(); ++i) {
+    const auto& f = kTimedFields[i];
+    if (f.kind == TimedField::kStage) busy[f.name] = seconds[i];
+    if (f.kind == TimedField::kStall) stall[f.stall] = seconds[i];
+  }
+  j["busy"] = busy;
+  j["stall"] = stall;
   return j;
 }
 

@@ -1,4 +1,4 @@
-# Shared by the scripts that run on the lent GPU host (device_run.sh, job_run.sh): steps under one
+# Shared by the scripts that run on a GPU host (device_run.sh, job_run.sh): steps under one
 # deadline so a call never runs past its limit.  Source it after setting DEADLINE and STEPS.
 SECONDS=0
 left() { echo $((DEADLINE - SECONDS)); }

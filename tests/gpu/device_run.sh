@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU check of the CUDA engine in one pass, for one call on the lent H200
+# Every GPU check of the CUDA engine in one pass, for one call on a GPU host
 # (/work/shared/device/README.md).  Run from the repository root after bundling:
 #   /work/shared/device/bundle.sh .devrt build/sluice build/tests/sluice_gpu_tests build/tests/libsluice_nvtx_probe.so
 #   set -o pipefail; bash tests/gpu/device_run.sh 2>&1 | tee $OUT/log

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The engine's GPU checks and figures (issue 10) in one call on the lent H200, for the lead.  Builds
+# The engine's GPU checks and figures in one call on a GPU host.  Builds
 # nothing: it takes the bundled binaries (/work/shared/device/README.md), here:
 #   cmake --build build-cuda --target sluice sluice_gpu_tests
 #   /work/shared/device/bundle.sh .devrt build-cuda/sluice build-cuda/tests/sluice_gpu_tests
@@ -14,7 +14,7 @@
 #   gtest    the engine's GPU tests (tails, fast kernels, ops, models) against the CPU engine
 #   profile  `sluice profile` of DeepLabV3 b64 512x512 bf16 (fp32 logits) and ResNet-50 b256 uint8 bf16
 #            (top-5), JSON in $OUT; they also fill the cuDNN algorithm cache the runs below reuse
-#   e2e      the issue's targets, `sluice run` end to end: DeepLabV3 b64 bf16 and tf32 with fp32 logits
+#   e2e      the throughput targets, `sluice run` end to end: DeepLabV3 b64 bf16 and tf32 with fp32 logits
 #            to pinned host memory (--sink null), bf16 with argmax stored; ResNet-50 b256 bf16, uint8
 #            in, top-5 stored
 #   compare  tests/gpu/compare_torch.py (ResNet-50, DeepLabV3; fp32, tf32, bf16) against torch eager

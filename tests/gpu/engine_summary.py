@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The closing table of tests/gpu/engine_run.sh: end-to-end images/s against issue 10's targets, then
+"""The closing table of tests/gpu/engine_run.sh: end-to-end images/s against the throughput targets, then
 each profile's forward pass and slowest steps with their achieved fraction of the ceilings measured in
 the same run (copy bandwidth for memory-bound steps, GEMM rate for convolutions and products).
 
@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-TARGETS = {  # run tag: (images/s target, what the issue asks)
+TARGETS = {  # run tag: (images/s target, what it measures)
     "deeplabv3-bf16-logits": (1400, "DeepLabV3 b64 bf16, fp32 logits to host"),
     "deeplabv3-tf32-logits": (750, "DeepLabV3 b64 tf32, fp32 logits to host"),
     "deeplabv3-bf16-argmax": (1500, "DeepLabV3 b64 bf16, argmax stored"),

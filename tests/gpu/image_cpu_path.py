@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The CPU image path (TurboJPEG/libspng decoding and preprocessing on reader threads, one H2D copy)
-on the lent GPU host, in one call; builds nothing, takes the bundled binary.  Run with the host's
+on a GPU host, in one call; builds nothing, takes the bundled binary.  Run with the host's
 python3 (torch, torchvision with transforms.v2, onnx, h5py, PIL) from the repository root:
 
     /work/shared/device/bundle.sh .devrt build-cuda/sluice     # here, then pack and send
@@ -12,7 +12,7 @@ Steps (--steps, default all), each printing a short table:
   torch   torchvision.transforms.v2 Resize(256, antialias=True) + CenterCrop(224) on sluice's own
           decoded pixels (an identity run at the images' size) against sluice's preprocessing:
           max |diff| and % equal (the CPU tests use Debian's torchvision 0.14, which has no v2)
-  bench   W3-like files (data_tools/make_image_dataset.py, 500x375, q90) through the CPU path on the
+  bench   the image benchmark's kind of files (data_tools/make_image_dataset.py, 500x375, q90) through the CPU path on the
           GPU, identity 224x224 model, --reader-threads 4/8/14: images/s and decode ms per image
 """
 import argparse
@@ -118,7 +118,7 @@ def step_torch(a):
 
 
 def step_bench(a):
-    data = os.path.join(a.work, "w3")
+    data = os.path.join(a.work, "images")
     if not os.path.isdir(data):
         t0 = time.time()
         subprocess.run([sys.executable, os.path.join(ROOT, "data_tools", "make_image_dataset.py"), "--out", data,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU image path on the lent H200 host in one call (/work/shared/device/README.md): nvJPEG and
-# the preprocessing kernel against the CPU (gtests), then W3 (issue 13) against PyTorch.  Builds
+# The GPU image path on a GPU host in one call: nvJPEG and the preprocessing kernel against the CPU
+# (gtests), then the image benchmark (JPEG files to ResNet-50 top-5) against PyTorch.  Builds
 # nothing: bundle first, from the repository root,
 #   /work/shared/device/bundle.sh .devrt build/sluice build/tests/sluice_gpu_tests
 #   tar cJf devrt.tar.xz .devrt          # over the 64 MiB carry limit otherwise
@@ -23,7 +23,7 @@ RT=${RT:-.devrt}
 R="$PWD/$RT/run"
 S="$PWD/$RT/bin/sluice"
 T="$PWD/$RT/bin/sluice_gpu_tests"
-WORK=${WORK:-/tmp/sluice-w3}
+WORK=${WORK:-/tmp/sluice-images}
 COUNT=${COUNT:-50000}
 MODEL=$WORK/resnet50.onnx
 export PYTHONUNBUFFERED=1

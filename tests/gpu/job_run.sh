@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Job-level checks and benchmarks of `sluice run` on the lent GPU host, in one call
+# Job-level checks and benchmarks of `sluice run` on a GPU host, in one call
 # (/work/shared/device/README.md): the seed workload end to end against PyTorch, two ranks on one
 # GPU, the pipeline under compute-sanitizer, throughput by precision against a PyTorch script, and,
 # where the machine has two or more GPUs, the NCCL weight broadcast and multi-GPU scaling.

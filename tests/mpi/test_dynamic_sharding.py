@@ -2,12 +2,10 @@
 does fewer batches (one commit each here: `chunks` in the report), and every sample is still
 written exactly once."""
 import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import QUICKSTART, assemble, fresh_dir, report, sluice  # noqa: E402
+from support.sluice_test import QUICKSTART, assemble, fresh_dir, report, sluice
 
 
 def test_a_slow_rank_takes_fewer_chunks(tmp_path):

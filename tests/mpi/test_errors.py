@@ -6,7 +6,6 @@ import fcntl
 import os
 import shutil
 import subprocess
-import sys
 
 import h5py
 import numpy as np
@@ -14,8 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, sluice  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, sluice
 
 N = 64
 JOB = ["--config", QUICKSTART, "--samples", N, "--cpu-threads", 1, "--quiet"]

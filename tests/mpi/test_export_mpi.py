@@ -1,14 +1,12 @@
 """The new-user path under mpirun: `sluice run` on 2 ranks, then `mpirun -np 2 sluice export`: rank 0
 exports, the other rank leaves it alone, and the masks are the stored argmax rows."""
 import os
-import sys
 
 import h5py
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import QUICKSTART, fresh_dir, sluice  # noqa: E402
+from support.sluice_test import QUICKSTART, fresh_dir, sluice
 
 Image = pytest.importorskip("PIL.Image")
 

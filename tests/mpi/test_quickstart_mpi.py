@@ -1,14 +1,12 @@
 """The quickstart job under mpirun: every sample written exactly once, whatever the number of ranks
 or the sharding, with bit-identical outputs (the CPU backend is deterministic)."""
 import os
-import sys
 
 import h5py
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import QUICKSTART, assemble, fresh_dir, rank_files, report, sluice  # noqa: E402
+from support.sluice_test import QUICKSTART, assemble, fresh_dir, rank_files, report, sluice
 
 N = 512
 

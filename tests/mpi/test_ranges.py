@@ -6,16 +6,14 @@ files are recovered in place and read plainly by h5py, and --resume always finis
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import h5py
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, report, sluice  # noqa: E402
-from mpi.test_resume import assert_no_partial_chunk, committed_samples, rank_pids  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, report, sluice
+from mpi.test_resume import assert_no_partial_chunk, committed_samples, rank_pids
 
 N = 512
 BASE = ["--config", QUICKSTART, "--samples", N, "--batch-size", 4, "--cpu-threads", 1, "--quiet"]

@@ -12,8 +12,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, fresh_dir, pids_of, report, sluice  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, fresh_dir, pids_of, report, sluice
 
 N = 1024
 JOB = ["--config", QUICKSTART, "--samples", N, "--batch-size", 16, "--chunk-batches", 1, "--cpu-threads", 1,

@@ -6,15 +6,13 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 
 import h5py
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, pids_of, report, sluice  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, pids_of, report, sluice
 
 N = 384
 PENDING_AT_RESUME = {}  # trial -> samples the resume still had to do
@@ -138,7 +136,7 @@ def committed_samples(out):
 
 
 def test_four_ranks_with_a_slow_one_killed_and_resumed_twice(tmp_path, reference):
-    """Issue 5's acceptance run: 4 ranks, rank 2 slower than the others, killed mid-run (kill -9 of
+    """The resume acceptance run: 4 ranks, rank 2 slower than the others, killed mid-run (kill -9 of
     every rank), resumed, killed mid-run again (one rank), resumed to the end: outputs.h5 equals a
     clean single-rank run."""
     out = fresh_dir(str(tmp_path / "twice"))

@@ -5,16 +5,13 @@ rank file each committed row's key is the key of the sample /sample_index names.
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import h5py
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.dirname(__file__))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, report, sluice  # noqa: E402
-from test_resume import committed_samples, rank_pids  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, report, sluice
+from test_resume import committed_samples, rank_pids
 
 N = 192
 

@@ -11,16 +11,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import h5py
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, report, sluice  # noqa: E402
-from mpi.test_resume import assert_no_partial_chunk, committed_samples, rank_pids  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, report, sluice
+from mpi.test_resume import assert_no_partial_chunk, committed_samples, rank_pids
 
 N = 384
 JOB = ["--config", QUICKSTART, "--samples", N, "--batch-size", 16, "--chunk-batches", 1, "--cpu-threads", 1]

@@ -3,15 +3,13 @@ the other ranks get the rewritten graph, so every rank count gives the same rows
 only run on sub-batches at a batch that is no multiple of its own is one error on every rank, exit 3,
 no hang."""
 import os
-import sys
 
 import h5py
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import error_lines, fresh_dir, sluice  # noqa: E402
+from support.sluice_test import error_lines, fresh_dir, sluice
 
 
 def write_model(path, batch, mix):

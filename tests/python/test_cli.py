@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import QUICKSTART, error_lines, fresh_dir, rank_files, sluice  # noqa: E402
+from support.sluice_test import QUICKSTART, error_lines, fresh_dir, rank_files, sluice
 
 SMALL = ["--config", QUICKSTART, "--samples", "64", "--quiet"]
 
@@ -136,3 +135,17 @@ def test_export_threads_beyond_the_machine_are_refused_with_the_bound(tmp_path):
     assert len(errs) == 1 and "--threads 100000 is more threads than this machine can use: at most" in errs[0], p.stderr
     assert "terminate called" not in p.stderr
     assert not (out / "export").exists()
+
+
+def test_forward_without_a_gpu_gives_the_error_of_run(tmp_path):
+    run = sluice("run", *SMALL, "--device", "cuda", "--output", tmp_path / "o")
+    if run.returncode == 0:
+        pytest.skip("a GPU is visible to this process")
+    import numpy as np
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((2, 3, 64, 64), dtype=np.float32))
+    p = sluice("forward", "--model", "jobs/models/quickstart.onnx", "--input", x, "--outdir", tmp_path / "f",
+               "--device", "cuda")
+    # One backend choice (app/job_plan.h) for both commands: the same status and the same words.
+    assert p.returncode == run.returncode == 3, p.stderr
+    assert error_lines(p.stderr) == error_lines(run.stderr), (p.stderr, run.stderr)

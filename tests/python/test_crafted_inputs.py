@@ -1,17 +1,15 @@
 """Input crafted to break Sluice: models, job files and a file size limit that used to
 kill the process with a signal now end with one clear error line and the documented status.  The
 models are fuzz/corpus/onnx/crafted-*.onnx (fuzz/make_seeds.py); the in-process check of every one
-of them is tests/unit/test_model_crafted.cpp, this one runs the binary on the cases of the issue."""
+of them is tests/unit/test_model_crafted.cpp, this one runs the binary on them."""
 import json
 import os
 import resource
 import subprocess
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, error_lines, sluice  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, error_lines, sluice
 
 CRAFTED = os.path.join(ROOT, "fuzz", "corpus", "onnx")
 with open(os.path.join(CRAFTED, "crafted.json")) as f:

@@ -3,12 +3,10 @@ matches torch eager on the same weights and the same synthetic samples (check_ag
 the script the GPU runs use too, here with torch on the CPU)."""
 import os
 import subprocess
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import ROOT, sluice  # noqa: E402
+from support.sluice_test import ROOT, sluice
 
 TORCH_PY = "/usr/bin/python3"  # Debian's python with torch and torchvision
 

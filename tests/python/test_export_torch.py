@@ -13,14 +13,12 @@ differs by 5.5e-3, and its masks agree on only 90 % of the pixels).
 import csv
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 from PIL import Image
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import fresh_dir, sluice, torch_available  # noqa: E402
+from support.sluice_test import fresh_dir, sluice, torch_available
 
 TORCH_PY = "/usr/bin/python3"  # Debian's python with torch and torchvision
 REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_task_reference.py")

@@ -17,11 +17,8 @@ import pytest
 from onnx import TensorProto, helper, save
 from PIL import Image
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import ROOT, fresh_dir, report, sluice  # noqa: E402
-
-sys.path.insert(0, os.path.join(ROOT, "data_tools"))
-from make_image_dataset import picture  # noqa: E402
+from support.sluice_test import ROOT, fresh_dir, report, sluice
+from make_image_dataset import picture
 
 TORCH_PY = "/usr/bin/python3"  # Debian's python with torch and torchvision
 REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "image_reference.py")

@@ -3,14 +3,12 @@
 land in /sample_key of the rank files and outputs.h5 (h5py); --samples limits every input; an input
 that cannot be read is one clear error with exit status 3 on every rank, never a hang."""
 import os
-import sys
 
 import h5py
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import QUICKSTART, error_lines, rank_files, sluice  # noqa: E402
+from support.sluice_test import QUICKSTART, error_lines, rank_files, sluice
 
 N = 72
 JOB = ["--config", QUICKSTART, "--batch-size", 16, "--chunk-batches", 1, "--device", "cpu", "--quiet"]

@@ -5,15 +5,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import h5py
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, sluice  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, sluice
 
 # 200 samples in batches of 16, one batch per commit: 13 commits, the last one 8 samples.
 JOB = ["--config", QUICKSTART, "--samples", "200", "--batch-size", "16", "--chunk-batches", "1", "--quiet"]

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -22,8 +21,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import torch_available  # noqa: E402
+from support.sluice_test import torch_available
 
 ROOT = os.environ.get("SLUICE_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SLUICE_BIN = os.environ.get("SLUICE_BIN", os.path.join(ROOT, "build", "sluice"))

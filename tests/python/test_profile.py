@@ -8,15 +8,13 @@ are exactly what their shapes say.
 """
 import json
 import os
-import sys
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, ROOT, sluice  # noqa: E402
+from support.sluice_test import BIN, ROOT, sluice
 
 if not os.access(BIN, os.X_OK):
     pytest.skip(f"no sluice binary at {BIN} (set SLUICE_BIN)", allow_module_level=True)
@@ -115,3 +113,94 @@ def test_preprocessing_and_threads_beyond_float32_or_the_machine_are_refused(arg
     assert p.returncode == 2, p.stderr
     lines = [line for line in p.stderr.splitlines() if "error" in line]
     assert len(lines) == 1 and words in lines[0], p.stderr
+
+
+# `sluice profile` takes the options of `sluice run` and prepares the model through the same job plan
+# (app/job_plan.h): what a run does to a model, the profile times.
+
+def test_a_job_file_profiles_as_it_runs(tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    conv_gemm_model(str(models / "m.onnx"))
+    job = tmp_path / "job.toml"
+    # Paths in a job file are relative to its folder, as for `sluice run`.
+    job.write_text('model = "models/m.onnx"\nbatch-size = 3\nsample-shape = [3, 16, 16]\n'
+                   'outputs = ["topk_probs", "argmax"]\ntop-k = 4\noutput = "unused-by-profile"\n')
+    stdout, j = profile(tmp_path, "--config", job)
+    assert j["batch_size"] == 3 and j["sample_shape"] == [3, 16, 16]
+    assert j["outputs"] == ["topk_probs", "argmax"]
+    assert "batch 3, sample [3,16,16] float32, outputs topk_probs,argmax" in stdout
+    # The command line wins over the job file.
+    _, j = profile(tmp_path, "--config", job, "--batch-size", "2")
+    assert j["batch_size"] == 2
+
+
+def test_topk_probs_is_a_head_the_profile_times(tmp_path):
+    model = tmp_path / "m.onnx"
+    conv_gemm_model(str(model))
+    _, plain = profile(tmp_path, "--model", model, "--batch-size", 2, "--sample-shape", "3,16,16")
+    _, topk = profile(tmp_path, "--model", model, "--batch-size", 2, "--sample-shape", "3,16,16",
+                      "--outputs", "topk_probs", "--top-k", 3)
+    assert topk["outputs"] == ["topk_probs"]
+    assert len(topk["steps"]) > len(plain["steps"])  # the head's steps behind the model
+
+
+def static_batch_model(path, batch=2):
+    """conv_gemm with the batch fixed at `batch`, in the input and in a Reshape constant, as exporters leave it."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in [("W", (8, 3, 3, 3)), ("B", (8,)), ("W2", (10, 8)), ("C", (10,))]]
+    inits.append(numpy_helper.from_array(np.array([batch, 8], dtype=np.int64), "shape"))
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1], strides=[2, 2],
+                         kernel_shape=[3, 3]),
+        helper.make_node("GlobalAveragePool", ["c"], ["g"], name="gap"),
+        helper.make_node("Reshape", ["g", "shape"], ["f"], name="reshape"),
+        helper.make_node("Gemm", ["f", "W2", "C"], ["y"], name="fc", transB=1),
+    ]
+    graph = helper.make_graph(nodes, "static", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_static_batch_chooses_how_a_fixed_batch_model_is_timed(tmp_path):
+    model = tmp_path / "static.onnx"
+    static_batch_model(str(model))
+    args = ("--model", model, "--batch-size", 6, "--sample-shape", "3,16,16")
+    _, whole = profile(tmp_path, *args, "--static-batch", "respecialize")
+    _, parts = profile(tmp_path, *args, "--static-batch", "sub-batch")
+    assert {s["name"] for s in whole["steps"]} >= {"conv", "fc"}
+    # Three sub-batches of the model's own batch 2, each with its own steps.
+    for k in range(3):
+        assert {f"conv#sb{k}", f"fc#sb{k}"} <= {s["name"] for s in parts["steps"]}
+    p = sluice("profile", *args, "--device", "cpu", "--static-batch", "sometimes")
+    assert p.returncode == 2 and "--static-batch" in p.stderr
+
+
+def test_image_inputs_are_profiled_at_their_decoded_size(tmp_path):
+    from PIL import Image
+    images = tmp_path / "images"
+    images.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 256, (30 + i, 40, 3), dtype=np.uint8)).save(images / f"{i}.jpg")
+    model = tmp_path / "m.onnx"
+    conv_gemm_model(str(model))  # [N, 3, 16, 16]
+    _, j = profile(tmp_path, "--model", model, "--input", images, "--batch-size", 2, "--resize", 20,
+                   "--center-crop", 16, "--scale", 0.00392156862745098)
+    # The model takes uint8 [3, 16, 16], as `sluice run` feeds it after decoding, resizing and cropping.
+    assert j["sample_shape"] == [3, 16, 16] and j["input_dtype"] == "uint8"
+    # Image options on a tensor input: one clear error, as for `sluice run`.
+    p = sluice("profile", "--model", model, "--device", "cpu", "--sample-shape", "3,16,16", "--resize", "16x16")
+    assert p.returncode == 2, p.stderr
+    lines = [l for l in p.stderr.splitlines() if "error" in l]
+    assert len(lines) == 1 and "image inputs" in lines[0], p.stderr
+
+
+def test_a_tensor_file_gives_the_profile_its_sample_shape(tmp_path):
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((4, 3, 16, 16), dtype=np.uint8))
+    model = tmp_path / "m.onnx"
+    conv_gemm_model(str(model))
+    _, j = profile(tmp_path, "--model", model, "--input", x, "--batch-size", 2)
+    assert j["sample_shape"] == [3, 16, 16] and j["input_dtype"] == "uint8"

@@ -2,7 +2,6 @@
 the samples data_tools/synthetic.py reproduces, in float32 and uint8, through the whole pipeline
 (readers, slots, engine, writer, outputs.h5)."""
 import os
-import sys
 
 import h5py
 import numpy as np
@@ -10,10 +9,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "data_tools"))
-from support.sluice_test import sluice  # noqa: E402
-import synthetic  # noqa: E402
+from support.sluice_test import sluice
+import synthetic
 
 
 def passthrough_model(path, shape):

@@ -11,17 +11,14 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 
 import h5py
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-sys.path.insert(0, os.path.dirname(__file__))
-from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, rank_files, pids_of, report, sluice  # noqa: E402
-from slurm_cluster import Cluster, missing_software, wait_for  # noqa: E402
+from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, rank_files, pids_of, report, sluice
+from slurm_cluster import Cluster, missing_software, wait_for
 
 SCRIPT = os.path.join(ROOT, "slurm", "sluice.sbatch")
 LAUNCHERS = ["srun", "mpirun"]

@@ -1,6 +1,6 @@
 // Crafted models (fuzz/corpus/onnx, written by fuzz/make_seeds.py): each bad one is refused with an
-// InputError naming what is wrong, and every valid seed prepares.  Before these checks several of them
-// killed the process (SIGFPE, SIGSEGV, heap overflow).
+// InputError naming what is wrong, and every valid seed prepares.  Several of these once killed
+// the process (SIGFPE, SIGSEGV, heap overflow).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

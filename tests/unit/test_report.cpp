@@ -142,3 +142,71 @@ TEST(Report, LimitNamesTheStallWhenTheDriverMostlyWaits) {
   r.stats.stall_input_s = 9.4;
   EXPECT_EQ(r.limit(), "input-bound: the driver waited for input 94 % of the time (read (8 reader threads) 42 % busy per thread)");
 }
+
+namespace {
+// A rank with a different value in every figure, so a stage that lands under the wrong key, or
+// drops out of one of the report's views, changes the text.
+RankReport every_figure_set() {
+  RankReport r = rank(2, 1000, 8, 20, 0.25);
+  r.reader_threads = 3;
+  r.writer_threads = 2;
+  r.start_unix = 1700000000.5;
+  auto& s = r.stats;
+  s.chunks = 5;
+  s.nonfinite_rows = 7;
+  s.read_s = 1.5;
+  s.decode_cpu_s = 0.75;
+  s.decode_s = 1.25;
+  s.h2d_s = 0.5;
+  s.compute_s = 6.0;
+  s.d2h_s = 0.375;
+  s.encode_s = 2.25;
+  s.write_s = 1.125;
+  s.stall_input_s = 0.625;
+  s.stall_output_s = 0.875;
+  return r;
+}
+}  // namespace
+
+TEST(Report, EveryStageKeepsItsPlaceInTheJsonTheTableAndTheSeries) {
+  RankReport r = every_figure_set();
+  SeriesRecorder rec(nullptr, 1.0);
+  rec.add(r.stats);
+  r.series = rec.to_json();
+  EXPECT_EQ(r.to_json().dump(), "{\"batches\":20,\"busy\":{\"compute\":0.75,\"d2h\":0.046875,\"decode\":0.15625,\"encode\":0.28125,\"h2d\":0.0625,\"read\":0.1875,\"write\":0.140625},\"chunks\":5,\"device\":\"host\",\"engine\":\"cpu\",\"first_batch_s\":0.25,\"host\":\"h\",\"images_per_s\":125.0,\"limit\":\"compute-bound: compute 75 % busy\",\"nonfinite_rows\":7,\"rank\":2,\"reader_threads\":3,\"samples\":1000,\"seconds\":{\"compute\":6.0,\"d2h\":0.375,\"decode\":1.25,\"decode_cpu\":0.75,\"encode\":2.25,\"h2d\":0.5,\"read\":1.5,\"stall_input\":0.625,\"stall_output\":0.875,\"write\":1.125},\"series\":{\"busy\":{\"compute\":[6.0],\"d2h\":[0.375],\"decode\":[1.25],\"encode\":[2.25],\"h2d\":[0.5],\"read\":[1.5],\"write\":[1.125]},\"interval_s\":1.0,\"samples\":[1000],\"stall\":{\"input\":[0.625],\"output\":[0.875]},\"t\":[8.0]},\"setup_s\":0.0,\"stall\":{\"input\":0.078125,\"output\":0.109375},\"start_unix\":1700000000.5,\"steady_images_per_s\":122.58064516129032,\"wall_s\":8.0,\"writer_threads\":2}");
+  EXPECT_EQ(RankReport::from_json(r.to_json()).to_json().dump(), r.to_json().dump());
+  JobReport j;
+  j.total_samples = 1000;
+  j.complete = true;
+  j.ranks = {r};
+  EXPECT_EQ(format_report_table(j), "\nrank host           device                  samples chunks   wall s     img/s  steady/s   read    h2d   comp    d2h  write   st.in  st.out\n   2 h              host                       1000      5     8.00     125.0     122.6    19%     6%    75%     5%    14%      8%     11%\njob: 1000 samples on 1 rank(s) in 8.00 s: 125.0 images/s  (rank min/mean/max 125.0/125.0/125.0, imbalance 1.00)\nlimit: compute-bound: compute 75 % busy\ninputs: 7 sample(s) held NaN or Inf values (computed as given; /sample_status 2)\nstatus: complete: all 1000 samples committed\n");
+}
+
+TEST(Report, LimitCanNameEveryStage) {
+  const auto limit_with = [](double PipelineStats::*field, double seconds, int readers = 1, int writers = 1) {
+    RankReport r = rank(0, 100, 10);
+    r.stats.compute_s = 1;
+    r.reader_threads = readers;
+    r.writer_threads = writers;
+    r.stats.*field = seconds;
+    return r.limit();
+  };
+  EXPECT_EQ(limit_with(&PipelineStats::h2d_s, 9.5), "copy-bound: h2d 95 % busy");
+  EXPECT_EQ(limit_with(&PipelineStats::d2h_s, 9.25), "copy-bound: d2h 92 % busy");
+  EXPECT_EQ(limit_with(&PipelineStats::decode_s, 9.0), "input-bound: GPU decode 90 % busy");
+  EXPECT_EQ(limit_with(&PipelineStats::encode_s, 19.0, 1, 2), "output-bound: encode (2 writer threads) 95 % busy");
+  EXPECT_EQ(limit_with(&PipelineStats::read_s, 9.6), "input-bound: read (1 reader thread) 96 % busy");
+  RankReport cpu = rank(0, 100, 10);
+  cpu.stats.compute_s = 1;
+  cpu.stats.read_s = 4;
+  cpu.stats.decode_s = cpu.stats.decode_cpu_s = 5.5;  // decoded on the reader thread
+  EXPECT_EQ(cpu.limit(), "input-bound: read + decode (1 reader thread) 95 % busy");
+  RankReport waits = rank(0, 100, 10);
+  waits.stats.write_s = 3;
+  waits.stats.stall_output_s = 7;
+  EXPECT_EQ(waits.limit(), "output-bound: the driver waited for a free output slot 70 % of the time (write 30 % busy)");
+  RankReport none = rank(0, 100, 10);
+  none.stats.compute_s = 0;
+  EXPECT_EQ(none.limit(), "latency-bound: no stage is busy (busiest: compute 0 %); more batches in flight (--prefetch, larger --batch-size) or a longer run would help");
+  EXPECT_EQ(rank(0, 100, 10, 0).limit(), "idle: no batch");
+}

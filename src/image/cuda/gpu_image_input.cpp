@@ -334,7 +334,7 @@ std::unique_ptr<BatchInput> make_gpu_image_input(Source& source, const Preproces
 }
 
 #if __has_include("image/image_input.h")
-// The entry point image/image_input.h (helper imgcpu's factory) declares: the job's options, plus
+// The entry point image/image_input.h declares (make_image_input chooses it on a GPU): the job's options, plus
 // SLUICE_IMAGE_DECODER=auto|hardware|hybrid to pick the nvJPEG backend (benchmarks, tests).
 std::unique_ptr<BatchInput> make_gpu_image_input(Source& source, const PreprocessSpec& spec, int64_t batch,
                                                  Device& device, const ImageInputOptions& options) {

@@ -3,12 +3,13 @@
 // model's real logits [32, 8, 64, 64] float32, stored raw, deflated at level 1 by HDF5 inside
 // H5Dwrite (no encoder threads), and deflated at level 1 by 1 and 2 writer threads.  The engine
 // replays logits the real quickstart model computed once, so the rest of the pipeline costs next
-// to nothing and the figures are the writer's.
-//   build/tests/sluice_unit_tests --gtest_filter='WriterBenchmark.*'
+// to nothing and the figures are the writer's.  Skipped unless SLUICE_BENCH=1:
+//   SLUICE_BENCH=1 build/tests/sluice_bench --gtest_filter='WriterBenchmark.*'
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -17,7 +18,7 @@
 #include "model/onnx_loader.h"
 #include "model/prepare.h"
 #include "pipeline/pipeline.h"
-#include "test_io_util.h"
+#include "unit/test_io_util.h"
 
 using namespace sluice;
 using namespace sluice::testing;
@@ -116,6 +117,8 @@ class InOrderWork final : public WorkDistributor {
 }  // namespace
 
 TEST(WriterBenchmark, QuickstartLogitsDeflatedWithOneAndTwoWriterThreads) {
+  const char* on = std::getenv("SLUICE_BENCH");
+  if (!on || std::strcmp(on, "1") != 0) GTEST_SKIP() << "set SLUICE_BENCH=1 to run";
   Shape shape;
   const auto logits = quickstart_logits(shape);
   ASSERT_EQ(shape, (Shape{kBatch, 8, 64, 64}));

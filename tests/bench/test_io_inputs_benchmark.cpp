@@ -2,7 +2,7 @@
 // (no timed assertion): 50,000 small files in 500 folders, opened as a folder, a glob and a list,
 // and the same samples as 100 tar shards.  Page cache warm (the files were just written).
 // Skipped unless SLUICE_BENCH=1 (making the files takes a while):
-//   SLUICE_BENCH=1 build/tests/sluice_unit_tests --gtest_filter='InputBenchmark.*'
+//   SLUICE_BENCH=1 build/tests/sluice_bench --gtest_filter='InputBenchmark.*'
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,7 +13,7 @@
 #include <fstream>
 
 #include "io/source.h"
-#include "test_io_util.h"
+#include "unit/test_io_util.h"
 
 using namespace sluice;
 using namespace sluice::testing;

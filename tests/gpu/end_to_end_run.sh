@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# The follow-up GPU checks of wave 2 in one call on the lent H200 (bundle as tests/gpu/engine_run.sh
-# says): W3 again (images decoded by nvJPEG, the copy stream at high priority), DeepLabV3 end to
+# End-to-end GPU checks in one call on a GPU host (bundle as tests/gpu/engine_run.sh says): the
+# image benchmark (JPEG files decoded by nvJPEG, the copy stream at high priority), DeepLabV3 end to
 # end with float32 and with uint8 synthetic input (the input path's own limit apart from the
 # engine's), the output-tail tests, and the CPU image path against the GPU one.
-#   tar xJf devrt.tar.xz && bash tests/gpu/wave2_run.sh 2>&1 | tail -40
+#   tar xJf devrt.tar.xz && bash tests/gpu/end_to_end_run.sh 2>&1 | tail -40
 set -uo pipefail
 OUT=${OUT:-/tmp/sluice-device}
 mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-420}
-STEPS=${STEPS:-data models tails w3 deeplab}
+STEPS=${STEPS:-data models tails images deeplab}
 RT=${RT:-.devrt}
 R="$PWD/$RT/run"
 S="$PWD/$RT/bin/sluice"
 T="$PWD/$RT/bin/sluice_gpu_tests"
 M=/tmp/sluice-models
-W=/tmp/sluice-w3
+W=/tmp/sluice-images
 COUNT=${COUNT:-30000}
 export PYTHONUNBUFFERED=1
 # shellcheck source=tests/gpu/device_lib.sh
@@ -61,22 +61,22 @@ if want deeplab; then
   e2e dl-u8in-argmax-stored deeplabv3_resnet50 "${D[@]}" --input-dtype uint8 "${IMAGENET[@]}" --outputs argmax
 fi
 
-if want w3; then
+if want images; then
   [ -n "$DATA_PID" ] && wait "$DATA_PID"
   tail -1 "$OUT/data.log"
   for b in 256; do
-    rm -rf /tmp/sluice-runs/w3
-    run "w3 warm-up" 60 "$R" "$S" run --config jobs/resnet50_images.toml --input "$W/images" --model "$M/resnet50.onnx" \
-        --samples 2048 --output /tmp/sluice-runs/w3-warm --quiet > /dev/null 2>&1
-    run "w3 b$b" 90 "$R" "$S" run --config jobs/resnet50_images.toml --input "$W/images" --model "$M/resnet50.onnx" \
-        --batch-size "$b" --output /tmp/sluice-runs/w3 --quiet > "$OUT/w3.log" 2>&1
-    grep -E '^ +0 |^limit|^job' "$OUT/w3.log"
-    [ -f /tmp/sluice-runs/w3/report.json ] && cp /tmp/sluice-runs/w3/report.json "$OUT/report-w3.json"
+    rm -rf /tmp/sluice-runs/images
+    run "images warm-up" 60 "$R" "$S" run --config jobs/resnet50_images.toml --input "$W/images" --model "$M/resnet50.onnx" \
+        --samples 2048 --output /tmp/sluice-runs/images-warm --quiet > /dev/null 2>&1
+    run "images b$b" 90 "$R" "$S" run --config jobs/resnet50_images.toml --input "$W/images" --model "$M/resnet50.onnx" \
+        --batch-size "$b" --output /tmp/sluice-runs/images --quiet > "$OUT/images.log" 2>&1
+    grep -E '^ +0 |^limit|^job' "$OUT/images.log"
+    [ -f /tmp/sluice-runs/images/report.json ] && cp /tmp/sluice-runs/images/report.json "$OUT/report-images.json"
   done
-  python3 - "$OUT/report-w3.json" <<'PY'
+  python3 - "$OUT/report-images.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); k = r["ranks"][0]
-print("w3 stages:", {s: round(v, 2) for s, v in k["busy"].items()}, "stall", {s: round(v, 2) for s, v in k["stall"].items()})
+print("images stages:", {s: round(v, 2) for s, v in k["busy"].items()}, "stall", {s: round(v, 2) for s, v in k["stall"].items()})
 PY
 fi
 echo "=== done after $SECONDS s"

@@ -1,0 +1,91 @@
+#pragma once
+// The job plan: what a job (app/job.h) asks of each layer, translated from the job's options in
+// one place: the input's options, how the model is prepared (preprocessing, output heads, a static
+// batch), the engine's and the pipeline's options, the stored datasets and the host-memory budget
+// of the slots.  `sluice run` (app/run_context.cpp) and `sluice profile` build the same plan from
+// the same options, so a job is profiled as it runs; `sluice forward` shares the backend choice.
+#include <cstddef>
+#include <cstdint>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "app/job.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "image/image_input.h"
+#include "io/rank_file.h"
+#include "io/source.h"
+#include "model/graph.h"
+#include "model/prepare.h"
+#include "pipeline/pipeline.h"
+
+namespace sluice {
+
+struct JobPlan {
+  std::string model;              // the model file
+  int64_t batch_size = 1;
+  InputOptions input;
+  // How rank 0 prepares the model.  Its sample shape and dtype are the job's (synthetic input) until
+  // set_model_input() gives it the input's.
+  PrepareOptions prepare;
+  EngineOptions engine;           // the CUDA device and a node's share of the CPU cores are the rank's
+  PipelineOptions pipeline;       // with this rank's test-only faults
+  ImageJobOptions images;
+  ImageInputOptions image_input;
+  NonFinite on_nan = NonFinite::Warn;
+  int deflate = 0;                // --compression
+
+  // The model's input as `source` feeds it: a tensor input's own sample shape and dtype; for image
+  // files uint8 [3, H, W] after --resize/--center-crop/--letterbox, which are resolved against the
+  // model's declared input `model_input`.  UsageError for image options on a tensor input.
+  void set_model_input(const Source& source, const Shape& model_input);
+  // What an image input's decoder produces, from the prepared graph's input [B, 3, H, W] (the same
+  // on every rank).
+  PreprocessSpec image_spec(const Graph& prepared) const;
+  // One batch of `source`'s samples must stay addressable (UsageError naming the options).
+  void check_batch_bytes(const Source& source) const;
+  // One dataset per output of the prepared graph, the batch on axis 0 (InputError otherwise).
+  std::vector<DatasetSpec> dataset_specs(const Graph& prepared) const;
+  // The slots are pinned host memory: more than 80 % of the node's memory over its `local_ranks`
+  // ranks ends in the OOM killer rather than an error, so it is refused here (Error, exit 1).
+  void check_host_slots(std::size_t in_slot_bytes, std::size_t out_row_bytes, int local_ranks) const;
+  // The slots in words, for an allocation failure's message.
+  std::string slots_text(std::size_t in_slot_bytes, std::size_t out_row_bytes) const;
+};
+
+// The plan of `job` for rank `rank` (which takes part in the test-only faults).
+JobPlan plan_job(const JobConfig& job, int rank = 0);
+
+// The backend for --device auto | cpu | cuda: InputError when cuda is asked for and absent.
+std::string choose_backend(const std::string& device);
+
+// Rank 0's model step: reads the model file, sets the plan's model input for `source`
+// (set_model_input), prepares the model as the plan says, and checks the batch axis and that every
+// output has values per sample.  A batch too large to allocate is a resource failure (exit 1),
+// not a bad model.
+struct PreparedModel {
+  Graph graph;
+  std::string sha256;   // of the model file
+  double load_s = 0;    // reading and parsing the file
+};
+PreparedModel load_prepared_model(JobPlan& plan, const Source& source);
+
+// "12 MB", "3.5e+12 TB": sizes in messages, whatever their magnitude.
+std::string mb(double bytes);
+
+// Runs an allocating step; a failure says what asked for how much (`what`: the options and sizes
+// behind it) instead of a bare std::bad_alloc.  Exit status 1: a resource, not a bad input.
+template <typename F>
+void allocating(const std::string& what, F&& step) {
+  try {
+    step();
+  } catch (const std::bad_alloc&) {
+    throw Error(str("out of memory allocating ", what));
+  } catch (const std::length_error&) {
+    throw Error(str("too large to allocate: ", what));
+  }
+}
+
+}  // namespace sluice
