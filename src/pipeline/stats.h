@@ -7,12 +7,12 @@
 
 namespace sluice {
 
-// What one rank did.  Busy fractions are stage time over the rank's wall time; stalls are the time
-// the driver waited for a filled in-slot (input) or a free out-slot (output).
 constexpr std::size_t kNamedBadSamples = 20;   // bad files a rank names in the report
 constexpr int64_t kWarnedBadSamples = 10;      // bad files a rank names in a warning line as it goes
 
-// Every timed field (the seconds below wall_s and first_batch_s) has its row in kTimedFields.
+// What one rank did.  Busy fractions are stage time over the rank's wall time; stalls are the time
+// the driver waited for a filled in-slot (input) or a free out-slot (output).  Every timed field
+// (the seconds below wall_s and first_batch_s) has its row in kTimedFields.
 struct PipelineStats {
   int64_t samples = 0, batches = 0, chunks = 0;   // chunks: commits (ledger records)
   int64_t nonfinite_rows = 0; // rows whose input held NaN or Inf (RowStatus kRowNonFinite)
@@ -68,7 +68,8 @@ inline constexpr std::array<TimedField, 10> kTimedFields{{
 }};
 
 // A double added to PipelineStats without its row above fails here.
-static_assert(sizeof(PipelineStats) == 4 * sizeof(int64_t) + (2 + kTimedFields.size()) * sizeof(double),
+static_assert(sizeof(PipelineStats) ==
+                  5 * sizeof(int64_t) + sizeof(std::vector<std::string>) + (2 + kTimedFields.size()) * sizeof(double),
               "every timed field of PipelineStats needs its row in kTimedFields");
 
 }  // namespace sluice
