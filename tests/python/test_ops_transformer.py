@@ -334,3 +334,14 @@ def test_swin_shifted_window_mask_folds_and_matches(workdir, request):
     inits = {"shp": c64([7]), "idx": c64([[4], [5], [6]]), "upd": np.float32([1, 2, 2]), "ax1": c64([1]),
              "ax0": c64([0]), "zf": np.float32(0.0), "m100": np.float32(-100.0)}
     check(Case(nodes, inits, shape=(3, 7, 7), opset=13), workdir, request)
+
+
+# ---- Resize cubic (position-embedding interpolation) ----------------------------------------------
+
+@pytest.mark.parametrize("coord", ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"])
+@pytest.mark.parametrize("target,a,exclude", [((3, 5, 11, 19), -0.75, 0), ((3, 5, 4, 6), -0.75, 0),
+                                              ((3, 5, 14, 26), -0.5, 1), ((3, 5, 7, 13), -0.75, 0)])
+def test_resize_cubic(coord, target, a, exclude, workdir, request):
+    nodes = [node("Resize", ["x", "", "", "sizes"], mode="cubic", coordinate_transformation_mode=coord,
+                  cubic_coeff_a=a, exclude_outside=exclude)]
+    check(Case(nodes, {"sizes": c64(target)}, shape=(3, 5, 7, 13), opset=13), workdir, request)
