@@ -35,15 +35,23 @@ def test_a_transformer_that_runs_is_exit_0_with_its_op_counts():
     assert len(p.stdout.splitlines()) <= 25
 
 
-def test_a_model_with_an_op_no_engine_has_is_exit_3_naming_op_nodes_and_opset():
-    p = sluice("check", "--model", os.path.join(ZOO, "hf_mobilevitv2.dynamo.onnx"))
+def test_a_model_with_an_op_no_engine_has_is_exit_3_naming_op_nodes_and_opset(tmp_path):
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Hardmax", ["r"], ["h1"], name="head.hardmax.0", axis=1),
+             helper.make_node("Hardmax", ["h1"], ["y"], name="head.hardmax.1", axis=1)]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "hardmax.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), path)
+    p = sluice("check", "--model", path)
     assert p.returncode == 3, p.stdout + p.stderr
     out = lines(p)
-    assert "Col2Im 3" in out["ops"]
+    assert out["ops"] == "ops    Hardmax 2, Relu 1"
     for line in (out["cpu"], out["cuda"]):
         assert "refused" in line or "not built" in line
-    assert "Col2Im (3 nodes: 'node_col2im', 'node_col2im_1', 'node_col2im_2')" in out["cpu"]
-    assert "(opset 20)" in out["cpu"]
+    assert "Hardmax (2 nodes: 'head.hardmax.0', 'head.hardmax.1')" in out["cpu"]
+    assert "(opset 19)" in out["cpu"]
+    assert "Relu" not in out["cpu"]
 
 
 def test_an_attribute_the_cpu_engine_refuses_is_exit_3_with_its_error(tmp_path):
