@@ -2,7 +2,7 @@
 
 tests/data/zoo holds tiny random-weight configurations of torchvision, timm and transformers vision
 models and a YOLO-style CSP net, each exported at batch 1 by torch 2.11's dynamo exporter and by its
-TorchScript exporter where that works (data_tools/export_zoo.py, run on the GPU host; manifest.json
+TorchScript exporter where that works (some also by the dynamo exporter at opsets 18 and 21) (data_tools/export_zoo.py, run on the GPU host; manifest.json
 lists every model, exporter, opset, op counts and each export that failed, with its error).  Beside
 each model: a fixed input of 3 samples and onnxruntime's outputs for them, sample by sample.
 
