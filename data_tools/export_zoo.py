@@ -217,6 +217,12 @@ def timm_model(name, **kw):
     return build
 
 
+def timm_mixer():
+    # The registered mixer configurations fix embed_dim and patch_size; the class takes them.
+    from timm.models.mlp_mixer import MlpMixer
+    return MlpMixer(num_classes=10, img_size=32, patch_size=8, num_blocks=2, embed_dim=32)
+
+
 def hf(cls_name, cfg_name, fields, **cfg):
     def build():
         import transformers
@@ -277,7 +283,7 @@ ZOO = {
     "timm_mobilevitv2": (timm_model("mobilevitv2_050", num_classes=10), (3, 64, 64)),
     "timm_efficientvit": (timm_model("efficientvit_b0", widths=(8, 16, 24, 32, 64), depths=(1, 1, 1, 1, 1), head_dim=8,
                                      head_widths=(64, 80), num_classes=10), (3, 64, 64)),
-    "timm_mixer": (timm_model("mixer_s16_224", img_size=64, embed_dim=32, num_blocks=2, num_classes=10), (3, 64, 64)),
+    "timm_mixer": (timm_mixer, (3, 32, 32)),
     "timm_xcit": (timm_model("xcit_nano_12_p16_224", **TIMM_VIT), (3, 32, 32)),
     "timm_cait": (timm_model("cait_xxs24_224", depth_token_only=1, **TIMM_VIT), (3, 32, 32)),
     # transformers
