@@ -1,4 +1,4 @@
-// The command line: `sluice run`, `sluice inspect`, `sluice export`, `sluice forward`, `sluice profile`,
+// The command line: `sluice run`, `sluice inspect`, `sluice export`, `sluice forward`, `sluice profile`, `sluice check`,
 // `sluice mpirun`, `sluice srun`, `sluice explain-job`, `sluice --version`.
 // Usage errors exit 2 with one line; every other failure is a sluice::Error whose exit code says
 // what kind it was (README, "Exit status").  Only rank 0 of a job prints usage errors, so an
@@ -189,6 +189,8 @@ int cli_main(int argc, char** argv) {
   add_export_command(app);
   add_launch_commands(app);
   add_profile_command(app);
+  add_check_command(app);
+
   // Rewritten into `run --config FILE --dry-run` above; listed here for --help.
   app.add_subcommand("explain-job", "Explain a job file without running it: sluice explain-job FILE [options of sluice run]")
       ->allow_extras();
