@@ -21,6 +21,8 @@
 #include <unordered_map>
 
 #include "app/commands.h"
+#include "app/folder_lock.h"
+#include "cluster/mpi_context.h"
 #include "core/error.h"
 #include "core/sha256.h"
 #include "export/classes.h"
@@ -49,6 +51,7 @@ struct ExportOptions {
   bool overwrite = false;           // replace files the export did not write
   int threads = 0;                  // PNG encoding threads (0: the machine's cores)
   int64_t test_kill_after = -1;     // test only: SIGKILL in the middle of the file after this many
+  bool test_stop_before_reading = false;  // test only: SIGSTOP itself (holding the run's lock) before reading rows
 };
 
 constexpr std::size_t kBlockBytes = 64u << 20;  // rows read at once: at most this much, at least one row
@@ -140,6 +143,15 @@ class Exporter {
     return static_cast<int64_t>(std::max<std::size_t>(1, kBlockBytes / std::max<std::size_t>(row, 1)));
   }
 
+  // Test hook: stop (SIGSTOP) once, holding the run folder's lock, before the first rows are read, so
+  // that a test can start a job on the same folder at that very moment.
+  void maybe_stop() {
+    if (!o_.test_stop_before_reading || stopped_) return;
+    stopped_ = true;
+    std::fflush(nullptr);
+    std::raise(SIGSTOP);
+  }
+
   void maybe_die(const std::string& tmp) {
     if (o_.test_kill_after < 0 || j_.written() < o_.test_kill_after) return;
     // Test hook: leave a claimed, half-written file behind, as a kill -9 in the middle would.
@@ -177,6 +189,7 @@ class Exporter {
         todo[static_cast<std::size_t>(i)] = !j_.done(rel);
       }
       if (std::find(todo.begin(), todo.end(), true) == todo.end()) continue;
+      maybe_stop();
       const Tensor rows = r_.read_rows(p_.source, first, count);
       std::vector<std::string> pngs;
       if (p_.what == "masks") pngs = encode_block(rows, first, keys, todo);
@@ -252,6 +265,7 @@ class Exporter {
     std::string text = csv_header(k, !labels.empty(), p_.value_name);
     const std::string data = p_.stored_topk ? p_.source + "_values" : p_.source;
     const int64_t step = block_rows(data);
+    maybe_stop();
     for (int64_t first = 0; first < n; first += step) {
       const int64_t count = std::min(step, n - first);
       const std::vector<std::string> keys = r_.keys(first, count);
@@ -277,6 +291,7 @@ class Exporter {
   const Plan& p_;
   ExportJournal& j_;
   std::vector<int64_t> bad_;
+  bool stopped_ = false;
 };
 
 // What makes two exports the same: a rerun skips files only when this matches.
@@ -306,13 +321,43 @@ int launcher_rank() {
   return 0;
 }
 
+int launcher_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
+  return 1;
+}
+
+// Under a launcher every rank meets the others once, after rank 0's work or its error line (the
+// command line's error path meets them the same way): a rank that exited without MPI_Init while
+// rank 0 then called it would leave rank 0, and the launcher, waiting for it forever.
+void meet_the_other_ranks() {
+  if (launcher_size() < 2 || MpiContext::initialized()) return;
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Finalize();
+}
+
 void export_command(const ExportOptions& o) {
   // Export is one process's work; under mpirun or srun the other ranks leave it to rank 0.
-  if (launcher_rank() != 0) return;
+  if (launcher_rank() != 0) {
+    meet_the_other_ranks();
+    return;
+  }
   if (o.top_k < 1) throw UsageError(str("--top-k must be at least 1, got ", o.top_k));
   if (o.threads < 0) throw UsageError(str("--threads must be 0 (all cores) or more, got ", o.threads));
   ExportOptions opts = o;
   if (opts.threads == 0) opts.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // The run folder's lock, held to the end: no `sluice run` (a resume, an --overwrite that moves the
+  // files away and writes new rank files) can change what outputs.h5 maps while it is read.  A job
+  // holding it is running: outputs.h5, if there, is not the final one (or is about to be replaced).
+  std::error_code ec;
+  if (!fs::is_directory(o.run_dir, ec)) throw InputError(str("export: ", o.run_dir, ": no such run folder"));
+  std::string holder;
+  const std::unique_ptr<FolderLock> lock = FolderLock::try_acquire(o.run_dir, "sluice export", &holder);
+  if (!lock)
+    throw InputError(str("export: the run folder ", o.run_dir, " is in use (", holder,
+                         "): a job is still writing it, or another export reads it; wait for it to end, then export"));
   const RunOutputs r(o.run_dir);
   const Plan p = make_plan(r, opts);
   if (p.what != "masks" && o.original_size) throw UsageError("--original-size applies to masks only");
@@ -340,6 +385,7 @@ void export_command(const ExportOptions& o) {
   }
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
+  meet_the_other_ranks();
 }
 
 }  // namespace
@@ -364,6 +410,7 @@ void add_export_command(CLI::App& app) {
   sub->add_flag("--overwrite", o->overwrite, "replace files in the export folder that this command did not write");
   sub->add_option("--threads", o->threads, "masks: PNG encoding threads (0: all cores)")->capture_default_str();
   sub->add_option("--test-kill-after", o->test_kill_after, "")->group("");
+  sub->add_flag("--test-stop-before-reading", o->test_stop_before_reading, "")->group("");
   sub->callback([o] { export_command(*o); });
 }
 
