@@ -69,10 +69,10 @@ std::unique_ptr<FolderLock> FolderLock::try_acquire(const std::string& dir, cons
   const auto start = Clock::now();
   bool said = false;
   while (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-    const LockHolder holder = lock_holder(path);
-    if (holder.found && !holder.exiting) break;
+    const LockHolder h = lock_holder(path);
+    if (h.found && !h.exiting) break;
     if (seconds_since(start) >= lock_wait_seconds()) break;
-    if (!said) log_info("the output folder's lock is still held by ", holder.describe(),
+    if (!said) log_info("the output folder's lock is still held by ", h.describe(),
                         " (a job stopped a moment ago, on its way out): waiting for it");
     said = true;
     usleep(50000);
