@@ -15,6 +15,9 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -26,6 +29,7 @@
 #include "core/error.h"
 #include "core/sha256.h"
 #include "export/classes.h"
+#include "export/geometry.h"
 #include "export/journal.h"
 #include "export/masks.h"
 #include "export/run_outputs.h"
@@ -43,7 +47,8 @@ struct ExportOptions {
   std::string out;                  // default RUN_DIR/export
   std::string what = "auto";        // auto | masks | classes | logits
   std::string output;               // the /outputs dataset (or topk prefix) to read; default by `what`
-  bool original_size = false;       // masks: back to each image's size (nearest neighbour)
+  bool original_size = false;       // masks: back to each image's size, undoing the run's geometry
+  int64_t outside = 255;            // masks, --original-size: the class of pixels a center crop cut off
   std::string labels;               // classes: one name per line
   int top_k = 5;                    // classes from scores: how many
   std::string csv = "classes.csv";  // classes: the table's file name in the export folder
@@ -71,6 +76,32 @@ struct Plan {
   bool softmax = false;  // classes: compute softmax of the source
   std::string value_name = "prob";
 };
+
+// The job text in RUN_DIR/report.json ("" when there is none).
+std::string job_text_of_report(const std::string& run_dir) {
+  std::ifstream in(fs::path(run_dir) / "report.json", std::ios::binary);
+  if (!in) return "";
+  const json j = json::parse(in, nullptr, false);
+  return j.is_object() && j.contains("job_toml") && j["job_toml"].is_string() ? j["job_toml"].get<std::string>() : "";
+}
+
+// Whether the job's TOML gives `option` a value other than false or "".
+bool job_sets(const std::string& toml, const std::string& option) {
+  std::istringstream lines(toml);
+  for (std::string line; std::getline(lines, line);) {
+    const std::size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    auto trim = [](std::string& t) {
+      t.erase(0, t.find_first_not_of(" \t"));
+      t.erase(t.find_last_not_of(" \t\r") + 1);
+    };
+    trim(k);
+    trim(v);
+    if (k == option) return !(v == "false" || v == "\"\"" || v.empty());
+  }
+  return false;
+}
 
 Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
   Plan p;
@@ -122,12 +153,24 @@ Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
   if (o.original_size && p.what == "masks" && !r.has_sizes())
     throw InputError(str("export: --original-size needs /sample_size in ", r.path(),
                          " (written for image inputs); this run's input had no image sizes"));
+  if (o.original_size && p.what == "masks" && !r.preprocess()) {
+    // A run from before the geometry was recorded: a plain resize is undone by a resize, but the
+    // padding of --letterbox or the cut of --center-crop cannot be told from the file.
+    const std::string job = job_text_of_report(o.run_dir);
+    for (const char* option : {"letterbox", "center-crop"})
+      if (job_sets(job, option))
+        throw InputError(str("export: --original-size cannot undo --", option, " of this run: ", r.path(),
+                             " does not record the image geometry (it was written by an older sluice); "
+                             "rerun the job with this version (or export without --original-size)"));
+  }
   return p;
 }
 
 class Exporter {
  public:
-  Exporter(const ExportOptions& o, const RunOutputs& r, const Plan& p, ExportJournal& j) : o_(o), r_(r), p_(p), j_(j) {}
+  Exporter(const ExportOptions& o, const RunOutputs& r, const Plan& p, ExportJournal& j) : o_(o), r_(r), p_(p), j_(j) {
+    if (o_.original_size && r_.preprocess()) geometry_ = geometry_from_json(*r_.preprocess());
+  }
 
   void run() {
     if (p_.what == "classes") classes();
@@ -229,7 +272,7 @@ class Exporter {
             const auto [h, w] = r_.original_size(first + static_cast<int64_t>(i));
             if (h < 1 || w < 1)
               throw InputError(str("export: sample '", keys[i], "' has no original size in /sample_size (", h, "x", w, ")"));
-            m = resize_nearest(m, h, w);
+            m = geometry_ ? undo_geometry(m, h, w, *geometry_, static_cast<uint32_t>(o_.outside)) : resize_nearest(m, h, w);
           }
           pngs[i] = encode_mask_png(m);
         }
@@ -291,6 +334,7 @@ class Exporter {
   const Plan& p_;
   ExportJournal& j_;
   std::vector<int64_t> bad_;
+  std::optional<PreprocessSpec> geometry_;  // the run's, when recorded (else a plain resize)
   bool stopped_ = false;
 };
 
@@ -306,6 +350,7 @@ std::string header_of(const ExportOptions& o, const RunOutputs& r, const Plan& p
          {"source", p.source},
          {"keep_extension", o.keep_extension}};
   if (p.what == "masks") h["original_size"] = o.original_size;
+  if (p.what == "masks" && o.original_size) h["outside"] = o.outside;
   if (p.what == "classes") {
     h["top_k"] = o.top_k;
     h["csv"] = o.csv;
@@ -401,7 +446,12 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "masks", "classes", "logits"}));
   sub->add_option("--output", o->output, "the stored output to read (e.g. argmax, logits, topk_probs)");
   sub->add_flag("--original-size", o->original_size,
-                "masks: resize each mask to its image's original size (nearest neighbour, as PIL's NEAREST)");
+                "masks: each mask at its image's original size, undoing the run's resize, center crop or letterbox "
+                "(nearest neighbour, as PIL's NEAREST)");
+  sub->add_option("--outside", o->outside,
+                  "masks with --original-size: the class of the pixels a --center-crop cut off (the model never saw them)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
   sub->add_option("--labels", o->labels, "classes: a text file with one class name per line (line i: class i)");
   sub->add_option("--top-k", o->top_k, "classes: how many classes per row (at most what a topk output holds)")
       ->capture_default_str();

@@ -17,6 +17,8 @@
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/timer.h"
+#include "export/geometry.h"
+#include "io/hdf5_util.h"
 #include "model/batch_axis.h"
 #include "model/onnx_loader.h"
 #include "model/prepare.h"
@@ -403,6 +405,7 @@ void RunContext::build() {
   if (source_->encoded()) {
     // Every rank resolves the same spec from the prepared graph's input [B, 3, H, W].
     const PreprocessSpec spec = resolve_preprocess(image_options(job_), graph_.inputs.at(0).shape, job_.model);
+    preprocess_ = spec;
     ImageInputOptions io;
     io.fail_on_bad = job_.on_bad_sample == "fail";
     input_ = make_image_input(*source_, spec, job_.batch_size, *device_, io);
@@ -583,6 +586,13 @@ void RunContext::report() {
       throw Error(str("the rank files in ", job_.output, " do not cover every sample once (", cov.present, " of ",
                       cov.total, " present, ", cov.gaps.size(), " gap(s), ", cov.duplicates.size(), " duplicate(s))"));
     write_virtual_outputs(job_.output, infos, chunking_.total);
+    if (preprocess_) {
+      // How the images became the model's input, for `sluice export --original-size` to undo.
+      const std::string path = job_.output + "/outputs.h5";
+      h5::File f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+      if (!f.valid()) throw Error(str("cannot reopen ", path, " to record the image geometry: ", h5::error_stack_text()));
+      h5::write_attr(f, kPreprocessAttr, geometry_json(*preprocess_));
+    }
     int64_t runs = 0;
     for (const RankFileInfo& f : infos) runs += static_cast<int64_t>(f.chunks.size());
     log_info("outputs.h5: ", runs, " mapping(s) per dataset over ", infos.size(), " rank file(s); ledgers and outputs.h5 in ",
