@@ -177,6 +177,7 @@ class Exporter {
     else per_sample();
   }
   const std::vector<int64_t>& bad() const { return bad_; }
+  const std::vector<std::string>& unwritable() const { return unwritable_; }
 
  private:
   // Rows per read so that one block stays under kBlockBytes.
@@ -229,6 +230,12 @@ class Exporter {
         if (!fresh)
           throw InputError(str("export: keys '", it->second, "' and '", key, "' would both be written to ", rel,
                                o_.keep_extension ? "" : "; pass --keep-extension to name files <key>" + ext));
+        const std::string why = j_.name_problem(rel);
+        if (!why.empty()) {
+          // A key whose file name this file system cannot hold: the others are still exported.
+          unwritable_.push_back(str("'", key, "' (", why, ")"));
+          continue;
+        }
         todo[static_cast<std::size_t>(i)] = !j_.done(rel);
       }
       if (std::find(todo.begin(), todo.end(), true) == todo.end()) continue;
@@ -334,6 +341,7 @@ class Exporter {
   const Plan& p_;
   ExportJournal& j_;
   std::vector<int64_t> bad_;
+  std::vector<std::string> unwritable_;  // keys whose file could not be named, with why
   std::optional<PreprocessSpec> geometry_;  // the run's, when recorded (else a plain resize)
   bool stopped_ = false;
 };
@@ -391,6 +399,16 @@ void export_command(const ExportOptions& o) {
   }
   if (o.top_k < 1) throw UsageError(str("--top-k must be at least 1, got ", o.top_k));
   if (o.threads < 0) throw UsageError(str("--threads must be 0 (all cores) or more, got ", o.threads));
+  {
+    // The table is a file of the export folder: never a path out of it (nor onto the run's files).
+    const fs::path csv(o.csv);
+    bool up = false;
+    for (const auto& part : csv) up = up || part == "..";
+    if (o.csv.empty() || csv.is_absolute() || up || !csv.has_filename())
+      throw UsageError(str("--csv '", o.csv, "': the table is written inside the export folder; give a file name such "
+                           "as classes.csv (a subfolder at most, no '..', not an absolute path), and choose the folder "
+                           "with --out"));
+  }
   ExportOptions opts = o;
   if (opts.threads == 0) opts.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // The run folder's lock, held to the end: no `sluice run` (a resume, an --overwrite that moves the
@@ -408,7 +426,7 @@ void export_command(const ExportOptions& o) {
   if (p.what != "masks" && o.original_size) throw UsageError("--original-size applies to masks only");
   if (p.what != "classes" && !o.labels.empty()) throw UsageError("--labels applies to classes only");
   const std::string out = o.out.empty() ? (fs::path(o.run_dir) / "export").string() : o.out;
-  ExportJournal journal(out, header_of(o, r, p), o.overwrite);
+  ExportJournal journal(out, header_of(o, r, p), o.overwrite, o.run_dir);
   Exporter e(opts, r, p, journal);
   e.run();
 
@@ -430,6 +448,15 @@ void export_command(const ExportOptions& o) {
   }
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
+  if (!e.unwritable().empty()) {
+    std::string names;
+    constexpr std::size_t kListed = 5;
+    for (std::size_t i = 0; i < e.unwritable().size() && i < kListed; ++i) names += (i ? ", " : "") + e.unwritable()[i];
+    if (e.unwritable().size() > kListed) names += str(", ... (", e.unwritable().size() - kListed, " more)");
+    throw InputError(str("export: ", e.unwritable().size(), " sample(s) not exported, their file names cannot be ",
+                         "written in ", out, ": ", names),
+                     "shorten those file names in the input (or export to a file system that takes longer names)");
+  }
   meet_the_other_ranks();
 }
 
