@@ -24,6 +24,7 @@
 #include <unordered_map>
 
 #include "app/commands.h"
+#include "core/json_text.h"
 #include "app/folder_lock.h"
 #include "cluster/mpi_context.h"
 #include "core/error.h"
@@ -364,7 +365,7 @@ std::string header_of(const ExportOptions& o, const RunOutputs& r, const Plan& p
     h["csv"] = o.csv;
     h["labels_sha256"] = o.labels.empty() ? "" : sha256_file(o.labels);
   }
-  return h.dump();
+  return dump_json(h);
 }
 
 // The launcher's rank (mpirun, srun) before any MPI call; 0 for a plain process.

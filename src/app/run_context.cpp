@@ -14,6 +14,7 @@
 
 #include "app/job_options.h"
 #include "app/ledgers.h"
+#include "core/json_text.h"
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/timer.h"
@@ -521,7 +522,7 @@ void RunContext::report() {
   me.writer_threads = job_.writer_threads;
   me.start_unix = pipeline_start_unix_;
   if (series_) me.series = series_->to_json();
-  const std::vector<std::string> all = mpi_.gather_strings(me.to_json().dump());
+  const std::vector<std::string> all = mpi_.gather_strings(dump_json(me.to_json()));
   mpi_.barrier();  // every rank file is closed before they are read
   // Every rank reads the ledgers of its share of the rank files (those of earlier attempts too);
   // rank 0 gets the merged runs and maps them into outputs.h5.

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/sha256.h"
 
 namespace sluice {
@@ -39,6 +40,18 @@ std::string short_hash(const std::string& s) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+// A record's text: names that are not UTF-8 escaped (core/json_text.h), and then marked so that
+// the manifest reads back the exact bytes.
+std::string record(json j, const std::string& names) {
+  if (!is_valid_utf8(names)) j["escaped"] = true;
+  return dump_json(j);
+}
+
+std::string name_of(const json& j, const char* field) {
+  const std::string s = j[field].get<std::string>();
+  return j.value("escaped", false) ? unescape_utf8(s) : s;
 }
 
 }  // namespace
@@ -87,11 +100,11 @@ ExportJournal::ExportJournal(const std::string& out_dir, const std::string& head
       if (j.contains("export")) {
         current = j["export"].dump();
       } else if (j.contains("begin") && j["begin"].is_string()) {
-        Entry& e = entries_[j["begin"].get<std::string>()];
+        Entry& e = entries_[name_of(j, "begin")];
         e.claimed = true;
         e.complete = false;
       } else if (j.contains("file") && j["file"].is_string() && j.value("bytes", int64_t{-1}) >= 0) {
-        Entry& e = entries_[j["file"].get<std::string>()];
+        Entry& e = entries_[name_of(j, "file")];
         e.claimed = true;
         e.complete = current == header;
         last_written = current;
@@ -202,7 +215,7 @@ std::string ExportJournal::begin(const std::string& rel) {
   std::error_code ec;
   fs::create_directories(full.parent_path(), ec);
   if (ec) throw InputError(str("export: cannot create ", full.parent_path().string(), ": ", ec.message()));
-  append(json{{"begin", rel}}.dump());
+  append(record(json{{"begin", rel}}, rel));
   e.claimed = true;
   e.complete = false;
   fs::remove(partial, ec);
@@ -217,7 +230,7 @@ void ExportJournal::commit(const std::string& rel, const std::string& key) {
   Entry& e = entries_[rel];
   e.bytes = static_cast<int64_t>(fs::file_size(full));
   e.sha256 = sha256_file(full.string());
-  append(json{{"file", rel}, {"key", key}, {"bytes", e.bytes}, {"sha256", e.sha256}}.dump());
+  append(record(json{{"file", rel}, {"key", key}, {"bytes", e.bytes}, {"sha256", e.sha256}}, rel + key));
   e.complete = true;
   ++written_;
 }
