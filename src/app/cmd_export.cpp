@@ -179,6 +179,9 @@ class Exporter {
   }
   const std::vector<int64_t>& bad() const { return bad_; }
   const std::vector<std::string>& unwritable() const { return unwritable_; }
+  // Keys with '..' parts (written with kUpPart instead), and the first of them with its file.
+  int64_t went_up() const { return went_up_; }
+  const std::pair<std::string, std::string>& first_up() const { return first_up_; }
 
  private:
   // Rows per read so that one block stays under kBlockBytes.
@@ -226,7 +229,9 @@ class Exporter {
         }
         const std::string& key = keys[static_cast<std::size_t>(i)];
         std::string& rel = rels[static_cast<std::size_t>(i)];
-        rel = export_path(key, ext, o_.keep_extension);
+        bool up = false;
+        rel = export_path(key, ext, o_.keep_extension, &up);
+        if (up && ++went_up_ == 1) first_up_ = {key, rel};
         auto [it, fresh] = owner.emplace(rel, key);
         if (!fresh)
           throw InputError(str("export: keys '", it->second, "' and '", key, "' would both be written to ", rel,
@@ -343,6 +348,8 @@ class Exporter {
   ExportJournal& j_;
   std::vector<int64_t> bad_;
   std::vector<std::string> unwritable_;  // keys whose file could not be named, with why
+  int64_t went_up_ = 0;
+  std::pair<std::string, std::string> first_up_;
   std::optional<PreprocessSpec> geometry_;  // the run's, when recorded (else a plain resize)
   bool stopped_ = false;
 };
@@ -448,6 +455,11 @@ void export_command(const ExportOptions& o) {
     if (e.bad().size() > kListed) line += str(", ... (", e.bad().size() - kListed, " more in /bad_samples)");
   }
   std::printf("%s\n", line.c_str());
+  if (e.went_up() > 0)
+    std::printf("export: note: %lld key(s) start above the input's folder, as '%s' (a list file's '..' entries); "
+                "each '..' part is written as '%s' inside %s, so it is %s/%s\n",
+                static_cast<long long>(e.went_up()), e.first_up().first.c_str(), kUpPart, out.c_str(), out.c_str(),
+                e.first_up().second.c_str());
   std::fflush(stdout);
   if (!e.unwritable().empty()) {
     std::string names;

@@ -244,11 +244,14 @@ void ExportJournal::write(const std::string& rel, const std::string& key, const 
   commit(rel, key);
 }
 
-std::string export_path(const std::string& key, const std::string& ext, bool keep_extension) {
+std::string export_path(const std::string& key, const std::string& ext, bool keep_extension, bool* went_up) {
   std::vector<std::string> parts;
   std::string cur;
   auto flush = [&] {
-    if (cur == "..") throw InputError(str("export: key '", key, "' would leave the export folder (it has a '..' part)"));
+    if (cur == "..") {
+      cur = kUpPart;
+      if (went_up) *went_up = true;
+    }
     if (!cur.empty() && cur != ".") parts.push_back(cur);
     cur.clear();
   };

@@ -76,8 +76,11 @@ class ExportJournal {
   int64_t skipped_ = 0, written_ = 0;
 };
 
-// "a/b/cat.jpg" -> "a/b/cat" + ext ("a/b/cat.jpg" + ext with keep_extension).  Throws InputError for
-// a key that would leave the folder ("..") or names nothing; '\\' and control characters become '_'.
-std::string export_path(const std::string& key, const std::string& ext, bool keep_extension);
+// "a/b/cat.jpg" -> "a/b/cat" + ext ("a/b/cat.jpg" + ext with keep_extension).  A key that starts
+// above the input's folder (a list file's "../data/b.jpg") stays inside the export folder: each ".."
+// part is written as kUpPart ("__/data/b.png"), and *went_up is set.  Throws InputError for a key
+// that names nothing; '\\' and control characters become '_'.
+inline constexpr char kUpPart[] = "__";
+std::string export_path(const std::string& key, const std::string& ext, bool keep_extension, bool* went_up = nullptr);
 
 }  // namespace sluice
