@@ -6,6 +6,7 @@ dominates each preprocessed pixel; the reference takes the run's stored mask and
 geometry with numpy and PIL, computed here from the documented formulas (image/image.h), and the
 result must also match the images' own dominant channel almost everywhere.
 """
+import json
 import os
 import sys
 
@@ -112,3 +113,21 @@ def test_outside_names_the_class_of_cropped_pixels(tmp_path, images):
     canvas = np.full((32, rw), 7, np.uint8)
     canvas[:, left:left + W] = stored["wide.png"]
     np.testing.assert_array_equal(exported["wide.png"], nearest(canvas, h, w))
+
+
+@pytest.mark.parametrize("option", ["letterbox = true", 'center-crop = "32"'])
+def test_a_run_without_recorded_geometry_is_refused_when_its_job_padded_or_cropped(tmp_path, images, option):
+    """A run folder from before the geometry was recorded (its outputs.h5 lacks the attribute)."""
+    stored, _ = run_and_export(tmp_path, images, "--letterbox")
+    run = tmp_path / "run"
+    with h5py.File(run / "outputs.h5", "a") as f:
+        del f.attrs["preprocess"]
+    with open(run / "report.json") as f:
+        report = json.load(f)
+    lines = [line for line in report["job_toml"].splitlines() if not line.startswith(("letterbox", "center-crop"))]
+    report["job_toml"] = "\n".join(lines + [option, ""])
+    with open(run / "report.json", "w") as f:
+        json.dump(report, f)
+    r = sluice("export", run, "--original-size", "--out", tmp_path / "old")
+    assert r.returncode == 3 and "does not record the image geometry" in r.stderr, r.stderr
+    assert not (tmp_path / "old" / "wide.png").exists()
