@@ -131,3 +131,13 @@ def test_an_export_is_refused_while_a_run_with_overwrite_replaces_the_folder(tmp
     assert job.returncode == 0, stderr
     sluice("export", run, "--out", str(tmp_path / "after"), np_=2, check=True, timeout=120)
     assert_masks_are(str(tmp_path / "after"), stored_argmax(run))
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_an_export_error_under_mpirun_is_one_line_with_its_exit_status(tmp_path, np_):
+    """Rank 0 fails (no such run folder) while the other ranks have nothing to do: they wait for its
+    error line and every rank ends, so mpirun returns the error's status (3, bad input) at once."""
+    p = sluice("export", tmp_path / "missing", np_=np_, timeout=120)
+    assert p.returncode == 3, (p.returncode, p.stderr)
+    errors = [line for line in p.stderr.splitlines() if line.startswith("sluice: error")]
+    assert errors == [f"sluice: error: export: {tmp_path / 'missing'}: no such run folder"], p.stderr
