@@ -4,7 +4,8 @@
 //   logits   one .npy per sample
 // Samples whose status is not ok (unreadable images, non-finite inputs) have no result and are
 // skipped, and listed.  The export folder's manifest (export/journal.h) makes a rerun finish an
-// interrupted export and keeps the command from replacing files it did not write.
+// interrupted export and keeps the command from replacing files it did not write.  The run folder's
+// lock (app/folder_lock.h) is held throughout, so no job changes the run while it is read.
 #include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
@@ -16,18 +17,18 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <optional>
-#include <sstream>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 
 #include "app/commands.h"
-#include "core/json_text.h"
 #include "app/folder_lock.h"
 #include "cluster/mpi_context.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/sha256.h"
 #include "export/classes.h"
 #include "export/geometry.h"
