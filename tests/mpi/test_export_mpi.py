@@ -108,7 +108,7 @@ def test_an_export_is_refused_while_a_run_with_overwrite_replaces_the_folder(tmp
     sluice("run", *JOB, "--output", run, np_=2, check=True, timeout=120)
     old = {os.stat(path).st_ino for path in rank_files(run)}
     job = subprocess.Popen(["mpirun", "-np", "2", "--oversubscribe", BIN, "run", *map(str, JOB), "--output", run,
-                            "--overwrite", "--seed", "11"], cwd=ROOT, env=MPI_ENV, stdout=subprocess.PIPE,
+                            "--overwrite", "--seed", "11", "--throttle-ms", "100", "--throttle-ranks", "0,1"], cwd=ROOT, env=MPI_ENV, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     ranks = []
     try:
@@ -116,6 +116,8 @@ def test_an_export_is_refused_while_a_run_with_overwrite_replaces_the_folder(tmp
         ranks = pids_of("sluice", run)
         for pid in ranks:
             os.kill(pid, signal.SIGSTOP)
+        # (Batches throttled to 0.1 s leave the run seconds to go after its first commit.)
+        assert len(ranks) == 2 and not os.path.exists(os.path.join(run, "outputs.h5")), "the run ended before the stop"
         out = str(tmp_path / "export")
         p = sluice("export", run, "--out", out, np_=2, timeout=120)
         assert p.returncode != 0, f"export went ahead during the run:\n{p.stdout}"
