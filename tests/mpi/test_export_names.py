@@ -82,7 +82,7 @@ def test_a_failed_attempt_naming_it_stays_on_record_through_the_resume(tmp_path)
     images = image_folder(str(tmp_path / "images"), bad=True)
     p = run(images, out, model, "--on-bad-sample", "fail", check=False)
     assert p.returncode != 0
-    p = run(images, out, model, "--resume")
+    p = run(images, out, model, "--resume", "--on-bad-sample", "skip")
     attempts = json.load(open(os.path.join(out, "attempts.json")))["attempts"]
     assert [a["ended"] for a in attempts] == ["failed", "complete"], attempts
     assert ESCAPED in attempts[0]["message"], attempts[0]
