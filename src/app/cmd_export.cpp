@@ -429,7 +429,8 @@ void export_command(const ExportOptions& o) {
   const std::unique_ptr<FolderLock> lock = FolderLock::try_acquire(o.run_dir, "sluice export", &holder);
   if (!lock)
     throw InputError(str("export: the run folder ", o.run_dir, " is in use (", holder,
-                         "): a job is still writing it, or another export reads it; wait for it to end, then export"));
+                         "): a job is still writing it, or another export reads it; wait for it to end, then export"),
+                     str("`sluice inspect ", o.run_dir, "` shows how far the job is"));
   const RunOutputs r(o.run_dir);
   const Plan p = make_plan(r, opts);
   if (p.what != "masks" && o.original_size) throw UsageError("--original-size applies to masks only");
