@@ -87,3 +87,23 @@ def test_a_failed_attempt_naming_it_stays_on_record_through_the_resume(tmp_path)
     assert [a["ended"] for a in attempts] == ["failed", "complete"], attempts
     assert ESCAPED in attempts[0]["message"], attempts[0]
     assert json.load(open(os.path.join(out, "report.json")))["attempts"][0]["ended"] == "failed"
+
+
+def test_list_entries_above_the_list_folder_are_exported_inside_the_export_folder(tmp_path):
+    """A list file in lists/ naming ../data/b.jpg: the 2-rank run keys it so, and export writes
+    export/__/data/b.png (with a note) instead of stopping."""
+    model = identity_model(str(tmp_path / "identity.onnx"))
+    image_folder(str(tmp_path / "data"))
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "l.txt").write_text("../data/ok.jpg\n../data/zz.jpg\n")
+    out = fresh_dir(str(tmp_path / "run"))
+    run(str(tmp_path / "lists" / "l.txt"), out, model)
+    p = sluice("export", out, np_=2, check=True)
+    assert "2 masks written" in p.stdout and "so it is " + os.path.join(out, "export", "__", "data", "ok.png") in p.stdout, \
+        p.stdout
+    with h5py.File(os.path.join(out, "outputs.h5"), "r") as f:
+        assert list(f["sample_key"][:]) == [b"../data/ok.jpg", b"../data/zz.jpg"]
+        logits = f["outputs/logits"][:]
+    for i, name in enumerate(["ok.png", "zz.png"]):
+        with Image.open(os.path.join(out, "export", "__", "data", name)) as im:
+            assert np.array_equal(np.array(im), logits[i].argmax(0))
