@@ -50,10 +50,19 @@ def open_run(run_dir):
     return f
 
 
+def text_of(key):
+    """A key as Sluice writes it in JSON (docs/file-formats.md): UTF-8 as is; otherwise each byte
+    outside UTF-8 as \\xHH and each backslash doubled, so the keys match the export manifest's."""
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        return key.replace(b"\\", b"\\\\").decode("utf-8", "backslashreplace")
+
+
 def keys_of(f, n):
     if "sample_key" not in f:
         return [str(i) for i in range(n)]
-    return [k.decode("utf-8", "replace") if isinstance(k, bytes) else str(k) for k in f["sample_key"][:]]
+    return [text_of(k) if isinstance(k, bytes) else str(k) for k in f["sample_key"][:]]
 
 
 def top_k_columns(f, k):

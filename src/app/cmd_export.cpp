@@ -4,7 +4,8 @@
 //   logits   one .npy per sample
 // Samples whose status is not ok (unreadable images, non-finite inputs) have no result and are
 // skipped, and listed.  The export folder's manifest (export/journal.h) makes a rerun finish an
-// interrupted export and keeps the command from replacing files it did not write.
+// interrupted export and keeps the command from replacing files it did not write.  The run folder's
+// lock (app/folder_lock.h) is held throughout, so no job changes the run while it is read.
 #include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
@@ -15,16 +16,23 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <thread>
 #include <unordered_map>
 
 #include "app/commands.h"
+#include "app/folder_lock.h"
+#include "cluster/mpi_context.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/sha256.h"
 #include "core/thread.h"
 #include "export/classes.h"
+#include "export/geometry.h"
 #include "export/journal.h"
 #include "export/masks.h"
 #include "export/run_outputs.h"
@@ -42,7 +50,8 @@ struct ExportOptions {
   std::string out;                  // default RUN_DIR/export
   std::string what = "auto";        // auto | masks | classes | logits
   std::string output;               // the /outputs dataset (or topk prefix) to read; default by `what`
-  bool original_size = false;       // masks: back to each image's size (nearest neighbour)
+  bool original_size = false;       // masks: back to each image's size, undoing the run's geometry
+  int64_t outside = 255;            // masks, --original-size: the class of pixels a center crop cut off
   std::string labels;               // classes: one name per line
   int top_k = 5;                    // classes from scores: how many
   std::string csv = "classes.csv";  // classes: the table's file name in the export folder
@@ -50,6 +59,7 @@ struct ExportOptions {
   bool overwrite = false;           // replace files the export did not write
   int threads = 0;                  // PNG encoding threads (0: the machine's cores)
   int64_t test_kill_after = -1;     // test only: SIGKILL in the middle of the file after this many
+  bool test_stop_before_reading = false;  // test only: SIGSTOP itself (holding the run's lock) before reading rows
 };
 
 constexpr std::size_t kBlockBytes = 64u << 20;  // rows read at once: at most this much, at least one row
@@ -69,6 +79,32 @@ struct Plan {
   bool softmax = false;  // classes: compute softmax of the source
   std::string value_name = "prob";
 };
+
+// The job text in RUN_DIR/report.json ("" when there is none).
+std::string job_text_of_report(const std::string& run_dir) {
+  std::ifstream in(fs::path(run_dir) / "report.json", std::ios::binary);
+  if (!in) return "";
+  const json j = json::parse(in, nullptr, false);
+  return j.is_object() && j.contains("job_toml") && j["job_toml"].is_string() ? j["job_toml"].get<std::string>() : "";
+}
+
+// Whether the job's TOML gives `option` a value other than false or "".
+bool job_sets(const std::string& toml, const std::string& option) {
+  std::istringstream lines(toml);
+  for (std::string line; std::getline(lines, line);) {
+    const std::size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    auto trim = [](std::string& t) {
+      t.erase(0, t.find_first_not_of(" \t"));
+      t.erase(t.find_last_not_of(" \t\r") + 1);
+    };
+    trim(k);
+    trim(v);
+    if (k == option) return !(v == "false" || v == "\"\"" || v.empty());
+  }
+  return false;
+}
 
 Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
   Plan p;
@@ -120,18 +156,34 @@ Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
   if (o.original_size && p.what == "masks" && !r.has_sizes())
     throw InputError(str("export: --original-size needs /sample_size in ", r.path(),
                          " (written for image inputs); this run's input had no image sizes"));
+  if (o.original_size && p.what == "masks" && !r.preprocess()) {
+    // A run from before the geometry was recorded: a plain resize is undone by a resize, but the
+    // padding of --letterbox or the cut of --center-crop cannot be told from the file.
+    const std::string job = job_text_of_report(o.run_dir);
+    for (const char* option : {"letterbox", "center-crop"})
+      if (job_sets(job, option))
+        throw InputError(str("export: --original-size cannot undo --", option, " of this run: ", r.path(),
+                             " does not record the image geometry (it was written by an older sluice); "
+                             "rerun the job with this version (or export without --original-size)"));
+  }
   return p;
 }
 
 class Exporter {
  public:
-  Exporter(const ExportOptions& o, const RunOutputs& r, const Plan& p, ExportJournal& j) : o_(o), r_(r), p_(p), j_(j) {}
+  Exporter(const ExportOptions& o, const RunOutputs& r, const Plan& p, ExportJournal& j) : o_(o), r_(r), p_(p), j_(j) {
+    if (o_.original_size && r_.preprocess()) geometry_ = geometry_from_json(*r_.preprocess());
+  }
 
   void run() {
     if (p_.what == "classes") classes();
     else per_sample();
   }
   const std::vector<int64_t>& bad() const { return bad_; }
+  const std::vector<std::string>& unwritable() const { return unwritable_; }
+  // Keys with '..' parts (written with kUpPart instead), and the first of them with its file.
+  int64_t went_up() const { return went_up_; }
+  const std::pair<std::string, std::string>& first_up() const { return first_up_; }
 
  private:
   // Rows per read so that one block stays under kBlockBytes.
@@ -139,6 +191,15 @@ class Exporter {
     const StoredOutput* s = r_.output(name);
     const std::size_t row = static_cast<std::size_t>(row_values(*s)) * dtype_size(s->dtype);
     return static_cast<int64_t>(std::max<std::size_t>(1, kBlockBytes / std::max<std::size_t>(row, 1)));
+  }
+
+  // Test hook: stop (SIGSTOP) once, holding the run folder's lock, before the first rows are read, so
+  // that a test can start a job on the same folder at that very moment.
+  void maybe_stop() {
+    if (!o_.test_stop_before_reading || stopped_) return;
+    stopped_ = true;
+    std::fflush(nullptr);
+    std::raise(SIGSTOP);
   }
 
   void maybe_die(const std::string& tmp) {
@@ -170,14 +231,23 @@ class Exporter {
         }
         const std::string& key = keys[static_cast<std::size_t>(i)];
         std::string& rel = rels[static_cast<std::size_t>(i)];
-        rel = export_path(key, ext, o_.keep_extension);
+        bool up = false;
+        rel = export_path(key, ext, o_.keep_extension, &up);
+        if (up && ++went_up_ == 1) first_up_ = {key, rel};
         auto [it, fresh] = owner.emplace(rel, key);
         if (!fresh)
           throw InputError(str("export: keys '", it->second, "' and '", key, "' would both be written to ", rel,
                                o_.keep_extension ? "" : "; pass --keep-extension to name files <key>" + ext));
+        const std::string why = j_.name_problem(rel);
+        if (!why.empty()) {
+          // A key whose file name this file system cannot hold: the others are still exported.
+          unwritable_.push_back(str("'", key, "' (", why, ")"));
+          continue;
+        }
         todo[static_cast<std::size_t>(i)] = !j_.done(rel);
       }
       if (std::find(todo.begin(), todo.end(), true) == todo.end()) continue;
+      maybe_stop();
       const Tensor rows = r_.read_rows(p_.source, first, count);
       std::vector<std::string> pngs;
       if (p_.what == "masks") pngs = encode_block(rows, first, keys, todo);
@@ -217,7 +287,7 @@ class Exporter {
             const auto [h, w] = r_.original_size(first + static_cast<int64_t>(i));
             if (h < 1 || w < 1)
               throw InputError(str("export: sample '", keys[i], "' has no original size in /sample_size (", h, "x", w, ")"));
-            m = resize_nearest(m, h, w);
+            m = geometry_ ? undo_geometry(m, h, w, *geometry_, static_cast<uint32_t>(o_.outside)) : resize_nearest(m, h, w);
           }
           pngs[i] = encode_mask_png(m);
         }
@@ -253,6 +323,7 @@ class Exporter {
     std::string text = csv_header(k, !labels.empty(), p_.value_name);
     const std::string data = p_.stored_topk ? p_.source + "_values" : p_.source;
     const int64_t step = block_rows(data);
+    maybe_stop();
     for (int64_t first = 0; first < n; first += step) {
       const int64_t count = std::min(step, n - first);
       const std::vector<std::string> keys = r_.keys(first, count);
@@ -278,6 +349,11 @@ class Exporter {
   const Plan& p_;
   ExportJournal& j_;
   std::vector<int64_t> bad_;
+  std::vector<std::string> unwritable_;  // keys whose file could not be named, with why
+  int64_t went_up_ = 0;
+  std::pair<std::string, std::string> first_up_;
+  std::optional<PreprocessSpec> geometry_;  // the run's, when recorded (else a plain resize)
+  bool stopped_ = false;
 };
 
 // What makes two exports the same: a rerun skips files only when this matches.
@@ -292,12 +368,13 @@ std::string header_of(const ExportOptions& o, const RunOutputs& r, const Plan& p
          {"source", p.source},
          {"keep_extension", o.keep_extension}};
   if (p.what == "masks") h["original_size"] = o.original_size;
+  if (p.what == "masks" && o.original_size) h["outside"] = o.outside;
   if (p.what == "classes") {
     h["top_k"] = o.top_k;
     h["csv"] = o.csv;
     h["labels_sha256"] = o.labels.empty() ? "" : sha256_file(o.labels);
   }
-  return h.dump();
+  return dump_json(h);
 }
 
 // The launcher's rank (mpirun, srun) before any MPI call; 0 for a plain process.
@@ -307,20 +384,61 @@ int launcher_rank() {
   return 0;
 }
 
+int launcher_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
+    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
+  return 1;
+}
+
+// Under a launcher every rank meets the others once, after rank 0's work or its error line (the
+// command line's error path meets them the same way): a rank that exited without MPI_Init while
+// rank 0 then called it would leave rank 0, and the launcher, waiting for it forever.
+void meet_the_other_ranks() {
+  if (launcher_size() < 2 || MpiContext::initialized()) return;
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Finalize();
+}
+
 void export_command(const ExportOptions& o) {
   // Export is one process's work; under mpirun or srun the other ranks leave it to rank 0.
-  if (launcher_rank() != 0) return;
+  if (launcher_rank() != 0) {
+    meet_the_other_ranks();
+    return;
+  }
   if (o.top_k < 1) throw UsageError(str("--top-k must be at least 1, got ", o.top_k));
   if (o.threads < 0) throw UsageError(str("--threads must be 0 (all cores) or more, got ", o.threads));
   check_thread_count("--threads", o.threads);
+  {
+    // The table is a file of the export folder: never a path out of it (nor onto the run's files).
+    const fs::path csv(o.csv);
+    bool up = false;
+    for (const auto& part : csv) up = up || part == "..";
+    if (o.csv.empty() || csv.is_absolute() || up || !csv.has_filename())
+      throw UsageError(str("--csv '", o.csv, "': the table is written inside the export folder; give a file name such "
+                           "as classes.csv (a subfolder at most, no '..', not an absolute path), and choose the folder "
+                           "with --out"));
+  }
   ExportOptions opts = o;
   if (opts.threads == 0) opts.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // The run folder's lock, held to the end: no `sluice run` (a resume, an --overwrite that moves the
+  // files away and writes new rank files) can change what outputs.h5 maps while it is read.  A job
+  // holding it is running: outputs.h5, if there, is not the final one (or is about to be replaced).
+  std::error_code ec;
+  if (!fs::is_directory(o.run_dir, ec)) throw InputError(str("export: ", o.run_dir, ": no such run folder"));
+  std::string holder;
+  const std::unique_ptr<FolderLock> lock = FolderLock::try_acquire(o.run_dir, "sluice export", &holder);
+  if (!lock)
+    throw InputError(str("export: the run folder ", o.run_dir, " is in use (", holder,
+                         "): a job is still writing it, or another export reads it; wait for it to end, then export"),
+                     str("`sluice inspect ", o.run_dir, "` shows how far the job is"));
   const RunOutputs r(o.run_dir);
   const Plan p = make_plan(r, opts);
   if (p.what != "masks" && o.original_size) throw UsageError("--original-size applies to masks only");
   if (p.what != "classes" && !o.labels.empty()) throw UsageError("--labels applies to classes only");
   const std::string out = o.out.empty() ? (fs::path(o.run_dir) / "export").string() : o.out;
-  ExportJournal journal(out, header_of(o, r, p), o.overwrite);
+  ExportJournal journal(out, header_of(o, r, p), o.overwrite, o.run_dir);
   Exporter e(opts, r, p, journal);
   e.run();
 
@@ -341,7 +459,22 @@ void export_command(const ExportOptions& o) {
     if (e.bad().size() > kListed) line += str(", ... (", e.bad().size() - kListed, " more in /bad_samples)");
   }
   std::printf("%s\n", line.c_str());
+  if (e.went_up() > 0)
+    std::printf("export: note: %lld key(s) start above the input's folder, as '%s' (a list file's '..' entries); "
+                "each '..' part is written as '%s' inside %s, so it is %s/%s\n",
+                static_cast<long long>(e.went_up()), e.first_up().first.c_str(), kUpPart, out.c_str(), out.c_str(),
+                e.first_up().second.c_str());
   std::fflush(stdout);
+  if (!e.unwritable().empty()) {
+    std::string names;
+    constexpr std::size_t kListed = 5;
+    for (std::size_t i = 0; i < e.unwritable().size() && i < kListed; ++i) names += (i ? ", " : "") + e.unwritable()[i];
+    if (e.unwritable().size() > kListed) names += str(", ... (", e.unwritable().size() - kListed, " more)");
+    throw InputError(str("export: ", e.unwritable().size(), " sample(s) not exported, their file names cannot be ",
+                         "written in ", out, ": ", names),
+                     "shorten those file names in the input (or export to a file system that takes longer names)");
+  }
+  meet_the_other_ranks();
 }
 
 }  // namespace
@@ -357,7 +490,12 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "masks", "classes", "logits"}));
   sub->add_option("--output", o->output, "the stored output to read (e.g. argmax, logits, topk_probs)");
   sub->add_flag("--original-size", o->original_size,
-                "masks: resize each mask to its image's original size (nearest neighbour, as PIL's NEAREST)");
+                "masks: each mask at its image's original size, undoing the run's resize, center crop or letterbox "
+                "(nearest neighbour, as PIL's NEAREST)");
+  sub->add_option("--outside", o->outside,
+                  "masks with --original-size: the class of the pixels a --center-crop cut off (the model never saw them)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
   sub->add_option("--labels", o->labels, "classes: a text file with one class name per line (line i: class i)");
   sub->add_option("--top-k", o->top_k, "classes: how many classes per row (at most what a topk output holds)")
       ->capture_default_str();
@@ -367,6 +505,7 @@ void add_export_command(CLI::App& app) {
   sub->add_option("--threads", o->threads, "masks: PNG encoding threads (0: all cores; at most 4 per core, or 8)")
       ->capture_default_str();
   sub->add_option("--test-kill-after", o->test_kill_after, "")->group("");
+  sub->add_flag("--test-stop-before-reading", o->test_stop_before_reading, "")->group("");
   sub->callback([o] { export_command(*o); });
 }
 

@@ -19,6 +19,7 @@
 #include "app/commands.h"
 #include "app/outdir.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "io/hdf5_util.h"
 #include "io/rank_file.h"
 
@@ -451,7 +452,7 @@ void print_table(const Summary& s, std::ostream& out) {
 
 int inspect_run_folder(const std::string& dir, bool json_out, std::ostream& out) {
   const Summary s = summarize(dir);
-  if (json_out) out << to_json(s).dump(2) << "\n";
+  if (json_out) out << dump_json(to_json(s), 2) << "\n";
   else print_table(s, out);
   out.flush();
   return s.ok() ? kExitOk : kExitFailure;

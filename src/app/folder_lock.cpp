@@ -40,25 +40,46 @@ std::string host_name() {
 }  // namespace
 
 std::unique_ptr<FolderLock> FolderLock::acquire(const std::string& dir) {
+  std::string holder;
+  std::unique_ptr<FolderLock> lock = try_acquire(dir, "", &holder);
+  if (!lock)
+    throw InputError(str("the output folder ", dir, " is in use by another sluice job (", holder,
+                         "); wait for it to end, or choose another --output"));
+  return lock;
+}
+
+std::unique_ptr<FolderLock> FolderLock::try_acquire(const std::string& dir, const std::string& role,
+                                                    std::string* holder) {
   const std::string path = dir + "/" + kLockFile;
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  bool writable = true;
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0 && (errno == EACCES || errno == EROFS) && !role.empty()) {
+    // A reader (export) of a folder it may not write: flock needs no write access.
+    writable = false;
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+      // No lock file and no way to create one: no job could have run here since the folder
+      // became read-only, so there is nobody to be guarded against.
+      return std::unique_ptr<FolderLock>(new FolderLock(-1));
+    }
+  }
   if (fd < 0) throw InputError(str("cannot open the lock file ", path, ": ", std::strerror(errno)));
   // The rank 0 of a job killed a moment ago may still hold the lock while the kernel tears it down:
   // wait for such a holder (core/lock_holder.h), not for a live one.
   const auto start = Clock::now();
   bool said = false;
   while (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
-    const LockHolder holder = lock_holder(path);
-    if (holder.found && !holder.exiting) break;
+    const LockHolder h = lock_holder(path);
+    if (h.found && !h.exiting) break;
     if (seconds_since(start) >= lock_wait_seconds()) break;
-    if (!said) log_info("the output folder's lock is still held by ", holder.describe(),
+    if (!said) log_info("the output folder's lock is still held by ", h.describe(),
                         " (a job stopped a moment ago, on its way out): waiting for it");
     said = true;
     usleep(50000);
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    std::string holder = read_all(fd);
+    std::string who = read_all(fd);
     close(fd);  // (also when the file system has no locks: the lock file is then only informative)
     if (err == ENOSYS || err == EOPNOTSUPP || err == ENOLCK) {
       // Some cluster file systems (Lustre mounted without flock) have no locks: run unguarded
@@ -68,12 +89,15 @@ std::unique_ptr<FolderLock> FolderLock::acquire(const std::string& dir) {
       return std::unique_ptr<FolderLock>(new FolderLock(-1));
     }
     if (err != EWOULDBLOCK) throw InputError(str("cannot lock ", path, ": ", std::strerror(err)));
-    if (holder.empty()) holder = "a process that has not written its name yet";
-    throw InputError(str("the output folder ", dir, " is in use by another sluice job (", holder,
-                         "); wait for it to end, or choose another --output"));
+    if (who.empty()) who = "a process that has not written its name yet";
+    if (holder) *holder = who;
+    return nullptr;
   }
-  const std::string me = str("host ", host_name(), ", pid ", getpid(), ", started ", iso8601(unix_time_now()));
-  if (ftruncate(fd, 0) == 0) (void)!pwrite(fd, (me + "\n").data(), me.size() + 1, 0);
+  if (writable) {
+    const std::string me = str(role.empty() ? "" : role + ", ", "host ", host_name(), ", pid ", getpid(), ", started ",
+                               iso8601(unix_time_now()));
+    if (ftruncate(fd, 0) == 0) (void)!pwrite(fd, (me + "\n").data(), me.size() + 1, 0);
+  }
   return std::unique_ptr<FolderLock>(new FolderLock(fd));
 }
 

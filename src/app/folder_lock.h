@@ -19,6 +19,10 @@ class FolderLock {
  public:
   // Throws InputError naming the holder when another process holds the folder.
   static std::unique_ptr<FolderLock> acquire(const std::string& dir);
+  // The same without throwing when the folder is busy: nullptr, with `holder` set to what the
+  // holder wrote about itself.  `role` goes first into that text ("sluice export"; "" for a job).
+  // A folder the caller may only read is locked through an existing lock file opened read-only.
+  static std::unique_ptr<FolderLock> try_acquire(const std::string& dir, const std::string& role, std::string* holder);
   ~FolderLock();
   FolderLock(const FolderLock&) = delete;
   FolderLock& operator=(const FolderLock&) = delete;

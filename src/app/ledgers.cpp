@@ -8,6 +8,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.h"
 #include "core/log.h"
 #include "core/ranges.h"
 #include "core/timer.h"
@@ -95,7 +96,7 @@ void agree_on(const MpiContext& mpi, std::string verdict) {
 }
 
 std::string verdict_of(const Error& e) {
-  return json{{"code", e.exit_code()}, {"message", e.what()}, {"hint", e.hint()}}.dump();
+  return dump_json(json{{"code", e.exit_code()}, {"message", e.what()}, {"hint", e.hint()}});
 }
 
 // `key = value` lines of a job's TOML text.
@@ -174,7 +175,7 @@ std::vector<RankFileInfo> read_ledgers(const MpiContext& mpi, const std::vector<
   } catch (const std::exception& e) {
     failure = verdict_of(Error(e.what()));
   }
-  const std::vector<std::string> all = mpi.gather_strings(failure.empty() ? mine.dump() : "!" + failure);
+  const std::vector<std::string> all = mpi.gather_strings(failure.empty() ? dump_json(mine) : "!" + failure);
   std::vector<RankFileInfo> infos;
   std::string verdict;
   if (rank == 0) {

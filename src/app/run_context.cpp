@@ -15,9 +15,12 @@
 #include "app/job_options.h"
 #include "app/job_plan.h"
 #include "app/ledgers.h"
+#include "core/json_text.h"
 #include "core/log.h"
 #include "core/sha256.h"
 #include "core/timer.h"
+#include "export/geometry.h"
+#include "io/hdf5_util.h"
 #include "model/batch_axis.h"
 #include "model/onnx_loader.h"
 #include "model/prepare.h"
@@ -270,7 +273,9 @@ void RunContext::build() {
              });
   if (source_->encoded()) {
     // Every rank resolves the same spec from the prepared graph's input [B, 3, H, W].
-    input_ = make_image_input(*source_, job_plan_.image_spec(graph_), job_.batch_size, *device_, job_plan_.image_input);
+    const PreprocessSpec spec = job_plan_.image_spec(graph_);
+    preprocess_ = spec;
+    input_ = make_image_input(*source_, spec, job_.batch_size, *device_, job_plan_.image_input);
     if (mpi_.rank() == 0) log_info("images: ", input_->describe());
   }
 
@@ -364,7 +369,7 @@ void RunContext::report() {
   me.gpu = backend_ == "cuda" ? gpu_ : mapped_gpu();
   me.clock_offset_s = clock_offset();
   if (series_) me.series = series_->to_json();
-  const std::vector<std::string> all = mpi_.gather_strings(me.to_json().dump());
+  const std::vector<std::string> all = mpi_.gather_strings(dump_json(me.to_json()));
   mpi_.barrier();  // every rank file is closed before they are read
   // Every rank reads the ledgers of its share of the rank files (those of earlier attempts too);
   // rank 0 gets the merged runs and maps them into outputs.h5.
@@ -429,6 +434,13 @@ void RunContext::report() {
       throw Error(str("the rank files in ", job_.output, " do not cover every sample once (", cov.present, " of ",
                       cov.total, " present, ", cov.gaps.size(), " gap(s), ", cov.duplicates.size(), " duplicate(s))"));
     write_virtual_outputs(job_.output, infos, chunking_.total);
+    if (preprocess_) {
+      // How the images became the model's input, for `sluice export --original-size` to undo.
+      const std::string path = job_.output + "/outputs.h5";
+      h5::File f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
+      if (!f.valid()) throw Error(str("cannot reopen ", path, " to record the image geometry: ", h5::error_stack_text()));
+      h5::write_attr(f, kPreprocessAttr, geometry_json(*preprocess_));
+    }
     int64_t runs = 0;
     for (const RankFileInfo& f : infos) runs += static_cast<int64_t>(f.chunks.size());
     log_info("outputs.h5: ", runs, " mapping(s) per dataset over ", infos.size(), " rank file(s); ledgers and outputs.h5 in ",

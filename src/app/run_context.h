@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "app/folder_lock.h"
@@ -17,6 +18,7 @@
 #include "core/device.h"
 #include "core/thread.h"
 #include "engine/engine.h"
+#include "image/image.h"
 #include "io/rank_file.h"
 #include "io/source.h"
 #include "model/graph.h"
@@ -73,6 +75,7 @@ class RunContext {
   JobConfig job_;
   JobPlan job_plan_;   // the job as each layer takes it
   std::string job_toml_;
+  std::optional<PreprocessSpec> preprocess_;  // image inputs: how they become the model input
   const MpiContext& mpi_;
   double t_setup_ = 0;
   double t_model_load_ = 0;  // rank 0: reading and parsing the model file

@@ -1,13 +1,18 @@
 #include "export/journal.h"
 
+#include <fcntl.h>
 #include <sys/file.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/sha256.h"
 
 namespace sluice {
@@ -24,19 +29,62 @@ bool present(const fs::path& p) {
   return fs::exists(fs::symlink_status(p, ec));
 }
 
+// A short, stable name for the temporary file of `rel` (FNV-1a, 64 bits): the same on every run, so a
+// rerun finds the one a killed export left.
+std::string short_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// A record's text: names that are not UTF-8 escaped (core/json_text.h), and then marked so that
+// the manifest reads back the exact bytes.
+std::string record(json j, const std::string& names) {
+  if (!is_valid_utf8(names)) j["escaped"] = true;
+  return dump_json(j);
+}
+
+std::string name_of(const json& j, const char* field) {
+  const std::string s = j[field].get<std::string>();
+  return j.value("escaped", false) ? unescape_utf8(s) : s;
+}
+
 }  // namespace
 
-ExportJournal::ExportJournal(const std::string& out_dir, const std::string& header, bool overwrite)
+ExportJournal::ExportJournal(const std::string& out_dir, const std::string& header, bool overwrite,
+                             const std::string& protected_dir)
     : dir_(out_dir), overwrite_(overwrite) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (!fs::is_directory(dir_, ec))
     throw InputError(str("export: cannot create the folder ", dir_, ec ? ": " + ec.message() : std::string()));
+  real_dir_ = fs::canonical(dir_, ec).string();
+  if (!protected_dir.empty()) {
+    protected_ = fs::canonical(protected_dir, ec).string();
+    if (!ec && real_dir_ == protected_)
+      throw InputError(str("export: ", dir_, " is the run folder itself; the export writes into a folder of its own "
+                           "(the default RUN_DIR/export, or another --out)"));
+  }
+  const long name_max = pathconf(dir_.c_str(), _PC_NAME_MAX);
+  if (name_max > 0) name_max_ = name_max;
   const fs::path log_path = fs::path(dir_) / kName;
+  if (fs::is_symlink(fs::symlink_status(log_path, ec)))
+    throw InputError(str("export: ", log_path.string(), " is a symbolic link; the export appends only to its own "
+                         "manifest: remove the link, or export to another --out"));
   if (present(log_path) && !fs::is_regular_file(log_path, ec))
     throw InputError(str("export: ", log_path.string(), " is not a file"));
-  log_ = std::fopen(log_path.c_str(), "ab");
-  if (!log_) throw InputError(str("export: cannot write ", log_path.string()));
+  const int fd = open(log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  log_ = fd < 0 ? nullptr : fdopen(fd, "ab");
+  if (!log_) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) close(fd);
+    throw InputError(str("export: cannot write ", log_path.string(), ": ", why));
+  }
   // One export per folder at a time: two would interleave their records and race on the files.
   if (flock(fileno(log_), LOCK_EX | LOCK_NB) != 0)
     throw InputError(str("export: another sluice export is writing ", dir_, " (", kName, " is locked)"));
@@ -52,11 +100,11 @@ ExportJournal::ExportJournal(const std::string& out_dir, const std::string& head
       if (j.contains("export")) {
         current = j["export"].dump();
       } else if (j.contains("begin") && j["begin"].is_string()) {
-        Entry& e = entries_[j["begin"].get<std::string>()];
+        Entry& e = entries_[name_of(j, "begin")];
         e.claimed = true;
         e.complete = false;
       } else if (j.contains("file") && j["file"].is_string() && j.value("bytes", int64_t{-1}) >= 0) {
-        Entry& e = entries_[j["file"].get<std::string>()];
+        Entry& e = entries_[name_of(j, "file")];
         e.claimed = true;
         e.complete = current == header;
         last_written = current;
@@ -99,6 +147,45 @@ void ExportJournal::append(const std::string& line) {
 
 std::string ExportJournal::path(const std::string& rel) const { return (fs::path(dir_) / rel).string(); }
 
+std::string ExportJournal::partial_path(const std::string& rel) const {
+  return (fs::path(path(rel)).parent_path() / ("." + short_hash(rel) + kPartial)).string();
+}
+
+std::string ExportJournal::name_problem(const std::string& rel) const {
+  const fs::path p(rel);
+  for (const fs::path& part : p) {
+    const std::size_t n = part.native().size();
+    if (static_cast<long>(n) > name_max_)
+      return str("its name part of ", n, " bytes is longer than the ", name_max_, " bytes the file system takes");
+  }
+  return "";
+}
+
+// The folders on the way to `rel`, and `rel` itself, must not be symbolic links: a link would take
+// the export's file out of its folder.
+void ExportJournal::check_no_links(const std::string& rel) {
+  fs::path at(dir_);
+  const fs::path r(rel);
+  std::string sub;
+  for (auto it = r.begin(); it != r.end(); ++it) {
+    at /= *it;
+    sub += (sub.empty() ? "" : "/") + it->string();
+    const bool last = std::next(it) == r.end();
+    if (!last && checked_dirs_.count(sub)) continue;
+    std::error_code ec;
+    if (fs::is_symlink(fs::symlink_status(at, ec)))
+      throw InputError(str("export: ", at.string(), " is a symbolic link; the export writes only inside its folder ",
+                           "and follows no link: remove the link, or export to another --out"));
+    if (!last && fs::is_directory(fs::symlink_status(at, ec))) checked_dirs_.insert(sub);
+  }
+  if (!protected_.empty()) {
+    const fs::path parent = (fs::path(real_dir_) / r).lexically_normal().parent_path();
+    if (parent.string() == protected_)
+      throw InputError(str("export: ", path(rel), " would be written among the run's own files in ", protected_,
+                           "; export into a folder of its own"));
+  }
+}
+
 bool ExportJournal::done(const std::string& rel) {
   auto it = entries_.find(rel);
   if (it == entries_.end() || !it->second.complete) return false;
@@ -112,7 +199,10 @@ bool ExportJournal::done(const std::string& rel) {
 
 std::string ExportJournal::begin(const std::string& rel) {
   if (rel == kName) throw InputError(str("export: ", rel, " is the export's own manifest; choose another name"));
-  const fs::path full = path(rel), partial = path(rel + kPartial);
+  check_no_links(rel);
+  const std::string problem = name_problem(rel);
+  if (!problem.empty()) throw InputError(str("export: cannot write ", path(rel), ": ", problem));
+  const fs::path full = path(rel), partial = partial_path(rel);
   Entry& e = entries_[rel];
   for (const fs::path& p : {full, partial}) {
     std::error_code ec;
@@ -125,7 +215,7 @@ std::string ExportJournal::begin(const std::string& rel) {
   std::error_code ec;
   fs::create_directories(full.parent_path(), ec);
   if (ec) throw InputError(str("export: cannot create ", full.parent_path().string(), ": ", ec.message()));
-  append(json{{"begin", rel}}.dump());
+  append(record(json{{"begin", rel}}, rel));
   e.claimed = true;
   e.complete = false;
   fs::remove(partial, ec);
@@ -133,14 +223,14 @@ std::string ExportJournal::begin(const std::string& rel) {
 }
 
 void ExportJournal::commit(const std::string& rel, const std::string& key) {
-  const fs::path full = path(rel), partial = path(rel + kPartial);
+  const fs::path full = path(rel), partial = partial_path(rel);
   std::error_code ec;
   fs::rename(partial, full, ec);
   if (ec) throw Error(str("export: cannot move ", partial.string(), " to ", full.string(), ": ", ec.message()));
   Entry& e = entries_[rel];
   e.bytes = static_cast<int64_t>(fs::file_size(full));
   e.sha256 = sha256_file(full.string());
-  append(json{{"file", rel}, {"key", key}, {"bytes", e.bytes}, {"sha256", e.sha256}}.dump());
+  append(record(json{{"file", rel}, {"key", key}, {"bytes", e.bytes}, {"sha256", e.sha256}}, rel + key));
   e.complete = true;
   ++written_;
 }
@@ -148,17 +238,20 @@ void ExportJournal::commit(const std::string& rel, const std::string& key) {
 void ExportJournal::write(const std::string& rel, const std::string& key, const std::string& bytes) {
   const std::string tmp = begin(rel);
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw Error(str("export: cannot create ", tmp));
+  if (!f) throw Error(str("export: cannot create ", tmp, " (for ", path(rel), "): ", std::strerror(errno)));
   const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
   if (std::fclose(f) != 0 || !ok) throw Error(str("export: cannot write ", tmp, " (disk full?)"));
   commit(rel, key);
 }
 
-std::string export_path(const std::string& key, const std::string& ext, bool keep_extension) {
+std::string export_path(const std::string& key, const std::string& ext, bool keep_extension, bool* went_up) {
   std::vector<std::string> parts;
   std::string cur;
   auto flush = [&] {
-    if (cur == "..") throw InputError(str("export: key '", key, "' would leave the export folder (it has a '..' part)"));
+    if (cur == "..") {
+      cur = kUpPart;
+      if (went_up) *went_up = true;
+    }
     if (!cur.empty() && cur != ".") parts.push_back(cur);
     cur.clear();
   };

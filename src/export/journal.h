@@ -7,6 +7,8 @@
 //   {"export": {...}}                              one per run of the command: what it exports and how
 //   {"begin": "a/b/cat.png"}                       before the file is created (under a temporary name)
 //   {"file": "a/b/cat.png", "key": "a/b/cat.jpg", "bytes": 1234, "sha256": "..."}   once it is in place
+// A file is written under a short temporary name in its folder, .<hash of the path>.sluice-partial
+// (a name of any legal length keeps the temporary one legal), and renamed into place.
 // A path is the manifest's once a "begin" names it.  A rerun with the same "export" object skips the
 // files whose last record is a "file" line written under it and whose size and sha256 still match;
 // everything else of the manifest's is written again.  A file at a target path the manifest does not
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 
 namespace sluice {
@@ -23,11 +26,19 @@ class ExportJournal {
   static constexpr const char* kName = ".sluice-export.json";
 
   // Creates `out_dir` when needed and reads its manifest.  `header` is a JSON object (dumped) that
-  // says what this export writes and how; `overwrite` allows replacing foreign files.
-  ExportJournal(const std::string& out_dir, const std::string& header, bool overwrite);
+  // says what this export writes and how; `overwrite` allows replacing foreign files.  Nothing is
+  // ever written directly into `protected_dir` (the run folder, whose files are not the export's):
+  // InputError when `out_dir` is that folder, or when a path would lead there.
+  // Symbolic links inside `out_dir` are never followed: the manifest, a folder on a file's way or the
+  // file itself being one is an InputError (`out_dir` itself may be one).
+  ExportJournal(const std::string& out_dir, const std::string& header, bool overwrite,
+                const std::string& protected_dir = "");
   ~ExportJournal();
   ExportJournal(const ExportJournal&) = delete;
   ExportJournal& operator=(const ExportJournal&) = delete;
+
+  // Why `rel` cannot be a file name here ("" when it can): a part longer than the file system takes.
+  std::string name_problem(const std::string& rel) const;
 
   // True when an earlier run of the same export wrote `rel` and it is still intact.
   bool done(const std::string& rel);
@@ -52,16 +63,24 @@ class ExportJournal {
     std::string sha256;
   };
   void append(const std::string& line);
+  std::string partial_path(const std::string& rel) const;
+  void check_no_links(const std::string& rel);
 
   std::string dir_;
   bool overwrite_;
+  std::string real_dir_, protected_;  // canonical paths ("" protected: none)
+  std::set<std::string> checked_dirs_;  // folders of the export already seen to be no links
+  long name_max_ = 255;
   std::map<std::string, Entry> entries_;
   std::FILE* log_ = nullptr;
   int64_t skipped_ = 0, written_ = 0;
 };
 
-// "a/b/cat.jpg" -> "a/b/cat" + ext ("a/b/cat.jpg" + ext with keep_extension).  Throws InputError for
-// a key that would leave the folder ("..") or names nothing; '\\' and control characters become '_'.
-std::string export_path(const std::string& key, const std::string& ext, bool keep_extension);
+// "a/b/cat.jpg" -> "a/b/cat" + ext ("a/b/cat.jpg" + ext with keep_extension).  A key that starts
+// above the input's folder (a list file's "../data/b.jpg") stays inside the export folder: each ".."
+// part is written as kUpPart ("__/data/b.png"), and *went_up is set.  Throws InputError for a key
+// that names nothing; '\\' and control characters become '_'.
+inline constexpr char kUpPart[] = "__";
+std::string export_path(const std::string& key, const std::string& ext, bool keep_extension, bool* went_up = nullptr);
 
 }  // namespace sluice

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "export/geometry.h"
 #include "io/hdf5_util.h"
 
 namespace sluice {
@@ -118,6 +119,7 @@ RunOutputs::RunOutputs(const std::string& run_dir) : h_(std::make_unique<Handles
     if (!rows.empty()) H5_CHECK(H5Dread(d, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
     for (const Bad& b : rows) bad_reasons_[b.index] = std::string(b.reason, strnlen(b.reason, sizeof b.reason));
   }
+  preprocess_ = h5::read_attr_string(f, kPreprocessAttr);
   if (h5::exists(f, "/sample_key")) {
     h_->keys = h5::Dataset(H5_CHECK(H5Dopen2(f, "/sample_key", H5P_DEFAULT)));
     const std::vector<hsize_t> dims = h5::dims_of(h_->keys);

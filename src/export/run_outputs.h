@@ -44,6 +44,8 @@ class RunOutputs {
   // Per row (height, width) of the original image, when the input was images.
   bool has_sizes() const { return !sizes_.empty(); }
   std::pair<int32_t, int32_t> original_size(int64_t row) const;
+  // The run's image geometry (export/geometry.h), when it recorded one.
+  const std::optional<std::string>& preprocess() const { return preprocess_; }
   // Why a bad sample was bad, from /bad_samples ("" when not recorded).
   std::string bad_reason(int64_t row) const;
 
@@ -56,6 +58,7 @@ class RunOutputs {
   std::vector<uint8_t> status_;
   std::vector<int32_t> sizes_;  // [N * 2]
   std::map<int64_t, std::string> bad_reasons_;
+  std::optional<std::string> preprocess_;
   std::unique_ptr<Handles> h_;
 };
 

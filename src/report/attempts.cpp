@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/log.h"
 #include "core/timer.h"
 
@@ -181,7 +182,7 @@ void write_attempts(const std::string& outdir, const std::vector<AttemptRecord>&
   const std::string path = attempts_path(outdir), tmp = path + ".tmp";
   {
     std::ofstream f(tmp);
-    f << j.dump(1) << "\n";
+    f << dump_json(j, 1) << "\n";
     if (!f) throw Error(str("cannot write ", tmp, " (disk full?)"));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(str("cannot rename ", tmp, " to ", path));

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_text.h"
 
 namespace sluice {
 
@@ -368,7 +369,7 @@ void write_report_json(const JobReport& r, const std::string& path) {
   {
     std::ofstream f(tmp);
     if (!f) throw Error(str("cannot write ", tmp));
-    f << r.to_json().dump(2) << "\n";
+    f << dump_json(r.to_json(), 2) << "\n";
     if (!f) throw Error(str("writing ", tmp, " failed (disk full?)"));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error(str("cannot rename ", tmp, " to ", path));

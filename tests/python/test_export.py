@@ -224,10 +224,22 @@ def test_keys_that_collide_or_escape_are_refused(tmp_path):
     assert r.returncode == 3 and "--keep-extension" in r.stderr, r.stderr
     sluice("export", run, "--keep-extension")
     assert (run / "export" / "p" / "cat.jpg.png").exists() and (run / "export" / "p" / "cat.png.png").exists()
-    run2 = write_run(tmp_path / "run2", outs, keys=[b"../up.jpg", b"ok.jpg"], sizes=None)
-    r = sluice("export", run2, check=False)
-    assert r.returncode == 3 and "'..'" in r.stderr, r.stderr
     assert not (tmp_path / "up.png").exists()
+
+
+def test_keys_above_the_input_folder_are_exported_inside_with_a_note(tmp_path):
+    """A list file's '../data/b.jpg' entries: each '..' part becomes '__', inside the export folder."""
+    outs = seg_outputs(n=3, seed=8)
+    run = write_run(tmp_path / "run", outs, keys=[b"../up.jpg", b"../../data/b.jpg", b"ok.jpg"],
+                    status=np.zeros(3, np.uint8), sizes=None)
+    r = sluice("export", run)
+    assert "3 masks written" in r.stdout, r.stdout
+    assert "2 key(s) start above the input's folder, as '../up.jpg'" in r.stdout, r.stdout
+    assert f"so it is {run / 'export'}/__/up.png" in r.stdout, r.stdout
+    for i, rel in enumerate(["__/up.png", "__/__/data/b.png", "ok.png"]):
+        with Image.open(run / "export" / rel) as im:
+            assert np.array_equal(np.array(im), outs["argmax"][i]), rel
+    assert not (tmp_path / "up.png").exists() and not (tmp_path / "data").exists()
 
 
 # ---- after a real run ------------------------------------------------------------------------------
