@@ -430,7 +430,7 @@ void Builder::lower_node(const Node& n) {
   current_ = &n;
   const std::size_t first = steps.size();
   const bool known = lower_conv(*this, n) || lower_gemm(*this, n) || lower_elementwise(*this, n) ||
-                     lower_layout(*this, n) || lower_reduce(*this, n);
+                     lower_layout(*this, n) || lower_reduce(*this, n) || lower_index(*this, n);
   if (!known)
     fail(n, "op ", n.domain.empty() ? "" : n.domain + ".", n.op, " is not implemented by the cuda engine");
   // The node's FLOPs go to its main step: the first one named after it.
