@@ -470,6 +470,55 @@ TEST_P(TransformerOps, ScatterNDWritesSlicesAndElementsIntoACopyOfTheData) {
   });
 }
 
+TEST_P(TransformerOps, IntegerArithmeticOnRunTimeIndicesMatchesTheDefinition) {
+  // Indices from ArgMax, shifted to negative values too, through the integer kernels: Div
+  // truncates, Mod follows the divisor's sign (fmod 0) or the dividend's (fmod 1).
+  const Precision p = GetParam();
+  GraphBuilder b({4, 9});
+  b.constant_i("seven", {}, {7}).constant_i("col", {2, 1}, {3, -2}).constant_i("four", {1}, {4});
+  Node& a = b.node("ArgMax", {"x"}, {typed("i", DType::I64, {4})});
+  set_int(a, "axis", 1);
+  set_int(a, "keepdims", 0);
+  b.node("Sub", {"i", "seven"}, {typed("d", DType::I64, {4})});
+  b.node("Add", {"d", "col"}, {typed("sum", DType::I64, {2, 4})});
+  b.node("Mul", {"d", "col"}, {typed("prod", DType::I64, {2, 4})});
+  b.node("Div", {"d", "col"}, {typed("quot", DType::I64, {2, 4})});
+  b.node("Mod", {"d", "col"}, {typed("mod", DType::I64, {2, 4})});
+  Node& f = b.node("Mod", {"d", "col"}, {typed("fmod", DType::I64, {2, 4})});
+  set_int(f, "fmod", 1);
+  b.node("Max", {"d", "four"}, {typed("max", DType::I64, {4})});
+  b.node("Min", {"i", "four"}, {typed("min", DType::I64, {4})});
+  for (const char* o : {"sum", "prod", "quot", "mod", "fmod", "max", "min"}) b.output(o);
+  expect_matches_reference(b.g, p, [&](const Tensor& x) {
+    const std::vector<float> v = seen(x, p);
+    std::vector<int64_t> i(4), d(4);
+    for (std::size_t r = 0; r < 4; ++r) {
+      i[r] = std::max_element(v.begin() + static_cast<std::ptrdiff_t>(r * 9), v.begin() + static_cast<std::ptrdiff_t>(r * 9 + 9)) -
+             (v.begin() + static_cast<std::ptrdiff_t>(r * 9));
+      d[r] = i[r] - 7;
+    }
+    const int64_t col[2] = {3, -2};
+    std::vector<int64_t> sum(8), prod(8), quot(8), mod(8), fm(8), mx(4), mn(4);
+    for (std::size_t r = 0; r < 2; ++r)
+      for (std::size_t c = 0; c < 4; ++c) {
+        const int64_t u = d[c], w = col[r];
+        sum[r * 4 + c] = u + w;
+        prod[r * 4 + c] = u * w;
+        quot[r * 4 + c] = u / w;
+        fm[r * 4 + c] = u % w;
+        int64_t m = u % w;
+        if (m != 0 && ((m < 0) != (w < 0))) m += w;
+        mod[r * 4 + c] = m;
+      }
+    for (std::size_t c = 0; c < 4; ++c) {
+      mx[c] = std::max<int64_t>(d[c], 4);
+      mn[c] = std::min<int64_t>(i[c], 4);
+    }
+    auto t = [](Shape s, const std::vector<int64_t>& v) { return Tensor::from(DType::I64, std::move(s), v); };
+    return std::vector<Tensor>{t({2, 4}, sum), t({2, 4}, prod), t({2, 4}, quot), t({2, 4}, mod), t({2, 4}, fm), t({4}, mx), t({4}, mn)};
+  });
+}
+
 // ---- scans, triangles, ranges ------------------------------------------------------------------------
 
 TEST_P(TransformerOps, CumSumForwardReverseAndExclusiveMatchesTheDefinition) {
@@ -552,6 +601,60 @@ TEST_P(TransformerOps, RangeOfConstantsIsWrittenOnTheDevice) {
 INSTANTIATE_TEST_SUITE_P(Precisions, TransformerOps,
                          ::testing::Values(Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16),
                          [](const ::testing::TestParamInfo<Precision>& i) { return std::string(precision_name(i.param)); });
+
+// A block of the new ops (LayerNorm, Einsum, Trilu, Equal, Where, Softmax, Gelu, CumSum, GatherND,
+// GroupNorm, ScatterND, IsNaN) runs inside the captured CUDA graph: replays of two io sets give
+// the eager run's bytes exactly, so no step synchronizes, allocates or runs on the host.
+TEST(TransformerOpsGraphs, AMaskedAttentionBlockReplaysInACudaGraphBitForBit) {
+  SLUICE_REQUIRE_GPU();
+  GraphBuilder b({2, 6, 16});
+  b.random_f("g", {16}, 31, 0.5f, 1.5f).random_f("beta", {16}, 32).constant_f("ones", {6, 6}, std::vector<float>(36, 1.f));
+  b.constant_f("zero", {}, {0.f}).constant_f("neg", {}, {-1e4f}).constant_i("axis", {}, {1});
+  b.constant_i("pick", {3, 2}, {0, 5, 1, 0, 1, 3}).constant_i("shape4", {4}, {2, 6, 4, 4});
+  b.random_f("s", {6}, 33).random_f("sb", {6}, 34).constant_i("row", {1, 1}, {1}).random_f("upd", {1, 6, 4, 4}, 35);
+  b.node("LayerNormalization", {"x", "g", "beta"}, {f32("ln", {2, 6, 16})});
+  Node& e1 = b.node("Einsum", {"ln", "x"}, {f32("scores", {2, 6, 6})});
+  set_string(e1, "equation", "bqd,bkd->bqk");
+  Node& tri = b.node("Trilu", {"ones"}, {f32("tri", {6, 6})});
+  set_int(tri, "upper", 0);
+  b.node("Equal", {"tri", "zero"}, {typed("future", DType::Bool, {6, 6})});
+  b.node("Where", {"future", "neg", "scores"}, {f32("masked", {2, 6, 6})});
+  Node& sm = b.node("Softmax", {"masked"}, {f32("attn", {2, 6, 6})});
+  set_int(sm, "axis", -1);
+  Node& e2 = b.node("Einsum", {"attn", "x"}, {f32("ctx", {2, 6, 16})});
+  set_string(e2, "equation", "bqk,bkd->bqd");
+  b.node("Gelu", {"ctx"}, {f32("act", {2, 6, 16})});
+  b.node("CumSum", {"act", "axis"}, {f32("cs", {2, 6, 16})});
+  b.node("GatherND", {"cs", "pick"}, {f32("picked", {3, 16})});
+  b.node("IsNaN", {"cs"}, {typed("nan", DType::Bool, {2, 6, 16})});
+  b.node("Reshape", {"cs", "shape4"}, {f32("cs4", {2, 6, 4, 4})});
+  Node& gn = b.node("GroupNormalization", {"cs4", "s", "sb"}, {f32("gn", {2, 6, 4, 4})});
+  set_int(gn, "num_groups", 3);
+  b.node("ScatterND", {"gn", "row", "upd"}, {f32("y", {2, 6, 4, 4})});
+  b.output("y").output("picked").output("nan");
+  for (Precision p : {Precision::FP32, Precision::BF16}) {
+    SCOPED_TRACE(precision_name(p));
+    EngineOptions o;
+    o.precision = p;
+    o.deterministic = true;
+    o.io_sets = 2;
+    o.cuda_graphs = false;
+    auto eager = create_cuda_engine(b.g, o);
+    o.cuda_graphs = true;
+    auto replay = create_cuda_engine(b.g, o);
+    ASSERT_TRUE(cuda::engine_stats(*replay)->graphs_captured);
+    for (int set = 0; set < 2; ++set)
+      for (uint32_t seed : {7u, 8u}) {
+        const Tensor x = random_tensor(b.g.inputs[0], seed);
+        const auto a = cuda::run_forward(*eager, x, set);
+        const auto r = cuda::run_forward(*replay, x, set);
+        ASSERT_EQ(a.size(), r.size());
+        for (std::size_t k = 0; k < a.size(); ++k) EXPECT_EQ(a[k].bytes, r[k].bytes) << "output " << k << " set " << set << " seed " << seed;
+        // The -1e4 mask fill must not turn into NaN anywhere (inf - inf in the softmax would).
+        for (uint8_t v : a[2].bytes) EXPECT_EQ(v, 0);
+      }
+  }
+}
 
 // Einsum forms the engine refuses say so when the model is loaded, not with wrong numbers.
 TEST(TransformerOpsErrors, EinsumDiagonalsAndBroadcastLettersAreRefusedClearly) {

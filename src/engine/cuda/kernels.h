@@ -224,6 +224,11 @@ enum class CmpOp : int { Equal = 0, Less, Greater, LessOrEqual, GreaterOrEqual, 
 // are IEEE ones (NaN compares unequal and unordered); And/Or/Xor read nonzero as true.
 void compare(DType t, CmpOp op, const void* a, const void* b, uint8_t* y, const Broadcast3& shape, cudaStream_t s);
 
+// y = a op b on I64 or I32 tensors (integer arithmetic left at run time: index computations).
+// Div truncates toward zero; Mod takes the divisor's sign (fmod 0) or the dividend's (fmod 1); a
+// zero divisor gives 0 (the kernel cannot raise, and ONNX leaves it undefined).
+void int_binary(DType t, BinOp op, bool fmod, const void* a, const void* b, void* y, const Broadcast3& shape, cudaStream_t s);
+
 enum class TestOp : int { IsNaN = 0, IsInf, Not };
 // y = test(x) as bool bytes: IsNaN and IsInf (+inf when `pos`, -inf when `neg`) of a float type t,
 // Not of bools.

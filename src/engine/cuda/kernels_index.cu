@@ -56,6 +56,31 @@ __global__ void compare_kernel(CmpOp op, const T* a, const T* b, uint8_t* y, int
 }
 
 template <typename T>
+__global__ void int_binary_kernel(BinOp op, bool fmod, const T* a, const T* b, T* y, int64_t n, Broadcast3 s) {
+  SLUICE_GRID_STRIDE(i, n) {
+    int64_t off[2];
+    offsets<2>(s, i, off);
+    const int64_t u = a[off[0]], v = b[off[1]];
+    int64_t r = 0;
+    switch (op) {
+      case BinOp::Add: r = u + v; break;
+      case BinOp::Sub: r = u - v; break;
+      case BinOp::Mul: r = u * v; break;
+      case BinOp::Div: r = v == 0 ? 0 : u / v; break;
+      case BinOp::Mod:
+        if (v == 0) break;
+        r = u % v;
+        if (!fmod && r != 0 && ((r < 0) != (v < 0))) r += v;
+        break;
+      case BinOp::Max: r = u > v ? u : v; break;
+      case BinOp::Min: r = u < v ? u : v; break;
+      default: break;
+    }
+    y[i] = static_cast<T>(r);
+  }
+}
+
+template <typename T>
 __global__ void test_kernel(TestOp op, const T* x, uint8_t* y, int64_t n, bool pos, bool neg) {
   SLUICE_GRID_STRIDE(i, n) {
     const float v = to_f(x[i]);
@@ -198,6 +223,20 @@ void compare(DType t, CmpOp op, const void* a, const void* b, uint8_t* y, const 
     using T = decltype(tag);
     compare_kernel<T><<<grid_for(n), kThreads, 0, s>>>(op, static_cast<const T*>(a), static_cast<const T*>(b), y, n, shape);
   });
+  CUDA_CHECK_LAUNCH();
+}
+
+void int_binary(DType t, BinOp op, bool fmod, const void* a, const void* b, void* y, const Broadcast3& shape, cudaStream_t s) {
+  const int64_t n = numel_of(shape);
+  if (n <= 0) return;
+  if (t == DType::I64)
+    int_binary_kernel<int64_t><<<grid_for(n), kThreads, 0, s>>>(op, fmod, static_cast<const int64_t*>(a), static_cast<const int64_t*>(b),
+                                                                 static_cast<int64_t*>(y), n, shape);
+  else if (t == DType::I32)
+    int_binary_kernel<int32_t><<<grid_for(n), kThreads, 0, s>>>(op, fmod, static_cast<const int32_t*>(a), static_cast<const int32_t*>(b),
+                                                                 static_cast<int32_t*>(y), n, shape);
+  else
+    SLUICE_THROW("cuda int_binary: element type ", dtype_name(t), " is not an integer type");
   CUDA_CHECK_LAUNCH();
 }
 

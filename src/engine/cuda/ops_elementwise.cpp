@@ -364,8 +364,9 @@ bool lower_elementwise(Builder& b, const Node& n) {
       {"Max", BinOp::Max}, {"Min", BinOp::Min}, {"Sum", BinOp::Add}, {"Mean", BinOp::Add}, {"PRelu", BinOp::PRelu},
       {"Mod", BinOp::Mod}};
   const auto it = binops.find(n.op);
+  if (it != binops.end() && is_int_arith(b, n)) return false;   // ops_index.cpp
   if (it != binops.end()) {
-    if (n.op == "Mod" && n.get_int("fmod", 0) == 0) b.fail(n, "integer Mod (fmod=0) is not supported");
+    if (n.op == "Mod" && n.get_int("fmod", 0) == 0) b.fail(n, "Mod of float tensors needs fmod=1 (ONNX defines fmod=0 for integers only)");
     lower_binary(b, n, it->second);
     return true;
   }

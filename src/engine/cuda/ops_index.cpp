@@ -1,5 +1,5 @@
 // Ops on masks and indices that attention-era models compute at run time: comparisons and logic
-// (bool tensors), IsNaN/IsInf, Where, GatherND, ScatterND, CumSum, Trilu, and Range when its
+// (bool tensors), integer arithmetic (Add/Sub/Mul/Div/Mod/Max/Min), IsNaN/IsInf, Where, GatherND, ScatterND, CumSum, Trilu, and Range when its
 // inputs are constants.  Each runs as the engine's own kernel (kernels_index.cu) on NCHW-ordered
 // tensors; float operands are in the compute type, integer and bool ones in their own.
 #include <algorithm>
@@ -63,6 +63,20 @@ void lower_compare(Builder& b, const Node& n, CmpOp op) {
   const Broadcast3 s = broadcast3(b, n, b.slot(y).shape, {b.slot(a).shape, b.slot(c).shape});
   b.add(n.name, {a, c, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
     compare(t, op, bd.at(a), bd.at(c), bd.at<uint8_t>(y), s, st);
+  });
+}
+
+void lower_int_binary(Builder& b, const Node& n, BinOp op) {
+  if (n.inputs.size() != 2) b.fail(n, "integer ", n.op, " of ", n.inputs.size(), " inputs is not supported (2 only)");
+  const int a = b.input(n, 0), c = b.input(n, 1);
+  const int y = b.output(n, 0);
+  const DType t = b.slot(y).dtype;
+  if (b.slot(a).dtype != t || b.slot(c).dtype != t)
+    b.fail(n, "inputs are ", dtype_name(b.slot(a).dtype), " and ", dtype_name(b.slot(c).dtype), ", the output ", dtype_name(t));
+  const Broadcast3 s = broadcast3(b, n, b.slot(y).shape, {b.slot(a).shape, b.slot(c).shape});
+  const bool fmod = n.get_int("fmod", 0) != 0;
+  b.add(n.name, {a, c, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
+    int_binary(t, op, fmod, bd.at(a), bd.at(c), bd.at(y), s, st);
   });
 }
 
@@ -243,13 +257,24 @@ void lower_range(Builder& b, const Node& n) {
 
 }  // namespace
 
+bool is_int_arith(const Builder& b, const Node& n) {
+  if (!n.domain.empty() || n.outputs.empty() || n.outputs[0].empty()) return false;
+  const ValueInfo* v = b.graph.value(n.outputs[0]);
+  return v && (v->dtype == DType::I64 || v->dtype == DType::I32);
+}
+
 bool lower_index(Builder& b, const Node& n) {
   if (!n.domain.empty()) return false;
   static const std::map<std::string, CmpOp> cmp = {
       {"Equal", CmpOp::Equal}, {"Less", CmpOp::Less}, {"Greater", CmpOp::Greater}, {"LessOrEqual", CmpOp::LessOrEqual},
       {"GreaterOrEqual", CmpOp::GreaterOrEqual}, {"And", CmpOp::And}, {"Or", CmpOp::Or}, {"Xor", CmpOp::Xor}};
+  static const std::map<std::string, BinOp> arith = {
+      {"Add", BinOp::Add}, {"Sub", BinOp::Sub}, {"Mul", BinOp::Mul}, {"Div", BinOp::Div},
+      {"Mod", BinOp::Mod}, {"Max", BinOp::Max}, {"Min", BinOp::Min}};
   const auto it = cmp.find(n.op);
+  const auto ar = arith.find(n.op);
   if (it != cmp.end()) lower_compare(b, n, it->second);
+  else if (ar != arith.end() && is_int_arith(b, n)) lower_int_binary(b, n, ar->second);
   else if (n.op == "Not") lower_test(b, n, TestOp::Not);
   else if (n.op == "IsNaN") lower_test(b, n, TestOp::IsNaN);
   else if (n.op == "IsInf") lower_test(b, n, TestOp::IsInf);
