@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "model/einsum.h"
 #include "model/graph_util.h"
 #include "model/prepare.h"
 
@@ -37,6 +38,19 @@ Tensor with_element(const Tensor& t, std::size_t i, int64_t v) {
   else if (c.dtype == DType::I32) c.data<int32_t>()[i] = static_cast<int32_t>(std::clamp<int64_t>(v, INT32_MIN, INT32_MAX));
   else throw InputError("an integer constant was expected");
   return c;
+}
+
+// `t` (size 1 on `axis`) repeated `count` times along that axis.
+Tensor repeat_rows(const Tensor& t, std::size_t axis, int64_t count) {
+  Shape shape = t.shape;
+  shape[axis] = count;
+  Tensor out(t.dtype, shape);
+  const std::size_t outer = static_cast<std::size_t>(product(t.shape, 0, axis));
+  const std::size_t inner = t.bytes.size() / std::max<std::size_t>(outer, 1);
+  uint8_t* dst = out.bytes.data();
+  for (std::size_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < count; ++k, dst += inner) std::memcpy(dst, t.bytes.data() + o * inner, inner);
+  return out;
 }
 
 struct Rewrite {
@@ -110,6 +124,9 @@ class Tracer {
   bool reshape(const Node& n, std::vector<int>& out);
   bool resize(const Node& n, std::vector<int>& out);
   bool slice(const Node& n, std::vector<int>& out);
+  bool expand(const Node& n, std::vector<int>& out);
+  bool gather_scatter_nd(const Node& n, std::vector<int>& out);
+  bool einsum(const Node& n, std::vector<int>& out);
 
   const Graph& g_;
   int64_t b0_, batch_;
@@ -118,6 +135,22 @@ class Tracer {
   std::vector<Rewrite> rewrites_;
   std::string why_;
 };
+
+// Ops that work element by element on their first input, with parameters that must not carry the
+// batch; and ops that broadcast all their inputs against each other.
+bool is_unary_elementwise(const std::string& op) {
+  static const std::unordered_set<std::string> ops = {
+      "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Identity", "Cast", "Clip", "Gelu", "Erf", "Tanh",
+      "Sign", "Cos", "Sin", "Softplus", "Elu", "Round", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor",
+      "Ceil", "IsNaN", "IsInf", "Not", "Selu", "Mish", "Softsign", "Tan", "Atan"};
+  return ops.count(op) != 0;
+}
+bool is_broadcasting(const std::string& op) {
+  static const std::unordered_set<std::string> ops = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Min", "Max", "Equal", "Less", "Greater", "LessOrEqual",
+      "GreaterOrEqual", "And", "Or", "Xor", "Where"};
+  return ops.count(op) != 0;
+}
 
 bool Tracer::visit(const Node& n, std::vector<int>& out) {
   const std::string& op = n.op;
@@ -128,22 +161,54 @@ bool Tracer::visit(const Node& n, std::vector<int>& out) {
     std::fill(out.begin(), out.end(), a);
     return true;
   };
+  // A node none of whose inputs carries the batch computes the same for every sample (position
+  // tables, masks): whatever the op, its outputs carry no batch either.
+  bool any = false;
+  for (const auto& in : n.inputs) any = any || (!in.empty() && axis_of(in) != kNone);
+  if (!any) return true;
   if (op == "Constant") return true;
-  if (op == "Relu" || op == "LeakyRelu" || op == "Sigmoid" || op == "HardSigmoid" || op == "HardSwish" ||
-      op == "Identity" || op == "Cast" || op == "Clip")
+  if (is_unary_elementwise(op)) return same(1);
+  if (is_broadcasting(op)) return broadcast(n, out);
+  if (op == "LayerNormalization") {
+    if (a == kNone) return fail("its scale or bias carries the batch");
+    if (a >= attr_axis(n, -1, r)) return fail("it normalizes over the batch axis");
     return same(1);
+  }
+  if (op == "GroupNormalization" || op == "InstanceNormalization") {
+    if (a != 0) return fail(str("the batch is on axis ", a, ", not on the samples axis 0"));
+    return same(1);
+  }
+  if (op == "Split" || op == "CumSum") {
+    if (!inputs_without_batch(n, 1)) return false;
+    int64_t ax = attr_axis(n, 0, r);
+    if (op == "CumSum") {
+      const Tensor* t = constant(n, 1);
+      if (!t || t->numel() != 1) return fail("its axis is not constant");
+      ax = t->as_int64()[0] < 0 ? t->as_int64()[0] + r : t->as_int64()[0];
+    }
+    if (ax == a) return fail(op == "Split" ? "it splits the batch axis" : "it sums along the batch axis");
+    std::fill(out.begin(), out.end(), a);
+    return true;
+  }
+  if (op == "Trilu") {
+    if (a >= r - 2) return fail("the batch is on one of its matrix axes");
+    return same(1);
+  }
+  if (op == "Expand" || op == "Tile") return expand(n, out);
+  if (op == "GatherND" || op == "ScatterND") return gather_scatter_nd(n, out);
+  if (op == "Einsum") return einsum(n, out);
   if (op == "Normalize" || op == "BatchNormalization") {  // per channel, axis 1
     if (a == 1) return fail("the batch is on its channel axis");
     if (!inputs_without_batch(n, 1)) return false;
     out[0] = a;  // BatchNormalization's optional mean/var outputs are per channel
     return true;
   }
-  if (op == "Softmax") {
+  if (op == "Softmax" || op == "LogSoftmax") {
     if (a != kNone && attr_axis(n, -1, r) == a) return fail("it normalizes over the batch axis");
     return same(1);
   }
   if (op == "Conv" || op == "FusedConv" || op == "ConvTranspose" || op == "MaxPool" || op == "AveragePool" ||
-      op == "GlobalAveragePool") {
+      op == "GlobalAveragePool" || op == "GlobalMaxPool") {
     if (a != kNone && a != 0) return fail(str("the batch is on axis ", a, ", not on the samples axis 0"));
     // Weights and bias never carry the batch; FusedConv's residual Z (input 3) must follow X.
     const std::size_t params_end = op == "FusedConv" ? 3 : n.inputs.size();
@@ -154,7 +219,6 @@ bool Tracer::visit(const Node& n, std::vector<int>& out) {
     std::fill(out.begin(), out.end(), a);
     return true;
   }
-  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") return broadcast(n, out);
   if (op == "Gemm") return gemm(n, out);
   if (op == "MatMul") return matmul(n, out);
   if (op == "Reshape" || op == "Flatten") return reshape(n, out);
@@ -190,10 +254,21 @@ bool Tracer::visit(const Node& n, std::vector<int>& out) {
     return true;
   }
   if (op == "Concat") {
-    for (const auto& in : n.inputs)
-      if (axis_of(in) != a) return fail("it joins tensors that carry the batch with tensors that do not");
-    if (a != kNone && attr_axis(n, 0, r) == a) return fail("it concatenates along the batch axis");
-    out[0] = a;
+    int at = kNone;
+    for (const auto& in : n.inputs) at = axis_of(in) != kNone ? axis_of(in) : at;
+    if (attr_axis(n, 0, r) == at) return fail("it concatenates along the batch axis");
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      const int ai = axis_of(n.inputs[i]);
+      if (ai == at) continue;
+      // A constant row joined to every sample (a class token expanded to the batch of one): at the
+      // new batch, the constant repeated once per sample.
+      const Tensor* t = constant(n, i);
+      if (ai != kNone || !t || b0_ != 1 || static_cast<int>(t->shape.size()) <= at || t->shape[static_cast<std::size_t>(at)] != 1)
+        return fail("it joins tensors that carry the batch with tensors that do not");
+      if (t->numel() * batch_ > (int64_t(1) << 25)) return fail("it joins a large constant to every sample");
+      rewrites_.push_back({node_, i, repeat_rows(*t, static_cast<std::size_t>(at), batch_)});
+    }
+    out[0] = at;
     return true;
   }
   if (op == "Gather") {
@@ -224,7 +299,7 @@ bool Tracer::visit(const Node& n, std::vector<int>& out) {
     out[0] = a;
     return true;
   }
-  if (op == "ReduceMean") {
+  if (op.rfind("Reduce", 0) == 0) {
     if (!inputs_without_batch(n, 1)) return false;
     if (a == kNone) return true;
     std::vector<int64_t> axes;
@@ -236,12 +311,12 @@ bool Tracer::visit(const Node& n, std::vector<int>& out) {
     out[0] = n.get_int("keepdims", 1) ? a : a - static_cast<int>(std::count_if(axes.begin(), axes.end(), [&](int64_t x) { return x < a; }));
     return true;
   }
-  if (op == "ArgMax" || op == "ArgMaxCast" || op == "TopK") {
+  if (op == "ArgMax" || op == "ArgMin" || op == "ArgMaxCast" || op == "TopK") {
     if (!inputs_without_batch(n, 1)) return false;
     if (a == kNone) return true;
     const int64_t ax = attr_axis(n, op == "TopK" ? -1 : op == "ArgMaxCast" ? 1 : 0, r);
     if (ax == a) return fail("it selects along the batch axis");
-    const bool drops = op == "ArgMaxCast" || (op == "ArgMax" && n.get_int("keepdims", 1) == 0);
+    const bool drops = op == "ArgMaxCast" || (op != "TopK" && n.get_int("keepdims", 1) == 0);
     std::fill(out.begin(), out.end(), drops && ax < a ? a - 1 : a);
     return true;
   }
@@ -408,6 +483,79 @@ bool Tracer::slice(const Node& n, std::vector<int>& out) {
     if (starts[i] != 0 || step != 1 || ends[i] < b0_) return fail("it cuts the batch axis");
     rewrites_.push_back({node_, 2, with_element(*en, i, std::numeric_limits<int64_t>::max())});
   }
+  return true;
+}
+
+
+// Expand broadcasts the batch axis against the target shape's value there: 1 keeps it, the model's
+// batch is rewritten to the new one.  Tile must not repeat it.
+bool Tracer::expand(const Node& n, std::vector<int>& out) {
+  if (!inputs_without_batch(n, 1)) return false;
+  const int a = axis_of(n.input(0));
+  const Tensor* t = constant(n, 1);
+  if (!t) return fail(n.op == "Expand" ? "its target shape is not constant" : "its repeats are not constant");
+  const std::vector<int64_t> v = t->as_int64();
+  const int r = rank(n.inputs[0]);
+  if (n.op == "Tile") {
+    if (static_cast<std::size_t>(a) >= v.size() || v[static_cast<std::size_t>(a)] != 1) return fail("it repeats the batch axis");
+    out[0] = a;
+    return true;
+  }
+  const int R = std::max(r, static_cast<int>(v.size()));
+  const int at = a + R - r;
+  const int i = at - (R - static_cast<int>(v.size()));
+  if (i >= 0) {
+    const int64_t d = v[static_cast<std::size_t>(i)];
+    if (d != 1 && d != b0_) return fail("it expands the batch axis");
+    if (d == b0_ && d != 1) rewrites_.push_back({node_, 1, with_element(*t, static_cast<std::size_t>(i), batch_)});
+  }
+  out[0] = at;
+  return true;
+}
+
+// GatherND and ScatterND with constant indices: the batch must lie past the indexed axes.
+bool Tracer::gather_scatter_nd(const Node& n, std::vector<int>& out) {
+  const int a = axis_of(n.input(0));
+  if (axis_of(n.input(1)) != kNone) return fail("its indices carry the batch");
+  if (a == kNone) return fail("only its updates carry the batch");
+  const Shape& is = shape(n.inputs[1]);
+  const int q = static_cast<int>(is.size());
+  const int b = static_cast<int>(n.get_int("batch_dims", 0));
+  const int k = static_cast<int>(is.back());
+  if (b != 0) return fail("batch_dims is not supported with the batch on the data");
+  if (a < k) return fail("it indexes along the batch axis");
+  if (n.op == "GatherND") {
+    out[0] = q - 1 + a - k;
+    return true;
+  }
+  if (axis_of(n.input(2)) != q - 1 + a - k) return fail("its updates do not carry the batch where its data does");
+  out[0] = a;
+  return true;
+}
+
+// Einsum: the batch is one label, carried by every operand that has it and kept in the output.
+bool Tracer::einsum(const Node& n, std::vector<int>& out) {
+  std::vector<Shape> shapes;
+  for (const auto& in : n.inputs) shapes.push_back(shape(in));
+  const EinsumSpec spec = parse_einsum(n.get_string("equation", ""), shapes, node_context(g_, n));
+  int label = -1;
+  for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+    const int ai = axis_of(n.inputs[i]);
+    if (ai == kNone) continue;
+    const int l = spec.inputs[i][static_cast<std::size_t>(ai)];
+    if (label >= 0 && l != label) return fail("its operands carry the batch on different labels");
+    label = l;
+  }
+  for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+    const auto& ls = spec.inputs[i];
+    const int ai = axis_of(n.inputs[i]);
+    for (std::size_t d = 0; d < ls.size(); ++d)
+      if (ls[d] == label && static_cast<int>(d) != ai)
+        return fail(str("operand ", i, " has the batch's label on an axis that does not carry the batch"));
+  }
+  const auto it = std::find(spec.output.begin(), spec.output.end(), label);
+  if (it == spec.output.end()) return fail("it sums over the batch axis");
+  out[0] = static_cast<int>(it - spec.output.begin());
   return true;
 }
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "model/einsum.h"
 #include "model/graph_util.h"
 
 namespace sluice {
@@ -123,12 +124,18 @@ class Tracker {
     const std::string& x = n.input(first);
     const std::string y = n.outputs.empty() ? std::string() : n.outputs[0];
 
-    if (op == "Relu" || op == "LeakyRelu" || op == "Sigmoid" || op == "Clip" || op == "HardSigmoid" ||
-        op == "HardSwish" || op == "Cast" || op == "Identity" || op == "Normalize") {
+    static const char* unary[] = {"Relu", "LeakyRelu", "Sigmoid", "Clip", "HardSigmoid", "HardSwish", "Cast", "Identity",
+                                  "Normalize", "Gelu", "Erf", "Tanh", "Sign", "Cos", "Sin", "Softplus", "Elu", "Round",
+                                  "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "IsNaN", "IsInf",
+                                  "Not", "Selu", "Mish", "Softsign", "Tan", "Atan"};
+    static const char* broadcasting[] = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Min", "Max", "Equal", "Less",
+                                         "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where"};
+    auto in_list = [&](const auto& list) { return std::any_of(std::begin(list), std::end(list), [&](const char* o) { return op == o; }); };
+    if (in_list(unary)) {
       if (first != 0) return mixed(n, "takes a parameter from the input data");
       return axis(n, a);
     }
-    if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
+    if (in_list(broadcasting)) {
       // Broadcasting aligns trailing axes: input axis a of rank r is output axis a + (R - r).
       const int64_t R = rank(y);
       int out = -1;
@@ -140,7 +147,8 @@ class Tracker {
       return axis(n, out);
     }
     if (op == "Conv" || op == "FusedConv" || op == "ConvTranspose" || op == "MaxPool" || op == "AveragePool" ||
-        op == "GlobalAveragePool" || op == "BatchNormalization") {
+        op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "BatchNormalization" ||
+        op == "GroupNormalization" || op == "InstanceNormalization") {
       for (const auto& [i, s] : data) {
         if (i == 0 || (op == "FusedConv" && i == 3)) {
           if (s.axis != 0) return mixed(n, str("runs over the batch as a feature axis (the batch is on axis ", s.axis, ")"));
@@ -163,7 +171,33 @@ class Tracker {
       }
       return axis(n, out);
     }
-    if (first != 0) return mixed(n, "takes a parameter from the input data");
+    if (op == "Einsum") {
+      std::vector<Shape> shapes;
+      for (const auto& in : n.inputs) shapes.push_back(shape(in));
+      const EinsumSpec spec = parse_einsum(n.get_string("equation", ""), shapes, node_context(g_, n));
+      int label = -1;
+      for (const auto& [i, s] : data) {
+        const int l = spec.inputs[i][static_cast<std::size_t>(s.axis)];
+        if (label >= 0 && l != label) return mixed(n, "multiplies tensors whose batch axes do not line up");
+        label = l;
+      }
+      for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+        const int ai = of(n.input(i)).axis;
+        for (std::size_t d = 0; d < spec.inputs[i].size(); ++d)
+          if (spec.inputs[i][d] == label && static_cast<int>(d) != ai) return mixed(n, "sums over the batch axis");
+      }
+      const auto it = std::find(spec.output.begin(), spec.output.end(), label);
+      if (it == spec.output.end()) return mixed(n, "sums over the batch axis");
+      return axis(n, static_cast<int>(it - spec.output.begin()));
+    }
+    if (op == "ScatterND") {
+      // Constant indices past the batch axis; the updates carry the batch where the data does.
+      const int64_t q = rank(n.input(1)), k = shape(n.input(1)).empty() ? 0 : shape(n.input(1)).back();
+      if (of(n.input(1)).axis != kConst || of(n.input(0)).axis < k) return mixed(n, "scatters along the batch axis");
+      if (of(n.input(2)).axis != q - 1 + of(n.input(0)).axis - k) return mixed(n, "scatters rows of other samples");
+      return axis(n, of(n.input(0)).axis);
+    }
+    if (first != 0 && op != "Concat") return mixed(n, "takes a parameter from the input data");
     if (data.size() > 1 && op != "Concat" && op != "MatMul") return mixed(n, "combines several inputs along the batch");
 
     const int64_t r = rank(x);
@@ -179,7 +213,40 @@ class Tracker {
       if (b == kMixed) return mixed(n, "merges the batch axis with another one");
       return axis(n, b);
     }
-    if (op == "ReduceMean") {
+    if (op == "LayerNormalization") {
+      if (a >= norm(n.get_int("axis", -1), r)) return mixed(n, "normalizes over the batch axis");
+      return axis(n, a);
+    }
+    if (op == "Split" || op == "CumSum") {
+      int64_t ax = norm(n.get_int("axis", 0), r);
+      if (op == "CumSum") {
+        const std::vector<int64_t> v = const_ints(n, 1);
+        if (v.size() != 1) return mixed(n, "sums along an axis computed at run time");
+        ax = norm(v[0], r);
+      }
+      if (ax == a) return mixed(n, op == "Split" ? "splits the batch axis" : "sums along the batch axis");
+      return axis(n, a);
+    }
+    if (op == "Trilu") {
+      if (a >= r - 2) return mixed(n, "masks along the batch axis");
+      return axis(n, a);
+    }
+    if (op == "Expand" || op == "Tile") {
+      const std::vector<int64_t> v = const_ints(n, 1);
+      const int64_t R = rank(y);
+      const int out = static_cast<int>(op == "Tile" ? a : a + (R - r));
+      if (op == "Tile" && (static_cast<std::size_t>(a) >= v.size() || v[static_cast<std::size_t>(a)] != 1))
+        return mixed(n, "repeats the batch axis");
+      if (shape(y).size() <= static_cast<std::size_t>(out) || shape(y)[static_cast<std::size_t>(out)] != shape(x)[static_cast<std::size_t>(a)])
+        return mixed(n, "changes the batch axis' length");
+      return axis(n, out);
+    }
+    if (op == "GatherND") {
+      const int64_t q = rank(n.input(1)), k = shape(n.input(1)).empty() ? 0 : shape(n.input(1)).back();
+      if (n.get_int("batch_dims", 0) != 0 || a < k) return mixed(n, "selects along the batch axis");
+      return axis(n, static_cast<int>(q - 1 + a - k));
+    }
+    if (op.rfind("Reduce", 0) == 0) {
       std::vector<bool> red(static_cast<std::size_t>(r), false);
       for (int64_t v : n.inputs.size() > 1 ? const_ints(n, 1) : n.get_ints("axes")) red[static_cast<std::size_t>(norm(v, r))] = true;
       if (std::none_of(red.begin(), red.end(), [](bool b) { return b; }) && n.get_int("noop_with_empty_axes", 0) == 0)
@@ -188,11 +255,11 @@ class Tracker {
       if (n.get_int("keepdims", 1) != 0) return axis(n, a);
       return axis(n, static_cast<int>(a - std::count(red.begin(), red.begin() + a, true)));
     }
-    if (op == "Softmax" || op == "TopK" || op == "ArgMax" || op == "ArgMaxCast") {
-      const int64_t dflt = (op == "ArgMax" || op == "ArgMaxCast") ? 0 : -1;
+    if (op == "Softmax" || op == "LogSoftmax" || op == "TopK" || op == "ArgMax" || op == "ArgMin" || op == "ArgMaxCast") {
+      const int64_t dflt = (op == "ArgMax" || op == "ArgMin" || op == "ArgMaxCast") ? 0 : -1;
       const int64_t ax = norm(n.get_int("axis", dflt), r);
       if (ax == a) return mixed(n, "works along the batch axis, across samples");
-      const bool drops = op == "ArgMaxCast" || (op == "ArgMax" && n.get_int("keepdims", 1) == 0);
+      const bool drops = op == "ArgMaxCast" || ((op == "ArgMax" || op == "ArgMin") && n.get_int("keepdims", 1) == 0);
       return axis(n, drops && ax < a ? a - 1 : a);
     }
     if (op == "Concat") {

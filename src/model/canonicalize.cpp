@@ -106,8 +106,10 @@ void canonicalize_graph(Graph& g) {
       n.inputs = {n.input(0), "", scales};
     } else if ((n.op == "Squeeze" || n.op == "Unsqueeze") && g.opset < 13) {
       ints_attr_to_input(g, n, "axes", 1);
-    } else if (n.op == "ReduceMean" && g.opset < 18) {
+    } else if (n.op.rfind("Reduce", 0) == 0 && g.opset < (n.op == "ReduceSum" ? 13 : 18)) {
       ints_attr_to_input(g, n, "axes", 1);
+    } else if (n.op == "Split" && g.opset < 13) {
+      ints_attr_to_input(g, n, "split", 1);
     } else if (n.op == "Slice" && g.opset < 10) {
       const std::vector<int64_t> starts = n.get_ints("starts"), ends = n.get_ints("ends");
       const std::string a = n.has("axes") ? add_int64_constant(g, n.name + "_axes", n.get_ints("axes")) : "";

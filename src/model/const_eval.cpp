@@ -210,6 +210,232 @@ Tensor cast_tensor(const Tensor& t, DType to) {
   return out;
 }
 
+namespace {
+
+// Output shapes of a node whose inputs are all constants, by the rules of shape inference.
+bool constant_output_shapes(const Graph& g, const Node& n, const std::vector<const Tensor*>& in, std::vector<ValueInfo>& outs) {
+  std::vector<ValueInfo> vals(in.size());
+  std::vector<const ValueInfo*> vin(in.size(), nullptr);
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (in[i]) {
+      vals[i] = ValueInfo{n.input(i), in[i]->dtype, in[i]->shape};
+      vin[i] = &vals[i];
+    }
+  std::string why;
+  if (!infer_node(g, n, vin, outs, why)) return false;
+  for (const ValueInfo& v : outs)
+    if (too_big_to_fold(v.shape)) return false;
+  return true;
+}
+
+// Visits every index of `shape` in row-major order with its flat position.
+template <typename F>
+void for_each_index(const Shape& shape, F&& f) {
+  const int64_t total = shape_numel(shape);
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t k = 0; k < total; ++k) {
+    f(idx, k);
+    for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+      if (++idx[static_cast<std::size_t>(d)] < shape[static_cast<std::size_t>(d)]) break;
+      idx[static_cast<std::size_t>(d)] = 0;
+    }
+  }
+}
+
+int64_t flat_index(const std::vector<int64_t>& idx, const std::vector<int64_t>& st) {
+  int64_t o = 0;
+  for (std::size_t d = 0; d < idx.size(); ++d) o += idx[d] * st[d];
+  return o;
+}
+
+// Split, CumSum, Trilu, the reductions, GatherND, ScatterND, MatMul and Softmax on constants (the
+// position tables and masks that models compute from constants).
+bool evaluate_structured_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
+  const std::string& op = n.op;
+  static const char* ops[] = {"Split", "CumSum", "Trilu", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+                              "ReduceProd", "ReduceL2", "GatherND", "ScatterND", "MatMul", "Softmax"};
+  if (std::none_of(std::begin(ops), std::end(ops), [&](const char* o) { return op == o; })) return false;
+  if (in.empty() || !in[0]) return false;
+  std::vector<ValueInfo> outs;
+  if (!constant_output_shapes(g, n, in, outs)) return false;
+  const Tensor& x = *in[0];
+  const Shape& xs = x.shape;
+  const std::vector<int64_t> xst = strides_of(xs);
+  const int64_t r = static_cast<int64_t>(xs.size());
+  if (op == "Split") {
+    const int64_t axis = normalize_axis(n.get_int("axis", 0), r, g, n);
+    int64_t begin = 0;
+    for (const ValueInfo& v : outs) {
+      Shape src = xst;
+      std::vector<int64_t> offs = strided_offsets(v.shape, src);
+      for (auto& o : offs) o += begin * xst[static_cast<std::size_t>(axis)];
+      out.push_back(gather_elements(x, v.shape, offs));
+      begin += v.shape[static_cast<std::size_t>(axis)];
+    }
+    return true;
+  }
+  if (op == "GatherND") {
+    const std::vector<int64_t> idx = in[1]->as_int64();
+    const Shape& is = in[1]->shape;
+    const int64_t b = n.get_int("batch_dims", 0), k = is.back();
+    int64_t inner = 1;
+    for (int64_t d = b + k; d < r; ++d) inner *= xs[static_cast<std::size_t>(d)];
+    int64_t batch = 1;
+    for (int64_t d = 0; d < b; ++d) batch *= xs[static_cast<std::size_t>(d)];
+    const int64_t per_batch = shape_numel(is) / std::max<int64_t>(1, batch * k);
+    const int64_t batch_stride = b > 0 ? xst[static_cast<std::size_t>(b - 1)] : 0;
+    std::vector<int64_t> offs;
+    for (int64_t bi = 0; bi < batch; ++bi)
+      for (int64_t p = 0; p < per_batch; ++p) {
+        int64_t base = bi * batch_stride;
+        for (int64_t j = 0; j < k; ++j) {
+          int64_t v = idx[static_cast<std::size_t>((bi * per_batch + p) * k + j)];
+          const int64_t dim = xs[static_cast<std::size_t>(b + j)];
+          if (v < -dim || v >= dim) throw InputError(str(node_context(g, n), "index ", v, " is out of range for size ", dim));
+          if (v < 0) v += dim;
+          base += v * xst[static_cast<std::size_t>(b + j)];
+        }
+        for (int64_t e = 0; e < inner; ++e) offs.push_back(base + e);
+      }
+    out.push_back(gather_elements(x, outs[0].shape, offs));
+    return true;
+  }
+  if (op == "ScatterND") {
+    if (n.get_string("reduction", "none") != "none") return false;
+    Tensor y = x;
+    const std::vector<int64_t> idx = in[1]->as_int64();
+    const Tensor& upd = *in[2];
+    const int64_t k = in[1]->shape.back();
+    int64_t inner = 1;
+    for (int64_t d = k; d < r; ++d) inner *= xs[static_cast<std::size_t>(d)];
+    const std::size_t es = dtype_size(x.dtype);
+    const int64_t rows = static_cast<int64_t>(idx.size()) / k;
+    for (int64_t p = 0; p < rows; ++p) {
+      int64_t base = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        int64_t v = idx[static_cast<std::size_t>(p * k + j)];
+        const int64_t dim = xs[static_cast<std::size_t>(j)];
+        if (v < -dim || v >= dim) throw InputError(str(node_context(g, n), "index ", v, " is out of range for size ", dim));
+        if (v < 0) v += dim;
+        base += v * xst[static_cast<std::size_t>(j)];
+      }
+      std::memcpy(y.bytes.data() + base * es, upd.bytes.data() + p * inner * es, static_cast<std::size_t>(inner) * es);
+    }
+    out.push_back(std::move(y));
+    return true;
+  }
+  if (op == "MatMul") {
+    if (!is_float(x.dtype) || shape_numel(outs[0].shape) * std::max<int64_t>(1, xs.back()) > kMaxFoldedElements) return false;
+    Shape as = xs, bs = in[1]->shape;
+    if (as.size() == 1) as.insert(as.begin(), 1);
+    if (bs.size() == 1) bs.push_back(1);
+    const int64_t m = as[as.size() - 2], kk = as.back(), nn = bs.back();
+    const std::size_t rb = std::max(as.size(), bs.size()) - 2;
+    Shape batch(rb);
+    Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+    batch = broadcast_shapes(ab, bb, g, n);
+    const std::vector<int64_t> aoff = broadcast_offsets(batch, ab), boff = broadcast_offsets(batch, bb);
+    const std::vector<double> A = to_double(x), B = to_double(*in[1]);
+    Tensor y(x.dtype, outs[0].shape);
+    for (std::size_t bi = 0; bi < aoff.size(); ++bi)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < nn; ++j) {
+          double acc = 0;
+          for (int64_t q = 0; q < kk; ++q) acc += A[aoff[bi] * m * kk + i * kk + q] * B[boff[bi] * kk * nn + q * nn + j];
+          store(y, (static_cast<int64_t>(bi) * m + i) * nn + j, acc);
+        }
+    out.push_back(std::move(y));
+    return true;
+  }
+  const std::vector<double> v = to_double(x);
+  Tensor y(outs[0].dtype, outs[0].shape);
+  if (op == "CumSum") {
+    const int64_t axis = normalize_axis(in[1]->as_int64().at(0), r, g, n);
+    const bool excl = n.get_int("exclusive", 0) != 0, rev = n.get_int("reverse", 0) != 0;
+    const int64_t len = xs[static_cast<std::size_t>(axis)], st = xst[static_cast<std::size_t>(axis)];
+    const bool ints = !is_float(x.dtype);
+    const std::vector<int64_t> vi = ints ? x.as_int64() : std::vector<int64_t>{};
+    for_each_index(xs, [&](const std::vector<int64_t>& idx, int64_t k) {
+      if (idx[static_cast<std::size_t>(axis)] != 0) return;
+      double acc = 0;
+      int64_t iacc = 0;
+      for (int64_t t = 0; t < len; ++t) {
+        const int64_t p = k + (rev ? len - 1 - t : t) * st;
+        if (excl) { if (ints) store_int(y, p, iacc); else store(y, p, acc); }
+        if (ints) iacc = wrap_add(iacc, vi[static_cast<std::size_t>(p)]);
+        else acc += v[static_cast<std::size_t>(p)];
+        if (!excl) { if (ints) store_int(y, p, iacc); else store(y, p, acc); }
+      }
+    });
+    out.push_back(std::move(y));
+    return true;
+  }
+  if (op == "Trilu") {
+    const int64_t k = in.size() > 1 && in[1] ? in[1]->as_int64().at(0) : 0;
+    const bool upper = n.get_int("upper", 1) != 0;
+    const std::size_t es = dtype_size(x.dtype);
+    std::memset(y.bytes.data(), 0, y.bytes.size());
+    for_each_index(xs, [&](const std::vector<int64_t>& idx, int64_t p) {
+      const int64_t i = idx[static_cast<std::size_t>(r - 2)], j = idx[static_cast<std::size_t>(r - 1)];
+      if (upper ? j - i >= k : j - i <= k) std::memcpy(y.bytes.data() + p * es, x.bytes.data() + p * es, es);
+    });
+    out.push_back(std::move(y));
+    return true;
+  }
+  // Reductions and Softmax: each output element from the input elements that map onto it.
+  std::vector<bool> red(static_cast<std::size_t>(r), false);
+  if (op == "Softmax") {
+    red[static_cast<std::size_t>(normalize_axis(n.get_int("axis", -1), r, g, n))] = true;
+  } else {
+    std::vector<int64_t> axes = in.size() > 1 && in[1] ? in[1]->as_int64() : std::vector<int64_t>{};
+    for (int64_t a : axes) red[static_cast<std::size_t>(normalize_axis(a, r, g, n))] = true;
+    if (axes.empty() && n.get_int("noop_with_empty_axes", 0) == 0) red.assign(static_cast<std::size_t>(r), true);
+  }
+  // Flat index of the reduced group each element belongs to.
+  Shape kept;
+  for (int64_t d = 0; d < r; ++d) kept.push_back(red[static_cast<std::size_t>(d)] ? 1 : xs[static_cast<std::size_t>(d)]);
+  const std::vector<int64_t> kst = strides_of(kept);
+  std::vector<int64_t> group(static_cast<std::size_t>(x.numel()));
+  for_each_index(xs, [&](const std::vector<int64_t>& idx, int64_t k) {
+    int64_t o = 0;
+    for (int64_t d = 0; d < r; ++d)
+      if (!red[static_cast<std::size_t>(d)]) o += idx[static_cast<std::size_t>(d)] * kst[static_cast<std::size_t>(d)];
+    group[static_cast<std::size_t>(k)] = o;
+  });
+  const int64_t groups = shape_numel(kept);
+  const bool mx = op == "ReduceMax" || op == "Softmax", mn = op == "ReduceMin", prod = op == "ReduceProd";
+  std::vector<double> acc(static_cast<std::size_t>(groups), mx ? -HUGE_VAL : mn ? HUGE_VAL : prod ? 1.0 : 0.0);
+  std::vector<double> cnt(static_cast<std::size_t>(groups), 0.0);
+  for (std::size_t k = 0; k < v.size(); ++k) {
+    double& a = acc[static_cast<std::size_t>(group[k])];
+    if (mx) a = std::max(a, v[k]);
+    else if (mn) a = std::min(a, v[k]);
+    else if (prod) a *= v[k];
+    else if (op == "ReduceL2") a += v[k] * v[k];
+    else a += v[k];
+    cnt[static_cast<std::size_t>(group[k])] += 1;
+  }
+  if (op == "Softmax") {
+    std::vector<double> sum(static_cast<std::size_t>(groups), 0.0);
+    for (std::size_t k = 0; k < v.size(); ++k) sum[static_cast<std::size_t>(group[k])] += std::exp(v[k] - acc[static_cast<std::size_t>(group[k])]);
+    for (std::size_t k = 0; k < v.size(); ++k)
+      store(y, static_cast<int64_t>(k), std::exp(v[k] - acc[static_cast<std::size_t>(group[k])]) / sum[static_cast<std::size_t>(group[k])]);
+    out.push_back(std::move(y));
+    return true;
+  }
+  for (int64_t k = 0; k < groups; ++k) {
+    double a = acc[static_cast<std::size_t>(k)];
+    if (op == "ReduceMean") a /= std::max(1.0, cnt[static_cast<std::size_t>(k)]);
+    if (op == "ReduceL2") a = std::sqrt(a);
+    if (is_float(y.dtype)) store(y, k, a);
+    else store_int(y, k, saturate_to_int64(a));
+  }
+  out.push_back(std::move(y));
+  return true;
+}
+
+}  // namespace
+
 bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& in,
                    const std::vector<const Shape*>& in_shapes, std::vector<Tensor>& out) {
   const std::string& op = n.op;
@@ -477,7 +703,32 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
   if (op == "Reciprocal") return ew(t0, [](const VD& a) { return 1.0 / a[0]; }, nullptr);
   if (op == "Relu") return ew(t0, [](const VD& a) { return a[0] > 0 ? a[0] : 0.0; }, [](const VI& a) { return a[0] > 0 ? a[0] : 0; });
   if (op == "Sigmoid") return ew(t0, [](const VD& a) { return 1.0 / (1.0 + std::exp(-a[0])); }, nullptr);
-  return false;
+  if (op == "LessOrEqual") return ew(DType::Bool, [](const VD& a) { return double(a[0] <= a[1]); }, [](const VI& a) { return int64_t(a[0] <= a[1]); });
+  if (op == "GreaterOrEqual") return ew(DType::Bool, [](const VD& a) { return double(a[0] >= a[1]); }, [](const VI& a) { return int64_t(a[0] >= a[1]); });
+  if (op == "And") return ew(DType::Bool, [](const VD& a) { return double(a[0] != 0 && a[1] != 0); }, [](const VI& a) { return int64_t(a[0] != 0 && a[1] != 0); });
+  if (op == "Or") return ew(DType::Bool, [](const VD& a) { return double(a[0] != 0 || a[1] != 0); }, [](const VI& a) { return int64_t(a[0] != 0 || a[1] != 0); });
+  if (op == "Xor") return ew(DType::Bool, [](const VD& a) { return double((a[0] != 0) != (a[1] != 0)); }, [](const VI& a) { return int64_t((a[0] != 0) != (a[1] != 0)); });
+  if (op == "IsNaN") return ew(DType::Bool, [](const VD& a) { return double(std::isnan(a[0])); }, [](const VI&) { return int64_t(0); });
+  if (op == "IsInf") {
+    const bool neg = n.get_int("detect_negative", 1) != 0, pos = n.get_int("detect_positive", 1) != 0;
+    return ew(DType::Bool, [=](const VD& a) { return double(std::isinf(a[0]) && ((a[0] > 0 && pos) || (a[0] < 0 && neg))); },
+              [](const VI&) { return int64_t(0); });
+  }
+  if (op == "Sign") return ew(t0, [](const VD& a) { return double((a[0] > 0) - (a[0] < 0)); }, [](const VI& a) { return int64_t((a[0] > 0) - (a[0] < 0)); });
+  if (op == "Cos") return ew(t0, [](const VD& a) { return std::cos(a[0]); }, nullptr);
+  if (op == "Sin") return ew(t0, [](const VD& a) { return std::sin(a[0]); }, nullptr);
+  if (op == "Tanh") return ew(t0, [](const VD& a) { return std::tanh(a[0]); }, nullptr);
+  if (op == "Erf") return ew(t0, [](const VD& a) { return std::erf(a[0]); }, nullptr);
+  if (op == "Round") return ew(t0, [](const VD& a) { return std::nearbyint(a[0]); }, nullptr);
+  if (op == "Gelu") {
+    const bool tanh_form = n.get_string("approximate", "none") == "tanh";
+    return ew(t0, [tanh_form](const VD& a) {
+      const double x = a[0];
+      if (tanh_form) return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+      return 0.5 * x * (1.0 + std::erf(x * 0.7071067811865476));
+    }, nullptr);
+  }
+  return evaluate_structured_node(g, n, in, out);
 }
 
 }  // namespace sluice

@@ -95,8 +95,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const Graph& g, const Nod
 
 bool is_fold_only_op(const std::string& op) {
   static const std::unordered_set<std::string> ops = {
-      "Floor", "Ceil", "ConstantOfShape", "Range", "Expand", "Equal", "Where", "Neg", "Abs", "Sqrt",
-      "Reciprocal", "Size", "Less", "Greater", "Not", "Min", "Max", "Tile", "Exp", "Log", "Pow", "Mod"};
+      "Range", "Size"};
   return ops.count(op) != 0;
 }
 

@@ -16,10 +16,13 @@ const std::unordered_map<std::string, OpArity>& onnx_table() {
     for (const char* op : {"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Identity", "Softmax", "Floor",
                            "Ceil", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Not", "AveragePool",
                            "GlobalAveragePool", "Flatten", "Transpose", "ArgMax", "Shape", "Size", "Cast",
-                           "ConstantOfShape"})
+                           "ConstantOfShape", "Gelu", "Erf", "Tanh", "Sign", "Cos", "Sin", "Softplus", "Elu",
+                           "LogSoftmax", "Round", "Selu", "Mish", "Softsign", "Tan", "Atan", "IsNaN", "IsInf",
+                           "GlobalMaxPool", "ArgMin"})
       t[op] = {1, 1, 1, 1};
     for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Equal", "Less", "Greater", "MatMul", "Reshape",
-                           "Gather", "Expand", "Tile"})
+                           "Gather", "Expand", "Tile", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor",
+                           "GatherND", "CumSum"})
       t[op] = {2, 2, 1, 1};
     t["Conv"] = {2, 3, 1, 1};
     t["ConvTranspose"] = {2, 3, 1, 1};
@@ -31,7 +34,16 @@ const std::unordered_map<std::string, OpArity>& onnx_table() {
     t["Concat"] = {1, kVariadic, 1, 1};
     t["Where"] = {3, 3, 1, 1};
     t["MaxPool"] = {1, 1, 1, 2};
-    t["ReduceMean"] = {1, 2, 1, 1};
+    for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1",
+                           "ReduceSumSquare", "ReduceLogSumExp"})
+      t[op] = {1, 2, 1, 1};
+    t["LayerNormalization"] = {2, 3, 1, 3};
+    t["GroupNormalization"] = {3, 3, 1, 1};
+    t["InstanceNormalization"] = {3, 3, 1, 1};
+    t["Split"] = {1, 2, 1, kVariadic};
+    t["ScatterND"] = {3, 3, 1, 1};
+    t["Einsum"] = {1, kVariadic, 1, 1};
+    t["Trilu"] = {1, 2, 1, 1};
     t["Resize"] = {1, 4, 1, 1};
     t["Squeeze"] = {1, 2, 1, 1};
     t["Unsqueeze"] = {1, 2, 1, 1};

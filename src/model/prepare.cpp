@@ -235,6 +235,12 @@ const std::vector<std::string>& supported_ops() {
       "HardSwish", "Add", "Sub", "Mul", "Div", "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean",
       "Concat", "Resize", "Gemm", "MatMul", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Softmax",
       "ArgMax", "TopK", "Pad", "Identity", "Constant", "Shape", "Gather", "Slice", "Cast",
+      // transformer-era models
+      "LayerNormalization", "GroupNormalization", "InstanceNormalization", "Gelu", "Erf", "Tanh", "Split", "GatherND",
+      "ScatterND", "Einsum", "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or",
+      "Xor", "IsNaN", "IsInf", "Cos", "Sin", "CumSum", "Expand", "Tile", "ConstantOfShape", "ReduceSum", "ReduceMax",
+      "ReduceMin", "ReduceProd", "ReduceL2", "Trilu", "Sign", "Mod", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal",
+      "Floor", "Ceil", "Pow", "Min", "Max", "Softplus", "Elu", "LogSoftmax", "GlobalMaxPool", "ArgMin", "Round",
       // domain "sluice" (model/graph.h)
       "FusedConv", "Normalize", "ArgMaxCast"};
   return ops;
@@ -258,6 +264,7 @@ Graph prepare_graph(Graph g, const PrepareOptions& o) {
   if (o.fuse) {
     fold_batchnorm(g);
     fuse_convolutions(g);
+    fuse_transformer_patterns(g);
   }
   eliminate_dead_nodes(g);
   check_ops(g);

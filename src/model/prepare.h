@@ -54,6 +54,7 @@ void fold_constants(Graph& g);
 void remove_identities(Graph& g);
 void fold_batchnorm(Graph& g);
 void fuse_convolutions(Graph& g);
+void fuse_transformer_patterns(Graph& g);  // LayerNormalization and Gelu from their element-wise spellings
 void eliminate_dead_nodes(Graph& g);
 void infer_shapes(Graph& g);   // fills g.values for every tensor; throws on inconsistent shapes
 

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "model/canonicalize.h"
 #include "model/const_eval.h"
+#include "model/einsum.h"
 #include "model/graph_util.h"
 #include "model/prepare.h"
 
@@ -520,6 +521,174 @@ bool infer_misc(Ctx& c) {
   return true;
 }
 
+// The int64 values of an optional constant input, or of the ints attribute that older opsets used.
+bool ints_of(Ctx& c, std::size_t i, const char* attr, const char* what, std::vector<int64_t>& v, bool& given) {
+  given = false;
+  if (!c.n.input(i).empty()) {
+    if (!c.value(i)) return c.not_constant(i, what);
+    v = c.value(i)->as_int64();
+    given = true;
+  } else if (attr && c.n.has(attr)) {
+    v = c.n.get_ints(attr);
+    given = true;
+  }
+  return true;
+}
+
+// Sizes of Split's outputs along its axis.
+bool split_sizes(Ctx& c, int64_t dim, std::vector<int64_t>& sizes) {
+  bool given = false;
+  if (!ints_of(c, 1, "split", "split", sizes, given)) return false;
+  const int64_t parts = static_cast<int64_t>(c.n.outputs.size());
+  if (given) {
+    if (static_cast<int64_t>(sizes.size()) != parts)
+      c.fail(str("split ", shape_str(sizes), " has ", sizes.size(), " sizes for ", parts, " outputs"));
+    int64_t sum = 0;
+    for (int64_t s : sizes) {
+      if (s < 0) c.fail(str("split ", shape_str(sizes), " has a negative size"));
+      sum = checked_add(sum, s, "Split");
+    }
+    if (sum != dim) c.fail(str("split ", shape_str(sizes), " adds up to ", sum, ", not the axis' ", dim));
+    return true;
+  }
+  const int64_t k = c.n.has("num_outputs") ? c.n.get_int("num_outputs", parts) : parts;
+  if (k != parts) c.fail(str("num_outputs is ", k, " but the node has ", parts, " outputs"));
+  if (k < 1) c.fail("Split needs at least one output");
+  // Opset 18: ceil(dim / k) each, the last one smaller; before: equal parts.
+  const int64_t each = (dim + k - 1) / k;
+  if (!c.n.has("num_outputs") && dim % k != 0)
+    c.fail(str("the axis of size ", dim, " does not split into ", k, " equal parts"));
+  for (int64_t i = 0; i < k; ++i) sizes.push_back(std::max<int64_t>(0, std::min(each, dim - i * each)));
+  return true;
+}
+
+// Ops of transformer-era models: normalizations, Split, GatherND, ScatterND, Einsum, CumSum, Trilu.
+// Returns -1 when `op` is not one of them.
+int infer_transformer_ops(Ctx& c) {
+  const std::string& op = c.n.op;
+  const ValueInfo* x = c.input(0);
+  if (op == "LayerNormalization") {
+    if (!x) return c.missing(0, "X");
+    const int64_t r = rank_of(x);
+    const int64_t axis = normalize_axis(c.n.get_int("axis", -1), r, c.g, c.n);
+    const Shape norm(x->shape.begin() + axis, x->shape.end());
+    for (std::size_t i = 1; i < 3; ++i)
+      if (const ValueInfo* p = c.input(i))
+        if (broadcast_shapes(norm, p->shape, c.g, c.n) != norm)
+          c.fail(str("scale and bias ", shape_str(p->shape), " must broadcast to the normalized axes ", shape_str(norm)));
+    c.set(0, x->dtype, x->shape);
+    Shape stats = x->shape;
+    std::fill(stats.begin() + axis, stats.end(), 1);
+    c.set(1, DType::F32, stats);
+    c.set(2, DType::F32, stats);
+    return 1;
+  }
+  if (op == "GroupNormalization" || op == "InstanceNormalization") {
+    if (!x) return c.missing(0, "X");
+    if (x->shape.size() < 2) c.fail("input needs a channel axis");
+    const int64_t ch = x->shape[1];
+    if (op == "GroupNormalization") {
+      const int64_t groups = c.n.get_int("num_groups", 0);
+      if (groups < 1 || ch % groups != 0) c.fail(str("num_groups ", groups, " does not divide the ", ch, " channels"));
+      // Opset 18 has one scale per group, opset 21 one per channel.
+      const int64_t per = c.g.opset >= 21 ? ch : groups;
+      for (std::size_t i = 1; i < 3; ++i)
+        if (c.input(i) && shape_numel(c.input(i)->shape) != per && shape_numel(c.input(i)->shape) != ch)
+          c.fail(str("scale and bias must hold ", per, " values"));
+    } else {
+      for (std::size_t i = 1; i < 3; ++i) check_channel_operand(c, i, "scale and bias", ch);
+    }
+    c.set(0, x->dtype, x->shape);
+    return 1;
+  }
+  if (op == "Split") {
+    if (!x) return c.missing(0, "input");
+    const int64_t axis = normalize_axis(c.n.get_int("axis", 0), rank_of(x), c.g, c.n);
+    std::vector<int64_t> sizes;
+    if (!split_sizes(c, x->shape[axis], sizes)) return 0;
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      Shape s = x->shape;
+      s[axis] = sizes[k];
+      c.set(k, x->dtype, s);
+    }
+    return 1;
+  }
+  if (op == "GatherND") {
+    const ValueInfo* idx = c.input(1);
+    if (!x) return c.missing(0, "data");
+    if (!idx) return c.missing(1, "indices");
+    const int64_t b = c.n.get_int("batch_dims", 0), r = rank_of(x), q = rank_of(idx);
+    if (q < 1) c.fail("indices must have rank 1 or more");
+    const int64_t k = idx->shape.back();
+    if (b < 0 || b >= std::min(r, q) || k < 1 || b + k > r)
+      c.fail(str("indices ", shape_str(idx->shape), " with batch_dims ", b, " do not fit data ", shape_str(x->shape)));
+    for (int64_t i = 0; i < b; ++i)
+      if (idx->shape[i] != x->shape[i]) c.fail("the batch dimensions of data and indices differ");
+    Shape out(x->shape.begin(), x->shape.begin() + b);
+    out.insert(out.end(), idx->shape.begin() + b, idx->shape.end() - 1);
+    out.insert(out.end(), x->shape.begin() + b + k, x->shape.end());
+    c.set(0, x->dtype, out);
+    return 1;
+  }
+  if (op == "ScatterND") {
+    const ValueInfo *idx = c.input(1), *upd = c.input(2);
+    if (!x) return c.missing(0, "data");
+    if (!idx) return c.missing(1, "indices");
+    if (!upd) return c.missing(2, "updates");
+    const int64_t r = rank_of(x), q = rank_of(idx);
+    if (q < 1) c.fail("indices must have rank 1 or more");
+    const int64_t k = idx->shape.back();
+    if (k < 1 || k > r) c.fail(str("indices ", shape_str(idx->shape), " do not fit data ", shape_str(x->shape)));
+    Shape want(idx->shape.begin(), idx->shape.end() - 1);
+    want.insert(want.end(), x->shape.begin() + k, x->shape.end());
+    if (upd->shape != want) c.fail(str("updates ", shape_str(upd->shape), " should have shape ", shape_str(want)));
+    if (upd->dtype != x->dtype) c.fail("updates and data differ in type");
+    const std::string red = c.n.get_string("reduction", "none");
+    if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
+      c.fail(str("reduction '", red, "' is not supported"));
+    c.set(0, x->dtype, x->shape);
+    return 1;
+  }
+  if (op == "Einsum") {
+    std::vector<Shape> shapes;
+    for (std::size_t i = 0; i < c.n.inputs.size(); ++i) {
+      if (!c.input(i)) return c.missing(i, "operand");
+      if (c.input(i)->dtype != c.input(0)->dtype) c.fail("operands differ in type");
+      shapes.push_back(c.input(i)->shape);
+    }
+    if (shapes.empty()) c.fail("Einsum needs an operand");
+    const EinsumSpec spec = parse_einsum(c.n.get_string("equation", ""), shapes, node_context(c.g, c.n));
+    Shape out;
+    for (int l : spec.output) out.push_back(spec.sizes[static_cast<std::size_t>(l)]);
+    c.set(0, c.input(0)->dtype, out);
+    return 1;
+  }
+  if (op == "CumSum") {
+    if (!x) return c.missing(0, "x");
+    if (!c.value(1)) return c.not_constant(1, "axis");
+    if (c.value(1)->numel() != 1) c.fail("axis must be a scalar");
+    normalize_axis(c.value(1)->as_int64()[0], rank_of(x), c.g, c.n);
+    c.set(0, x->dtype, x->shape);
+    return 1;
+  }
+  if (op == "Trilu") {
+    if (!x) return c.missing(0, "input");
+    if (rank_of(x) < 2) c.fail("input must have rank 2 or more");
+    if (!c.n.input(1).empty() && !c.value(1)) return c.not_constant(1, "k");
+    c.set(0, x->dtype, x->shape);
+    return 1;
+  }
+  if (op == "GlobalMaxPool") {
+    if (!x) return c.missing(0, "X");
+    Shape out = x->shape;
+    if (out.size() < 3) c.fail(str("input ", shape_str(out), " has no spatial dimensions"));
+    std::fill(out.begin() + 2, out.end(), 1);
+    c.set(0, x->dtype, out);
+    return 1;
+  }
+  return -1;
+}
+
 }  // namespace
 
 bool infer_node(const Graph& g, const Node& n, const std::vector<const ValueInfo*>& inputs,
@@ -534,29 +703,43 @@ bool infer_node(const Graph& g, const Node& n, const std::vector<const ValueInfo
   if (op == "Resize") return infer_resize(c);
   if (op == "Gemm" || op == "MatMul") return infer_matmul(c, op == "Gemm");
   if (op == "Flatten" || op == "Reshape" || op == "Squeeze" || op == "Unsqueeze") return infer_reshape_like(c);
-  if (op == "ReduceMean") return infer_reduce(c);
+  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd" ||
+      op == "ReduceL2" || op == "ReduceL1" || op == "ReduceSumSquare" || op == "ReduceLogSumExp")
+    return infer_reduce(c);
+  if (op == "ArgMin") {
+    Node m = n;
+    m.op = "ArgMax";
+    Ctx c2{g, m, inputs, outputs, why};
+    return infer_topk_argmax(c2);
+  }
   if (op == "ArgMax" || op == "ArgMaxCast" || op == "TopK") return infer_topk_argmax(c);
   if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "Mod" || op == "Min" || op == "Max")
     return infer_elementwise(c, 0, DType::Undefined);
-  if (op == "Equal" || op == "Less" || op == "Greater") return infer_elementwise(c, 0, DType::Bool);
+  if (op == "Equal" || op == "Less" || op == "Greater" || op == "LessOrEqual" || op == "GreaterOrEqual" ||
+      op == "And" || op == "Or" || op == "Xor")
+    return infer_elementwise(c, 0, DType::Bool);
   if (op == "Where") return infer_elementwise(c, 1, DType::Undefined);
   static const char* unary[] = {"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Identity", "Softmax",
-                                "Floor", "Ceil", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Clip"};
+                                "Floor", "Ceil", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Clip",
+                                "Gelu", "Erf", "Tanh", "Sign", "Cos", "Sin", "Softplus", "Elu", "LogSoftmax", "Round",
+                                "Selu", "Mish", "Softsign", "Tan", "Atan"};
   for (const char* u : unary)
     if (op == u) {
       if (!c.input(0)) return c.missing(0, "X");
-      if (op == "Softmax") normalize_axis(n.get_int("axis", -1), rank_of(c.input(0)), g, n);
+      if (op == "Softmax" || op == "LogSoftmax") normalize_axis(n.get_int("axis", -1), rank_of(c.input(0)), g, n);
       if (op == "Clip")
         for (std::size_t i = 1; i < 3; ++i)
           if (c.input(i) && shape_numel(c.input(i)->shape) != 1) c.fail("min and max must be scalars");
       c.set(0, c.input(0)->dtype, c.input(0)->shape);
       return true;
     }
-  if (op == "Not") {
+  if (op == "Not" || op == "IsNaN" || op == "IsInf") {
     if (!c.input(0)) return c.missing(0, "X");
     c.set(0, DType::Bool, c.input(0)->shape);
     return true;
   }
+  const int t = infer_transformer_ops(c);
+  if (t >= 0) return t == 1;
   return infer_misc(c);
 }
 

@@ -63,18 +63,37 @@ TEST(BatchAdapt, AReshapeThatMergesTheBatchIsNotRespecializedButSubBatched) {
   EXPECT_THROW(prepared(reshape_model({12}), 4, StaticBatch::Auto), InputError);
 }
 
-TEST(BatchAdapt, ConcatWithAConstantThatLacksTheBatchIsSubBatched) {
+TEST(BatchAdapt, AClassTokenJoinedToABatchOfOneIsRepeatedForEverySample) {
   GraphBuilder b;
   b.input("x", {1, 4, 3}).output("y");
   b.floats("cls", {1, 1, 3}, {1.f, 2.f, 3.f});
   b.node("Concat", {"cls", "x"}, {"y"}).attrs["axis"] = Attribute::of_int(1);
   b.g.topo_sort();
-  const std::string why = respecialize_error(b.g, 3);
-  EXPECT_NE(why.find("joins tensors that carry the batch with tensors that do not"), std::string::npos) << why;
-  const Graph g = prepared(b.g, 3, StaticBatch::Auto);
+  const Graph g = prepared(b.g, 3, StaticBatch::Respecialize);
   EXPECT_EQ(g.outputs[0].shape, (Shape{3, 5, 3}));
-  EXPECT_EQ(count_ops(g, "Slice"), 3);                           // one per sub-batch
-  EXPECT_EQ(count_ops(g, "Concat"), 3 + 1);                      // the model's, and the join
+  EXPECT_EQ(count_ops(g, "Slice"), 0);
+  ASSERT_EQ(count_ops(g, "Concat"), 1);
+  for (const Node& n : g.nodes) {
+    if (n.op != "Concat") continue;
+    const Tensor* cls = g.constant(n.inputs[0]);
+    ASSERT_NE(cls, nullptr);
+    EXPECT_EQ(cls->shape, (Shape{3, 1, 3}));
+    EXPECT_EQ(cls->as_float(), (std::vector<float>{1, 2, 3, 1, 2, 3, 1, 2, 3}));
+  }
+}
+
+TEST(BatchAdapt, ConcatWithAConstantOfSeveralRowsThatLacksTheBatchIsSubBatched) {
+  GraphBuilder b;
+  b.input("x", {2, 4, 3}).output("y");
+  b.floats("cls", {2, 1, 3}, {1.f, 2.f, 3.f, 4.f, 5.f, 6.f});
+  b.node("Concat", {"cls", "x"}, {"y"}).attrs["axis"] = Attribute::of_int(1);
+  b.g.topo_sort();
+  const std::string why = respecialize_error(b.g, 4);
+  EXPECT_NE(why.find("joins tensors that carry the batch with tensors that do not"), std::string::npos) << why;
+  const Graph g = prepared(b.g, 4, StaticBatch::Auto);
+  EXPECT_EQ(g.outputs[0].shape, (Shape{4, 5, 3}));
+  EXPECT_EQ(count_ops(g, "Slice"), 2);                           // one per sub-batch
+  EXPECT_EQ(count_ops(g, "Concat"), 2 + 1);                      // the model's, and the join
   EXPECT_EQ(g.constants.count("cls"), 1u);                       // shared, not copied
 }
 

@@ -152,6 +152,20 @@ void add_elementwise_kernels(KernelTable& t) {
     const float alpha = i.node.get_float("alpha", 1.f);
     return unary(i, [alpha](float v) { return v >= 0.f ? v : alpha * (std::exp(v) - 1.f); });
   };
+  t["Sign"] = [](const KernelInit& i) { return unary(i, [](float v) { return static_cast<float>((v > 0.f) - (v < 0.f)); }); };
+  t["Cos"] = [](const KernelInit& i) { return unary(i, [](float v) { return std::cos(v); }); };
+  t["Sin"] = [](const KernelInit& i) { return unary(i, [](float v) { return std::sin(v); }); };
+  t["Round"] = [](const KernelInit& i) { return unary(i, [](float v) { return std::nearbyint(v); }); };
+  t["Gelu"] = [](const KernelInit& i) -> std::unique_ptr<Kernel> {
+    const std::string approx = i.node.get_string("approximate", "none");
+    if (approx == "tanh")
+      return unary(i, [](float v) {
+        const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+        return 0.5f * v * (1.f + std::tanh(c * (v + 0.044715f * v * v * v)));
+      });
+    if (approx != "none") i.fail("approximate must be 'none' or 'tanh', not '", approx, "'");
+    return unary(i, [](float v) { return 0.5f * v * (1.f + std::erf(v * 0.70710678118654752f)); });
+  };
   t["Clip"] = make_clip;
   t["BatchNormalization"] = make_batchnorm;
   t["sluice.Normalize"] = make_normalize;

@@ -9,7 +9,7 @@
 namespace sluice::cpu {
 namespace {
 
-enum class Red { Mean, Sum, Max, Min, Prod };
+enum class Red { Mean, Sum, Max, Min, Prod, L2, L1, SumSquare };
 
 class ReduceKernel final : public Kernel {
  public:
@@ -83,6 +83,8 @@ class ReduceKernel final : public Kernel {
       const float v = x[off];
       switch (op_) {
         case Red::Mean: case Red::Sum: acc += v; break;
+        case Red::L2: case Red::SumSquare: acc += static_cast<double>(v) * v; break;
+        case Red::L1: acc += std::fabs(v); break;
         case Red::Prod: acc *= v; break;
         case Red::Max: best = std::max(best, v); break;
         case Red::Min: best = std::min(best, v); break;
@@ -94,7 +96,8 @@ class ReduceKernel final : public Kernel {
     }
     switch (op_) {
       case Red::Mean: return static_cast<float>(acc / static_cast<double>(count_));
-      case Red::Sum: case Red::Prod: return static_cast<float>(acc);
+      case Red::Sum: case Red::Prod: case Red::L1: case Red::SumSquare: return static_cast<float>(acc);
+      case Red::L2: return static_cast<float>(std::sqrt(acc));
       default: return best;
     }
   }
@@ -253,6 +256,9 @@ void add_reduce_kernels(KernelTable& t) {
   t["ReduceSum"] = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ReduceKernel>(i, Red::Sum); };
   t["ReduceMax"] = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ReduceKernel>(i, Red::Max); };
   t["ReduceMin"] = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ReduceKernel>(i, Red::Min); };
+  t["ReduceL2"] = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ReduceKernel>(i, Red::L2); };
+  t["ReduceL1"] = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ReduceKernel>(i, Red::L1); };
+  t["ReduceSumSquare"] = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ReduceKernel>(i, Red::SumSquare); };
   t["ReduceProd"] = [](const KernelInit& i) -> std::unique_ptr<Kernel> { return std::make_unique<ReduceKernel>(i, Red::Prod); };
   t["Softmax"] = [](const KernelInit& i) { return make_softmax(i, false); };
   t["LogSoftmax"] = [](const KernelInit& i) { return make_softmax(i, true); };

@@ -59,6 +59,10 @@ const KernelTable& table() {
     add_shape_kernels(k);
     add_data_kernels(k);
     add_reduce_kernels(k);
+    add_logic_kernels(k);
+    add_norm_kernels(k);
+    add_index_kernels(k);
+    add_einsum_kernels(k);
     return k;
   }();
   return t;

@@ -1,5 +1,6 @@
 // Resize (opset 10..18) and the older Upsample: nearest on any axes and any dtype, linear
-// (bilinear) on the last two axes of a float tensor.  Coordinates are computed in float32 the way
+// (bilinear) and cubic (bicubic, separable: rows, then columns) on the last two axes of a float
+// tensor.  Coordinates are computed in float32 the way
 // the ONNX reference and ONNX Runtime do, so nearest picks the same source pixels.
 #include <cmath>
 
@@ -47,7 +48,8 @@ class ResizeKernel final : public Kernel {
     const std::string mode = init.node.get_string("mode", "nearest");
     const std::string coord = legacy ? "asymmetric" : init.node.get_string("coordinate_transformation_mode", "half_pixel");
     const std::string nearest = legacy ? "simple" : init.node.get_string("nearest_mode", "round_prefer_floor");
-    if (mode != "nearest" && mode != "linear" && mode != "bilinear") init.fail("mode '", mode, "' is not implemented (nearest, linear)");
+    if (mode != "nearest" && mode != "linear" && mode != "bilinear" && mode != "cubic")
+      init.fail("mode '", mode, "' is not implemented (nearest, linear, cubic)");
     if (coord != "half_pixel" && coord != "pytorch_half_pixel" && coord != "align_corners" && coord != "asymmetric" &&
         coord != "tf_half_pixel_for_nn")
       init.fail("coordinate_transformation_mode '", coord, "' is not implemented");
@@ -58,6 +60,7 @@ class ResizeKernel final : public Kernel {
 
     const std::vector<float> scales = resolve_scales(init, legacy);
     linear_ = mode != "nearest";
+    cubic_ = mode == "cubic";
     if (linear_) {
       init.require_float(0);
       if (r < 2) init.fail("linear mode needs rank 2 or more");
@@ -68,8 +71,15 @@ class ResizeKernel final : public Kernel {
       iw_ = in_[r - 1];
       oh_ = out_[r - 2];
       ow_ = out_[r - 1];
-      axis_weights(coord, scales[r - 2], ih_, oh_, &y0_, &y1_, &wy0_, &wy1_);
-      axis_weights(coord, scales[r - 1], iw_, ow_, &x0_, &x1_, &wx0_, &wx1_);
+      if (cubic_) {
+        const float a = init.node.get_float("cubic_coeff_a", -0.75f);
+        const bool exclude = init.node.get_int("exclude_outside", 0) != 0;
+        cubic_taps(coord, scales[r - 2], ih_, oh_, a, exclude, &ty_, &twy_);
+        cubic_taps(coord, scales[r - 1], iw_, ow_, a, exclude, &tx_, &twx_);
+      } else {
+        axis_weights(coord, scales[r - 2], ih_, oh_, &y0_, &y1_, &wy0_, &wy1_);
+        axis_weights(coord, scales[r - 1], iw_, ow_, &x0_, &x1_, &wx0_, &wx1_);
+      }
     } else {
       map_.out = out_;
       map_.elem = dtype_size(xi.dtype);
@@ -97,6 +107,26 @@ class ResizeKernel final : public Kernel {
     }
     const float* x = static_cast<const float*>(a.in[0]);
     float* y = static_cast<float*>(a.out[0]);
+    if (cubic_) {
+      a.pool.parallel_for(planes_, [&](int64_t p, int) {
+        const float* xp = x + p * ih_ * iw_;
+        float* yp = y + p * oh_ * ow_;
+        std::vector<float> rows(static_cast<std::size_t>(ih_ * ow_));  // each input row resized to ow
+        for (int64_t iy = 0; iy < ih_; ++iy)
+          for (int64_t ox = 0; ox < ow_; ++ox) {
+            float v = 0.f;
+            for (int t = 0; t < 4; ++t) v += twx_[ox * 4 + t] * xp[iy * iw_ + tx_[ox * 4 + t]];
+            rows[iy * ow_ + ox] = v;
+          }
+        for (int64_t oy = 0; oy < oh_; ++oy)
+          for (int64_t ox = 0; ox < ow_; ++ox) {
+            float v = 0.f;
+            for (int t = 0; t < 4; ++t) v += twy_[oy * 4 + t] * rows[ty_[oy * 4 + t] * ow_ + ox];
+            yp[oy * ow_ + ox] = v;
+          }
+      });
+      return;
+    }
     a.pool.parallel_for(planes_, [&](int64_t p, int) {
       const float* xp = x + p * ih_ * iw_;
       float* yp = y + p * oh_ * ow_;
@@ -183,8 +213,37 @@ class ResizeKernel final : public Kernel {
     }
   }
 
+  // Four taps per output index: the Keys kernel with coefficient a at the input coordinate's
+  // neighbours floor(x)-1 .. floor(x)+2, clamped to the edge, or (exclude_outside) dropped and
+  // the rest renormalized, as ONNX Runtime does.
+  static void cubic_taps(const std::string& coord, float scale, int64_t in_len, int64_t out_len, float a, bool exclude,
+                         std::vector<int64_t>* idx, std::vector<float>* w) {
+    idx->resize(static_cast<std::size_t>(out_len * 4));
+    w->resize(static_cast<std::size_t>(out_len * 4));
+    for (int64_t o = 0; o < out_len; ++o) {
+      const float x = scale == 1.f ? static_cast<float>(o) : source_coord(coord, o, scale, in_len, out_len);
+      const float base = std::floor(x), r = x - base;
+      const float c[4] = {((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+                          ((a + 2) * r - (a + 3)) * r * r + 1,
+                          ((a + 2) * (1 - r) - (a + 3)) * (1 - r) * (1 - r) + 1,
+                          ((a * (2 - r) - 5 * a) * (2 - r) + 8 * a) * (2 - r) - 4 * a};
+      float sum = 0.f;
+      for (int t = 0; t < 4; ++t) {
+        const int64_t i = static_cast<int64_t>(base) - 1 + t;
+        const bool inside = i >= 0 && i < in_len;
+        (*idx)[o * 4 + t] = std::max<int64_t>(0, std::min(i, in_len - 1));
+        (*w)[o * 4 + t] = exclude && !inside ? 0.f : c[t];
+        sum += (*w)[o * 4 + t];
+      }
+      if (exclude && sum != 0.f)
+        for (int t = 0; t < 4; ++t) (*w)[o * 4 + t] /= sum;
+    }
+  }
+
   Shape in_, out_;
-  bool linear_ = false;
+  bool linear_ = false, cubic_ = false;
+  std::vector<int64_t> ty_, tx_;
+  std::vector<float> twy_, twx_;
   IndexMap map_;
   int64_t planes_ = 0, ih_ = 0, iw_ = 0, oh_ = 0, ow_ = 0;
   std::vector<int64_t> y0_, y1_, x0_, x1_;

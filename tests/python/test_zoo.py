@@ -1,0 +1,97 @@
+"""The model zoo of tests/data/zoo on the CPU engine, against onnxruntime.
+
+tests/data/zoo holds tiny random-weight configurations of torchvision, timm and transformers vision
+models and a YOLO-style CSP net, each exported at batch 1 by torch 2.11's dynamo exporter and by its
+TorchScript exporter where that works (data_tools/export_zoo.py, run on the GPU host; manifest.json
+lists every model, exporter, opset, op counts and each export that failed, with its error).  Beside
+each model: a fixed input of 3 samples and onnxruntime's outputs for them, sample by sample.
+
+Each model runs at batch 3 (the batch-1 export re-specialized or sub-batched) through
+`sluice forward --device cpu` (every output) and `sluice run` (the first output, stored in HDF5),
+within 1e-4 of onnxruntime relative to max|ref|: float32 accumulation-order differences over a few
+small layers stay far below that.  Models that Sluice cannot run yet are expected failures that
+name what is missing (strict: one that starts to pass must lose its entry).
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from support.sluice_test import BIN, sluice  # noqa: E402
+
+ROOT = os.environ.get("SLUICE_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ZOO = os.path.join(ROOT, "tests", "data", "zoo")
+REL_TOL = 1e-4
+BATCH = 3
+
+if not os.access(BIN, os.X_OK):
+    pytest.skip(f"no sluice binary at {BIN} (set SLUICE_BIN)", allow_module_level=True)
+
+with open(os.path.join(ZOO, "manifest.json")) as fh:
+    MANIFEST = json.load(fh)
+EXPORTS = [f"{r['model']}.{r['exporter']}" for r in MANIFEST if r["status"] == "ok"]
+
+# What each model that does not run yet is missing.
+MISSING = {
+    "hf_mobilevitv2.dynamo": "Col2Im (the unfold/fold of MobileViT-V2's patch attention) is not implemented",
+}
+
+
+def file_name(output):
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", output) + ".npy"
+
+
+def relative_error(got, ref):
+    scale = max(float(np.abs(ref).max(initial=0.0)), 1e-30)
+    return float(np.abs(got.astype(np.float64) - ref.astype(np.float64)).max(initial=0.0)) / scale
+
+
+def cases():
+    for name in EXPORTS:
+        marks = [pytest.mark.xfail(reason=MISSING[name], strict=True)] if name in MISSING else []
+        yield pytest.param(name, marks=marks, id=name)
+
+
+def test_the_zoo_has_thirty_architectures_that_run():
+    archs = {r["model"] for r in MANIFEST if r["status"] == "ok" and f"{r['model']}.{r['exporter']}" not in MISSING}
+    assert len(archs) >= 30, sorted(archs)
+    for r in MANIFEST:  # every export that failed says why
+        assert r["status"] == "ok" or r.get("error"), r
+
+
+@pytest.mark.parametrize("name", list(cases()))
+def test_forward_on_cpu_matches_onnxruntime(name, tmp_path):
+    model = os.path.join(ZOO, f"{name}.onnx")
+    x = os.path.join(ZOO, name.split(".")[0] + ".input.npy")
+    ref = np.load(os.path.join(ZOO, f"{name}.ref.npz"))
+    r = subprocess.run([BIN, "forward", "--model", model, "--input", x, "--outdir", str(tmp_path), "--device", "cpu",
+                        "--threads", "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr.strip()
+    for out in ref.files:
+        got = np.load(tmp_path / file_name(out))
+        assert got.shape == ref[out].shape, f"{out}: {got.shape} != {ref[out].shape}"
+        err = relative_error(got, ref[out])
+        assert err <= REL_TOL, f"{out}: max|diff|/max|ref| = {err:.3g}"
+
+
+@pytest.mark.parametrize("name", list(cases()))
+def test_run_at_batch_3_matches_onnxruntime(name, tmp_path):
+    model = os.path.join(ZOO, f"{name}.onnx")
+    x = os.path.join(ZOO, name.split(".")[0] + ".input.npy")
+    ref = np.load(os.path.join(ZOO, f"{name}.ref.npz"))
+    first = next(r for r in MANIFEST if f"{r['model']}.{r['exporter']}" == name)["outputs"]
+    first = next(iter(first))
+    p = sluice("run", "--model", model, "--input", x, "--batch-size", BATCH, "--device", "cpu", "--cpu-threads", 2,
+               "--outputs", "logits", "--output", tmp_path / "out", "--quiet")
+    assert p.returncode == 0, p.stderr.strip()
+    with h5py.File(tmp_path / "out" / "outputs.h5", "r") as f:
+        got = f["outputs"]["logits"][:]
+    assert got.shape == ref[first].shape, f"{got.shape} != {ref[first].shape}"
+    err = relative_error(got, ref[first])
+    assert err <= REL_TOL, f"max|diff|/max|ref| = {err:.3g}"
