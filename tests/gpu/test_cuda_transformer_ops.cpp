@@ -682,4 +682,46 @@ TEST(TransformerOpsErrors, EinsumDiagonalsAndBroadcastLettersAreRefusedClearly) 
   }
 }
 
+// The other forms the kernels do not cover are refused at load time with what is unsupported.
+TEST(TransformerOpsErrors, UncoveredFormsOfTheMaskAndIndexOpsAreRefusedClearly) {
+  auto refusal = [](const Graph& g) -> std::string {
+    cuda::Builder cb(g, Precision::FP32);
+    try {
+      cb.lower_all();
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  {
+    GraphBuilder b({4, 5});
+    b.constant_i("idx", {1, 1}, {2}).random_f("u", {1, 5}, 41);
+    Node& n = b.node("ScatterND", {"x", "idx", "u"}, {f32("y", {4, 5})});
+    set_string(n, "reduction", "add");
+    b.output("y");
+    EXPECT_NE(refusal(b.g).find("reduction 'add' is not supported"), std::string::npos) << refusal(b.g);
+  }
+  {
+    GraphBuilder b({4, 5});
+    b.constant_f("t", {}, {1.f});
+    b.node("Where", {"x", "x", "t"}, {f32("y", {4, 5})});
+    b.output("y");
+    EXPECT_NE(refusal(b.g).find("condition is float32, not bool"), std::string::npos) << refusal(b.g);
+  }
+  {
+    GraphBuilder b({4, 5});
+    b.constant_f("d", {}, {3.f});
+    b.node("Mod", {"x", "d"}, {f32("y", {4, 5})});
+    b.output("y");
+    EXPECT_NE(refusal(b.g).find("needs fmod=1"), std::string::npos) << refusal(b.g);
+  }
+  {
+    GraphBuilder b({3});
+    b.constant_f("l", {}, {5.f}).constant_f("d", {}, {1.f});
+    b.node("Range", {"x", "l", "d"}, {f32("y", {5})});
+    b.output("y");
+    EXPECT_NE(refusal(b.g).find("start (input 'x') must be a constant"), std::string::npos) << refusal(b.g);
+  }
+}
+
 }  // namespace
