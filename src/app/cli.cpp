@@ -1,4 +1,4 @@
-// The command line: `sluice run`, `sluice inspect`, `sluice export`, `sluice forward`, `sluice profile`,
+// The command line: `sluice run`, `sluice inspect`, `sluice export`, `sluice forward`, `sluice profile`, `sluice check`,
 // `sluice mpirun`, `sluice srun`, `sluice explain-job`, `sluice --version`.
 // Usage errors exit 2 with one line; every other failure is a sluice::Error whose exit code says
 // what kind it was (README, "Exit status").  Only rank 0 of a job prints usage errors, so an
@@ -104,6 +104,7 @@ int cli_main(int argc, char** argv) {
   add_export_command(app);
   add_launch_commands(app);
   add_profile_command(app);
+  add_check_command(app);
 
   // Subcommands without MPI (inspect, export, forward) run inside parse() through their CLI11 callbacks and
   // report a non-zero status with CLI::RuntimeError; `run` runs after parsing (it needs argv for MPI).

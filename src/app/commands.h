@@ -26,5 +26,6 @@ void add_export_command(CLI::App& app);                    // app/cmd_export.cpp
 void add_launch_commands(CLI::App& app);                   // app/cmd_launch.cpp: mpirun, srun (help only)
 int launch_command(const std::string& launcher, int argc, char** argv);  // the arguments after it
 void add_profile_command(CLI::App& app);                   // app/cmd_profile.cpp
+void add_check_command(CLI::App& app);                     // app/cmd_check.cpp
 
 }  // namespace sluice

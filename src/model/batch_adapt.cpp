@@ -208,7 +208,7 @@ bool Tracer::visit(const Node& n, std::vector<int>& out) {
     return same(1);
   }
   if (op == "Conv" || op == "FusedConv" || op == "ConvTranspose" || op == "MaxPool" || op == "AveragePool" ||
-      op == "GlobalAveragePool" || op == "GlobalMaxPool") {
+      op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "Col2Im") {
     if (a != kNone && a != 0) return fail(str("the batch is on axis ", a, ", not on the samples axis 0"));
     // Weights and bias never carry the batch; FusedConv's residual Z (input 3) must follow X.
     const std::size_t params_end = op == "FusedConv" ? 3 : n.inputs.size();

@@ -148,7 +148,7 @@ class Tracker {
     }
     if (op == "Conv" || op == "FusedConv" || op == "ConvTranspose" || op == "MaxPool" || op == "AveragePool" ||
         op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "BatchNormalization" ||
-        op == "GroupNormalization" || op == "InstanceNormalization") {
+        op == "GroupNormalization" || op == "InstanceNormalization" || op == "Col2Im") {
       for (const auto& [i, s] : data) {
         if (i == 0 || (op == "FusedConv" && i == 3)) {
           if (s.axis != 0) return mixed(n, str("runs over the batch as a feature axis (the batch is on axis ", s.axis, ")"));

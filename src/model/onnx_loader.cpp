@@ -233,10 +233,11 @@ std::string read_whole_file(const std::string& path) {
 
 Graph load_onnx(const std::string& path) { return load_onnx_bytes(read_whole_file(path), path); }
 
-Graph load_onnx_bytes(const std::string& bytes, const std::string& path) {
+namespace {
+
+void parse_model(const std::string& bytes, const std::string& path, onnx::ModelProto& model) {
   if (bytes.size() > static_cast<std::size_t>(INT_MAX))
     throw InputError(str(path, ": the model is ", bytes.size(), " bytes, over protobuf's 2 GiB limit; export it with external data"));
-  onnx::ModelProto model;
   {
     google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
     google::protobuf::io::CodedInputStream coded(&raw);
@@ -248,6 +249,35 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& path) {
   if (model.ir_version() <= 0 || !model.has_graph() || model.graph().node_size() == 0 ||
       model.graph().output_size() == 0)
     throw InputError(str(path, ": not a valid ONNX model (no IR version, no nodes or no outputs)"), "--model takes an ONNX file, as torch.onnx.export writes it (data_tools/export_model.py exports torchvision models)");
+}
+
+}  // namespace
+
+ModelOps read_model_ops(const std::string& path) {
+  onnx::ModelProto model;
+  parse_model(read_whole_file(path), path, model);
+  LoadContext ctx;
+  ctx.path = path;
+  ModelOps m;
+  for (const auto& op : model.opset_import())
+    if (op.domain().empty() || op.domain() == "ai.onnx") m.opset = op.version();
+  std::set<std::string> inits;
+  for (const auto& init : model.graph().initializer()) inits.insert(init.name());
+  for (const auto& in : model.graph().input())
+    if (!inits.count(in.name())) m.inputs.push_back(value_from_proto(in, ctx));
+  int index = 0;
+  for (const auto& np : model.graph().node()) {
+    const bool onnx_domain = np.domain().empty() || np.domain() == "ai.onnx";
+    m.nodes.push_back({onnx_domain ? np.op_type() : str(np.domain(), "::", np.op_type()),
+                       np.name().empty() ? str(np.op_type(), "_", index) : np.name()});
+    ++index;
+  }
+  return m;
+}
+
+Graph load_onnx_bytes(const std::string& bytes, const std::string& path) {
+  onnx::ModelProto model;
+  parse_model(bytes, path, model);
 
   LoadContext ctx;
   ctx.path = path;

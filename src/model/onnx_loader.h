@@ -16,4 +16,17 @@ Graph load_onnx(const std::string& path);
 // against its folder (the fuzz target feeds bytes straight from the fuzzer).
 Graph load_onnx_bytes(const std::string& bytes, const std::string& path);
 
+// What a model file holds, read without judging its ops (for `sluice check`, which reports every
+// op an engine lacks instead of stopping at the first refusal).
+struct ModelOps {
+  int64_t opset = 0;                     // default domain
+  std::vector<ValueInfo> inputs;         // runtime inputs (initializers left out)
+  struct NodeRef {
+    std::string op;                      // "Conv", "com.microsoft::FusedGemm"
+    std::string name;
+  };
+  std::vector<NodeRef> nodes;            // in file order
+};
+ModelOps read_model_ops(const std::string& path);
+
 }  // namespace sluice

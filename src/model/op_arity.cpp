@@ -44,6 +44,7 @@ const std::unordered_map<std::string, OpArity>& onnx_table() {
     t["ScatterND"] = {3, 3, 1, 1};
     t["Einsum"] = {1, kVariadic, 1, 1};
     t["Trilu"] = {1, 2, 1, 1};
+    t["Col2Im"] = {3, 3, 1, 1};
     t["Resize"] = {1, 4, 1, 1};
     t["Squeeze"] = {1, 2, 1, 1};
     t["Unsqueeze"] = {1, 2, 1, 1};

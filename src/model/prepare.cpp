@@ -240,7 +240,7 @@ const std::vector<std::string>& supported_ops() {
       "ScatterND", "Einsum", "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or",
       "Xor", "IsNaN", "IsInf", "Cos", "Sin", "CumSum", "Expand", "Tile", "ConstantOfShape", "ReduceSum", "ReduceMax",
       "ReduceMin", "ReduceProd", "ReduceL2", "Trilu", "Sign", "Mod", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal",
-      "Floor", "Ceil", "Pow", "Min", "Max", "Softplus", "Elu", "LogSoftmax", "GlobalMaxPool", "ArgMin", "Round",
+      "Floor", "Ceil", "Pow", "Min", "Max", "Softplus", "Elu", "LogSoftmax", "GlobalMaxPool", "ArgMin", "Round", "Col2Im",
       // domain "sluice" (model/graph.h)
       "FusedConv", "Normalize", "ArgMaxCast"};
   return ops;

@@ -678,6 +678,23 @@ int infer_transformer_ops(Ctx& c) {
     c.set(0, x->dtype, x->shape);
     return 1;
   }
+  if (op == "Col2Im") {
+    if (!x) return c.missing(0, "input");
+    if (!c.value(1)) return c.not_constant(1, "image_shape");
+    if (!c.value(2)) return c.not_constant(2, "block_shape");
+    const std::vector<int64_t> image = c.value(1)->as_int64(), block = c.value(2)->as_int64();
+    if (x->shape.size() != 3 || image.size() != block.size() || image.empty())
+      c.fail(str("input ", shape_str(x->shape), ", image_shape ", shape_str(image), " and block_shape ", shape_str(block),
+                 " do not fit Col2Im"));
+    check_window(c, "image_shape", image, 1);
+    check_window(c, "block_shape", block, 1);
+    const int64_t kb = shape_numel(block);
+    if (x->shape[1] % kb != 0) c.fail(str("input channels ", x->shape[1], " are not a multiple of the block's ", kb));
+    Shape out = {x->shape[0], x->shape[1] / kb};
+    out.insert(out.end(), image.begin(), image.end());
+    c.set(0, x->dtype, out);
+    return 1;
+  }
   if (op == "GlobalMaxPool") {
     if (!x) return c.missing(0, "X");
     Shape out = x->shape;

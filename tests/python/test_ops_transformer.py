@@ -345,3 +345,17 @@ def test_resize_cubic(coord, target, a, exclude, workdir, request):
     nodes = [node("Resize", ["x", "", "", "sizes"], mode="cubic", coordinate_transformation_mode=coord,
                   cubic_coeff_a=a, exclude_outside=exclude)]
     check(Case(nodes, {"sizes": c64(target)}, shape=(3, 5, 7, 13), opset=13), workdir, request)
+
+
+# ---- Col2Im (MobileViT-V2's fold) ------------------------------------------------------------------
+
+@pytest.mark.parametrize("image,block,attrs", [([6, 8], [2, 2], dict(strides=[2, 2])),
+                                               ([5, 7], [3, 2], {}),
+                                               ([6, 6], [3, 3], dict(strides=[2, 1], pads=[1, 0, 1, 2], dilations=[1, 2]))])
+def test_col2im(image, block, attrs, workdir, request):
+    s, d = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    p = attrs.get("pads", [0, 0, 0, 0])
+    windows = [(image[i] + p[i] + p[i + 2] - (d[i] * (block[i] - 1) + 1)) // s[i] + 1 for i in range(2)]
+    shape = (3, 2 * block[0] * block[1], windows[0] * windows[1])
+    check(Case([node("Col2Im", ["x", "img", "blk"], **attrs)], {"img": c64(image), "blk": c64(block)}, shape=shape,
+               opset=18), workdir, request)

@@ -38,9 +38,7 @@ with open(os.path.join(ZOO, "manifest.json")) as fh:
 EXPORTS = [f"{r['model']}.{r['exporter']}" for r in MANIFEST if r["status"] == "ok"]
 
 # What each model that does not run yet is missing.
-MISSING = {
-    "hf_mobilevitv2.dynamo": "Col2Im (the unfold/fold of MobileViT-V2's patch attention) is not implemented",
-}
+MISSING = {}
 
 
 def file_name(output):

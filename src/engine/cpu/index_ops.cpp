@@ -1,5 +1,6 @@
 // Split, GatherND, ScatterND, CumSum and Trilu.  The copies move whole elements of any type by
 // their size in bytes; CumSum and ScatterND's reductions compute in the element type.
+#include <algorithm>
 #include <cstring>
 
 #include "engine/cpu/kernel.h"
@@ -193,9 +194,61 @@ std::unique_ptr<Kernel> make_trilu(const KernelInit& init) {
   });
 }
 
+// Col2Im (the inverse of an unfold): input [N, C * prod(block), L], every block position of every
+// sliding window summed into the image [N, C, image...].  A table gives, per (block position,
+// window), the image offset it lands on, or -1 in the padding.
+std::unique_ptr<Kernel> make_col2im(const KernelInit& init) {
+  init.require_float(0);
+  const Shape& xs = init.input(0).shape;
+  const std::vector<int64_t> image = init.const_ints(1, "image_shape"), block = init.const_ints(2, "block_shape");
+  const std::size_t sp = image.size();
+  if (xs.size() != 3 || block.size() != sp || sp == 0) init.fail("input ", shape_str(xs), " does not fit a ", sp, "-D Col2Im");
+  const std::vector<int64_t> dil = init.node.get_ints("dilations", std::vector<int64_t>(sp, 1));
+  const std::vector<int64_t> pads = init.node.get_ints("pads", std::vector<int64_t>(2 * sp, 0));
+  const std::vector<int64_t> strides = init.node.get_ints("strides", std::vector<int64_t>(sp, 1));
+  if (dil.size() != sp || pads.size() != 2 * sp || strides.size() != sp) init.fail("dilations, pads or strides do not match the image's rank");
+  std::vector<int64_t> windows(sp);
+  int64_t kb = 1, L = 1, plane = 1;
+  for (std::size_t d = 0; d < sp; ++d) {
+    windows[d] = (image[d] + pads[d] + pads[d + sp] - (dil[d] * (block[d] - 1) + 1)) / strides[d] + 1;
+    kb *= block[d];
+    L *= windows[d];
+    plane *= image[d];
+  }
+  if (xs[2] != L || xs[1] % kb != 0) init.fail("input ", shape_str(xs), " does not hold ", kb, " block positions x ", L, " windows");
+  const int64_t n = xs[0], c = xs[1] / kb;
+  std::vector<int64_t> table(static_cast<std::size_t>(kb * L));
+  const std::vector<int64_t> ist = strides_of(Shape(image.begin(), image.end()));
+  for (int64_t k = 0; k < kb; ++k)
+    for (int64_t l = 0; l < L; ++l) {
+      int64_t kr = k, lr = l, off = 0;
+      for (std::size_t d = sp; d-- > 0;) {
+        const int64_t kd = kr % block[d], ld = lr % windows[d];
+        kr /= block[d];
+        lr /= windows[d];
+        const int64_t pos = ld * strides[d] - pads[d] + kd * dil[d];
+        if (off >= 0 && pos >= 0 && pos < image[d]) off += pos * ist[d];
+        else off = -1;
+      }
+      table[static_cast<std::size_t>(k * L + l)] = off;
+    }
+  return lambda_kernel([=](const KernelArgs& a) {
+    const float* x = static_cast<const float*>(a.in[0]);
+    float* y = static_cast<float*>(a.out[0]);
+    a.pool.parallel_for(n * c, [&](int64_t p, int) {
+      float* yp = y + p * plane;
+      std::fill(yp, yp + plane, 0.f);
+      const float* xp = x + p * kb * L;
+      for (int64_t i = 0; i < kb * L; ++i)
+        if (table[static_cast<std::size_t>(i)] >= 0) yp[table[static_cast<std::size_t>(i)]] += xp[i];
+    });
+  });
+}
+
 }  // namespace
 
 void add_index_kernels(KernelTable& t) {
+  t["Col2Im"] = make_col2im;
   t["Split"] = make_split;
   t["GatherND"] = make_gather_nd;
   t["ScatterND"] = make_scatter_nd;
