@@ -11,6 +11,8 @@
 #include <tuple>
 
 #include "gpu_test_util.h"
+#include "model/graph_util.h"
+#include "model/prepare.h"
 
 using namespace sluice;
 using namespace sluice::gputest;
@@ -721,6 +723,45 @@ TEST(TransformerOpsErrors, UncoveredFormsOfTheMaskAndIndexOpsAreRefusedClearly) 
     b.node("Range", {"x", "l", "d"}, {f32("y", {5})});
     b.output("y");
     EXPECT_NE(refusal(b.g).find("start (input 'x') must be a constant"), std::string::npos) << refusal(b.g);
+  }
+}
+
+// The op table `sluice check` reads without a GPU says what the builder does: every listed op gets
+// past the dispatch (it may still refuse the dummy node's inputs, with its own message), an
+// unlisted one is refused as not implemented, and every op the model layer accepts at run time is
+// listed, except the ones the CUDA engine still lacks.
+TEST(CudaOpTable, ListsExactlyTheOpsTheBuilderLowers) {
+  const std::vector<std::string> table = cuda::implemented_ops();
+  auto lowering_error = [](const std::string& key) -> std::string {
+    const std::size_t dot = key.find('.');
+    GraphBuilder b({2, 3, 4, 5});
+    Node& n = b.node(dot == std::string::npos ? key : key.substr(dot + 1), {"x"}, {f32("y", {2, 3, 4, 5})},
+                     dot == std::string::npos ? "" : key.substr(0, dot));
+    (void)n;
+    b.output("y");
+    try {
+      cuda::Builder cb(b.g, Precision::FP32);
+      cb.lower_all();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  for (const std::string& op : table) {
+    SCOPED_TRACE(op);
+    EXPECT_EQ(lowering_error(op).find("is not implemented by the cuda engine"), std::string::npos) << lowering_error(op);
+  }
+  for (const std::string op : {"Bogus", "sluice.Bogus"}) EXPECT_NE(lowering_error(op).find("is not implemented by the cuda engine"), std::string::npos);
+  const std::set<std::string> listed(table.begin(), table.end());
+  const std::set<std::string> still_missing = {"Col2Im"};
+  for (const std::string& op : supported_ops()) {
+    if (is_fold_only_op(op) || op == "Constant" || op == "Shape" || op == "ConstantOfShape") continue;
+    const std::string key = (op == "FusedConv" || op == "Normalize" || op == "ArgMaxCast") ? "sluice." + op : op;
+    if (still_missing.count(op)) {
+      EXPECT_FALSE(listed.count(key)) << op << " is listed now: take it off still_missing";
+      continue;
+    }
+    EXPECT_TRUE(listed.count(key)) << op << " is accepted by the model layer but not in the CUDA engine's table";
   }
 }
 
