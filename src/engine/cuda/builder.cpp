@@ -446,7 +446,7 @@ std::vector<std::string> implemented_ops() {
       "ArgMax", "ArgMin", "TopK", "sluice.ArgMaxCast",
       // ops_index.cpp
       "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Where",
-      "GatherND", "ScatterND", "CumSum", "Trilu", "Range"};
+      "GatherND", "ScatterND", "CumSum", "Trilu", "Range", "Col2Im"};
   std::sort(ops.begin(), ops.end());
   return ops;
 }

@@ -260,6 +260,14 @@ void gather_nd(std::size_t elem_size, const void* x, const int64_t* idx, void* y
 // (reduction none: with duplicate indices one of the writes wins, as ONNX leaves it undefined).
 void scatter_nd(std::size_t elem_size, const int64_t* idx, const void* updates, void* y, const IndexND& s, cudaStream_t st);
 
+// Col2Im over 2-D images: x [n, c * kh * kw, oh * ow] of sliding blocks summed into y [n, c, h, w]
+// (each output pixel gathers the blocks that cover it; float accumulation).
+struct Col2ImShape {
+  int64_t n = 0, c = 0, h = 0, w = 0, kh = 1, kw = 1, oh = 0, ow = 0;
+  int64_t sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0;   // strides, dilations, begin pads
+};
+void col2im(DType t, const void* x, void* y, const Col2ImShape& s, cudaStream_t st);
+
 // CumSum along the middle axis of [outer, r, inner] (float types accumulate in float, I32 and I64
 // in int64): exclusive leaves out each element itself, reverse sums from the end.
 void cumsum(DType t, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, bool exclusive, bool reverse,

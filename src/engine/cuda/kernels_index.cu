@@ -192,6 +192,27 @@ __global__ void trilu_kernel(const U* x, U* y, int64_t n, int64_t rows, int64_t 
   }
 }
 
+template <typename T>
+__global__ void col2im_kernel(const T* x, T* y, int64_t total, Col2ImShape s) {
+  SLUICE_GRID_STRIDE(i, total) {
+    const int64_t w = i % s.w, h = (i / s.w) % s.h, c = (i / (s.w * s.h)) % s.c, n = i / (s.w * s.h * s.c);
+    float acc = 0.f;
+    for (int64_t ki = 0; ki < s.kh; ++ki) {
+      const int64_t hp = h + s.ph - ki * s.dh;   // = oy * sh for the block row that covers h
+      if (hp < 0 || hp % s.sh != 0 || hp / s.sh >= s.oh) continue;
+      const int64_t oy = hp / s.sh;
+      for (int64_t kj = 0; kj < s.kw; ++kj) {
+        const int64_t wp = w + s.pw - kj * s.dw;
+        if (wp < 0 || wp % s.sw != 0 || wp / s.sw >= s.ow) continue;
+        const int64_t ox = wp / s.sw;
+        const int64_t row = (c * s.kh + ki) * s.kw + kj;
+        acc += to_f(x[(n * s.c * s.kh * s.kw + row) * s.oh * s.ow + oy * s.ow + ox]);
+      }
+    }
+    y[i] = from_f<T>(acc);
+  }
+}
+
 // Calls f(T{}) for every element type the comparisons read.
 template <typename F>
 void dispatch_value(DType t, F&& f) {
@@ -300,6 +321,16 @@ void scatter_nd(std::size_t elem_size, const int64_t* idx, const void* updates, 
   dispatch_size(elem_size, [&](auto tag) {
     using U = decltype(tag);
     scatter_nd_kernel<U><<<grid_for(n), kThreads, 0, st>>>(idx, static_cast<const U*>(updates), static_cast<U*>(y), n, s);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void col2im(DType t, const void* x, void* y, const Col2ImShape& s, cudaStream_t st) {
+  const int64_t total = s.n * s.c * s.h * s.w;
+  if (total <= 0) return;
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    col2im_kernel<T><<<grid_for(total), kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<T*>(y), total, s);
   });
   CUDA_CHECK_LAUNCH();
 }

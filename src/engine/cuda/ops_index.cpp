@@ -1,5 +1,5 @@
 // Ops on masks and indices that attention-era models compute at run time: comparisons and logic
-// (bool tensors), integer arithmetic (Add/Sub/Mul/Div/Mod/Max/Min), IsNaN/IsInf, Where, GatherND, ScatterND, CumSum, Trilu, and Range when its
+// (bool tensors), integer arithmetic (Add/Sub/Mul/Div/Mod/Max/Min), IsNaN/IsInf, Where, GatherND, ScatterND, CumSum, Trilu, Col2Im, and Range when its
 // inputs are constants.  Each runs as the engine's own kernel (kernels_index.cu) on NCHW-ordered
 // tensors; float operands are in the compute type, integer and bool ones in their own.
 #include <algorithm>
@@ -212,6 +212,40 @@ void lower_trilu(Builder& b, const Node& n) {
   });
 }
 
+// Col2Im of 2-D images (MobileViT-V2's fold of its patches back into a feature map).
+void lower_col2im(Builder& b, const Node& n) {
+  const int x = operand(b, n, 0);
+  if (b.slot(x).dtype != b.compute) b.fail(n, "input is ", dtype_name(b.slot(x).dtype), "; Col2Im reads float tensors");
+  const std::vector<int64_t> image = b.const_ints(n, 1, "image_shape"), block = b.const_ints(n, 2, "block_shape");
+  if (image.size() != 2 || block.size() != 2) b.fail(n, "Col2Im of ", image.size(), "-D images is not supported (2-D only)");
+  const std::vector<int64_t> dil = n.get_ints("dilations", {1, 1}), pads = n.get_ints("pads", {0, 0, 0, 0}),
+                             strides = n.get_ints("strides", {1, 1});
+  if (dil.size() != 2 || pads.size() != 4 || strides.size() != 2) b.fail(n, "dilations, pads or strides do not match 2-D images");
+  const Shape xs = b.slot(x).shape;
+  Col2ImShape s;
+  s.h = image[0];
+  s.w = image[1];
+  s.kh = block[0];
+  s.kw = block[1];
+  s.dh = dil[0];
+  s.dw = dil[1];
+  s.ph = pads[0];
+  s.pw = pads[1];
+  s.sh = strides[0];
+  s.sw = strides[1];
+  if (s.kh < 1 || s.kw < 1 || s.sh < 1 || s.sw < 1 || s.dh < 1 || s.dw < 1) b.fail(n, "block, strides and dilations must be positive");
+  s.oh = (s.h + pads[0] + pads[2] - (s.dh * (s.kh - 1) + 1)) / s.sh + 1;
+  s.ow = (s.w + pads[1] + pads[3] - (s.dw * (s.kw - 1) + 1)) / s.sw + 1;
+  if (xs.size() != 3 || xs[1] % (s.kh * s.kw) != 0 || xs[2] != s.oh * s.ow)
+    b.fail(n, "input ", shape_str(xs), " is not [N, C*", s.kh * s.kw, ", ", s.oh * s.ow, "] for these blocks");
+  s.n = xs[0];
+  s.c = xs[1] / (s.kh * s.kw);
+  const int y = b.output(n, 0);
+  if (b.slot(y).numel() != s.n * s.c * s.h * s.w) b.fail(n, "output ", shape_str(b.slot(y).shape), " is not [", s.n, ", ", s.c, ", ", s.h, ", ", s.w, "]");
+  const DType t = b.compute;
+  b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t st) { col2im(t, bd.at(x), bd.at(y), s, st); });
+}
+
 // Range of constant start/limit/delta: computed here, copied in by the step.
 void lower_range(Builder& b, const Node& n) {
   const Tensor& t0 = b.require_const(n, 0, "start");
@@ -284,6 +318,7 @@ bool lower_index(Builder& b, const Node& n) {
   else if (n.op == "CumSum") lower_cumsum(b, n);
   else if (n.op == "Trilu") lower_trilu(b, n);
   else if (n.op == "Range") lower_range(b, n);
+  else if (n.op == "Col2Im") lower_col2im(b, n);
   else return false;
   return true;
 }
