@@ -1,7 +1,8 @@
 // The CUDA engine's ops for transformer-era vision models against host references written from the
 // ONNX definitions: LayerNormalization, Gelu, GroupNormalization, InstanceNormalization, Softmax on
 // any axis, Einsum, batched MatMul of two computed tensors, comparisons, logic, Where, IsNaN/IsInf,
-// Gather with run-time indices, GatherND, ScatterND, CumSum, Trilu, Range, Sign and ReduceL2.
+// integer arithmetic, Gather with run-time indices, GatherND, ScatterND, CumSum, Trilu, Range, Sign,
+// ReduceL2 and Col2Im (against the CPU engine); a block of them in a captured CUDA graph; the op table.
 // The references round the input and the float constants to the compute type the way the engine
 // does, so mask and index outputs must match exactly at every precision; float outputs are held to
 // the precision's tolerance (gpu_test_util.cpp).
