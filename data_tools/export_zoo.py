@@ -333,6 +333,15 @@ ZOO = {
 }
 
 
+# Models also exported by the dynamo exporter at other opsets: 18 (the default of torch 2.5 to 2.8,
+# GELU written through Erf, Split with num_outputs) and 21 (GroupNormalization's per-channel scale).
+OTHER_OPSETS = {
+    "dynamo18": ["hf_vit", "tv_swin", "tv_swin_v2", "timm_eva02", "hf_detr", "tv_maxvit", "hf_segformer", "timm_levit",
+                 "hf_poolformer"],
+    "dynamo21": ["hf_poolformer", "hf_mobilevitv2", "hf_dpt", "timm_convnextv2"],
+}
+
+
 # ---- one export ------------------------------------------------------------------------------------
 
 def seed_of(name):
@@ -403,6 +412,8 @@ def export_task(name, exporter, workdir):
         with torch.no_grad():
             if exporter == "dynamo":
                 torch.onnx.export(model, (x1,), raw, dynamo=True)
+            elif exporter.startswith("dynamo"):  # dynamo18, dynamo21: the dynamo exporter at that opset
+                torch.onnx.export(model, (x1,), raw, dynamo=True, opset_version=int(exporter[6:]))
             else:
                 torch.onnx.export(model, (x1,), raw, dynamo=False, opset_version=17)
         # Weights inside the file (the dynamo exporter may write them beside it).
@@ -471,7 +482,8 @@ def pack(out, workdir, results):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="models (comma list)")
+    ap.add_argument("--tasks", default="", help="MODEL.EXPORTER pairs (comma list) instead of every export")
     ap.add_argument("--deadline", type=float, default=230.0, help="seconds after which unfinished exports are dropped")
     ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     args = ap.parse_args()
@@ -480,6 +492,9 @@ def main():
     workdir = tempfile.mkdtemp(prefix="zoo-")  # only the archives go to `out`
     names = [n for n in ZOO if not args.only or n in args.only.split(",")]
     tasks = [(n, e) for n in names for e in ("dynamo", "torchscript")]
+    tasks += [(n, e) for e, ns in OTHER_OPSETS.items() for n in ns if n in names]
+    if args.tasks:  # MODEL.EXPORTER,... only
+        tasks = [tuple(t.split(".", 1)) for t in args.tasks.split(",")]
     results = []
     ex = cf.ProcessPoolExecutor(max_workers=args.jobs, mp_context=mp.get_context("fork"))
     futures = {ex.submit(export_task, n, e, workdir): (n, e) for n, e in tasks}

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "model/einsum.h"
 #include "model/graph_util.h"
+#include "model/op_classes.h"
 #include "model/prepare.h"
 
 namespace sluice {
@@ -136,22 +137,6 @@ class Tracer {
   std::string why_;
 };
 
-// Ops that work element by element on their first input, with parameters that must not carry the
-// batch; and ops that broadcast all their inputs against each other.
-bool is_unary_elementwise(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {
-      "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Identity", "Cast", "Clip", "Gelu", "Erf", "Tanh",
-      "Sign", "Cos", "Sin", "Softplus", "Elu", "Round", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor",
-      "Ceil", "IsNaN", "IsInf", "Not", "Selu", "Mish", "Softsign", "Tan", "Atan"};
-  return ops.count(op) != 0;
-}
-bool is_broadcasting(const std::string& op) {
-  static const std::unordered_set<std::string> ops = {
-      "Add", "Sub", "Mul", "Div", "Pow", "Mod", "Min", "Max", "Equal", "Less", "Greater", "LessOrEqual",
-      "GreaterOrEqual", "And", "Or", "Xor", "Where"};
-  return ops.count(op) != 0;
-}
-
 bool Tracer::visit(const Node& n, std::vector<int>& out) {
   const std::string& op = n.op;
   const int a = n.inputs.empty() ? kNone : axis_of(n.input(0));
@@ -168,14 +153,10 @@ bool Tracer::visit(const Node& n, std::vector<int>& out) {
   if (!any) return true;
   if (op == "Constant") return true;
   if (is_unary_elementwise(op)) return same(1);
-  if (is_broadcasting(op)) return broadcast(n, out);
+  if (is_broadcasting_elementwise(op)) return broadcast(n, out);
   if (op == "LayerNormalization") {
     if (a == kNone) return fail("its scale or bias carries the batch");
     if (a >= attr_axis(n, -1, r)) return fail("it normalizes over the batch axis");
-    return same(1);
-  }
-  if (op == "GroupNormalization" || op == "InstanceNormalization") {
-    if (a != 0) return fail(str("the batch is on axis ", a, ", not on the samples axis 0"));
     return same(1);
   }
   if (op == "Split" || op == "CumSum") {
@@ -207,8 +188,7 @@ bool Tracer::visit(const Node& n, std::vector<int>& out) {
     if (a != kNone && attr_axis(n, -1, r) == a) return fail("it normalizes over the batch axis");
     return same(1);
   }
-  if (op == "Conv" || op == "FusedConv" || op == "ConvTranspose" || op == "MaxPool" || op == "AveragePool" ||
-      op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "Col2Im") {
+  if (is_per_sample_op(op)) {
     if (a != kNone && a != 0) return fail(str("the batch is on axis ", a, ", not on the samples axis 0"));
     // Weights and bias never carry the batch; FusedConv's residual Z (input 3) must follow X.
     const std::size_t params_end = op == "FusedConv" ? 3 : n.inputs.size();

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "model/einsum.h"
 #include "model/graph_util.h"
+#include "model/op_classes.h"
 
 namespace sluice {
 
@@ -124,18 +125,11 @@ class Tracker {
     const std::string& x = n.input(first);
     const std::string y = n.outputs.empty() ? std::string() : n.outputs[0];
 
-    static const char* unary[] = {"Relu", "LeakyRelu", "Sigmoid", "Clip", "HardSigmoid", "HardSwish", "Cast", "Identity",
-                                  "Normalize", "Gelu", "Erf", "Tanh", "Sign", "Cos", "Sin", "Softplus", "Elu", "Round",
-                                  "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Floor", "Ceil", "IsNaN", "IsInf",
-                                  "Not", "Selu", "Mish", "Softsign", "Tan", "Atan"};
-    static const char* broadcasting[] = {"Add", "Sub", "Mul", "Div", "Pow", "Mod", "Min", "Max", "Equal", "Less",
-                                         "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where"};
-    auto in_list = [&](const auto& list) { return std::any_of(std::begin(list), std::end(list), [&](const char* o) { return op == o; }); };
-    if (in_list(unary)) {
+    if (is_unary_elementwise(op) || op == "Normalize") {
       if (first != 0) return mixed(n, "takes a parameter from the input data");
       return axis(n, a);
     }
-    if (in_list(broadcasting)) {
+    if (is_broadcasting_elementwise(op)) {
       // Broadcasting aligns trailing axes: input axis a of rank r is output axis a + (R - r).
       const int64_t R = rank(y);
       int out = -1;
@@ -146,9 +140,7 @@ class Tracker {
       }
       return axis(n, out);
     }
-    if (op == "Conv" || op == "FusedConv" || op == "ConvTranspose" || op == "MaxPool" || op == "AveragePool" ||
-        op == "GlobalAveragePool" || op == "GlobalMaxPool" || op == "BatchNormalization" ||
-        op == "GroupNormalization" || op == "InstanceNormalization" || op == "Col2Im") {
+    if (is_per_sample_op(op) || op == "BatchNormalization") {
       for (const auto& [i, s] : data) {
         if (i == 0 || (op == "FusedConv" && i == 3)) {
           if (s.axis != 0) return mixed(n, str("runs over the batch as a feature axis (the batch is on axis ", s.axis, ")"));

@@ -359,3 +359,9 @@ def test_col2im(image, block, attrs, workdir, request):
     shape = (3, 2 * block[0] * block[1], windows[0] * windows[1])
     check(Case([node("Col2Im", ["x", "img", "blk"], **attrs)], {"img": c64(image), "blk": c64(block)}, shape=shape,
                opset=18), workdir, request)
+
+
+def test_split_with_an_output_nobody_reads(workdir, request):
+    # q, k, v = qkv.chunk(3) with v unused, as pruned heads and EVA-02's rotary halves leave it.
+    nodes = [node("Split", ["x", "split"], ["q", "k", "v"], axis=2), node("Mul", ["q", "k"], ["y"])]
+    check(Case(nodes, {"split": c64([4, 4, 2])}, shape=X3, opset=13), workdir, request)

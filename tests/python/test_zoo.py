@@ -2,7 +2,7 @@
 
 tests/data/zoo holds tiny random-weight configurations of torchvision, timm and transformers vision
 models and a YOLO-style CSP net, each exported at batch 1 by torch 2.11's dynamo exporter and by its
-TorchScript exporter where that works (data_tools/export_zoo.py, run on the GPU host; manifest.json
+TorchScript exporter where that works (some also by the dynamo exporter at opsets 18 and 21) (data_tools/export_zoo.py, run on the GPU host; manifest.json
 lists every model, exporter, opset, op counts and each export that failed, with its error).  Beside
 each model: a fixed input of 3 samples and onnxruntime's outputs for them, sample by sample.
 
@@ -10,7 +10,8 @@ Each model runs at batch 3 (the batch-1 export re-specialized or sub-batched) th
 `sluice forward --device cpu` (every output) and `sluice run` (the first output, stored in HDF5),
 within 1e-4 of onnxruntime relative to max|ref|: float32 accumulation-order differences over a few
 small layers stay far below that.  Models that Sluice cannot run yet are expected failures that
-name what is missing (strict: one that starts to pass must lose its entry).
+name what is missing (strict: one that starts to pass must lose its entry).  The same builders
+exported by the older torch of the CI machines (1.13, TorchScript, opsets 13 and 17) run too.
 """
 import json
 import os
@@ -23,12 +24,13 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from support.sluice_test import BIN, sluice  # noqa: E402
+from support.sluice_test import BIN, sluice, torch_available  # noqa: E402
 
 ROOT = os.environ.get("SLUICE_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 ZOO = os.path.join(ROOT, "tests", "data", "zoo")
 REL_TOL = 1e-4
 BATCH = 3
+TORCH_PY = os.environ.get("SLUICE_TORCH_PYTHON", "/usr/bin/python3")
 
 if not os.access(BIN, os.X_OK):
     pytest.skip(f"no sluice binary at {BIN} (set SLUICE_BIN)", allow_module_level=True)
@@ -92,4 +94,46 @@ def test_run_at_batch_3_matches_onnxruntime(name, tmp_path):
         got = f["outputs"]["logits"][:]
     assert got.shape == ref[first].shape, f"{got.shape} != {ref[first].shape}"
     err = relative_error(got, ref[first])
+    assert err <= REL_TOL, f"max|diff|/max|ref| = {err:.3g}"
+
+
+# The exports of the older torch on the CI machines (1.13, TorchScript only): below opset 17 it
+# writes LayerNorm as ReduceMean/Sub/Pow/Sqrt/Div and GELU through Erf, which Sluice fuses back.
+EXPORT_OLD = """
+import sys, torch
+sys.path.insert(0, sys.argv[4])
+import export_zoo as z
+name, opset, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+build, chw = z.ZOO[name]
+torch.manual_seed(z.seed_of(name))
+m = build().eval()
+z.perturb(m, z.seed_of(name) + 1)
+with torch.no_grad():
+    torch.onnx.export(m, torch.randn((1,) + chw), out, opset_version=opset)
+"""
+
+
+@pytest.mark.skipif(not torch_available(TORCH_PY), reason=f"{TORCH_PY} has no torch/torchvision")
+@pytest.mark.parametrize("opset", [13, 17])
+@pytest.mark.parametrize("model", ["tv_swin", "tv_convnext", "tv_shufflenet_v2", "yolo_csp"])
+def test_exports_of_the_older_torch_match_onnxruntime(model, opset, tmp_path):
+    import onnx
+    import onnxruntime as ort
+    path = tmp_path / "model.onnx"
+    r = subprocess.run([TORCH_PY, "-c", EXPORT_OLD, model, str(opset), str(path), os.path.join(ROOT, "data_tools")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+    if model in ("tv_swin", "tv_convnext"):
+        assert ("LayerNormalization" in ops) == (opset >= 17) and "Erf" in ops, ops
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(opset).standard_normal((BATCH,) + tuple(sess.get_inputs()[0].shape[1:])).astype(np.float32)
+    ref = np.concatenate([sess.run(None, {sess.get_inputs()[0].name: x[i:i + 1]})[0] for i in range(BATCH)])
+    np.save(tmp_path / "x.npy", x)
+    r = subprocess.run([BIN, "forward", "--model", str(path), "--input", str(tmp_path / "x.npy"), "--outdir",
+                        str(tmp_path / "out"), "--device", "cpu", "--threads", "2"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr.strip()
+    got = np.load(tmp_path / "out" / file_name(sess.get_outputs()[0].name))
+    err = relative_error(got, ref)
     assert err <= REL_TOL, f"max|diff|/max|ref| = {err:.3g}"

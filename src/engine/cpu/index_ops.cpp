@@ -16,16 +16,26 @@ std::unique_ptr<Kernel> make_split(const KernelInit& init) {
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
   for (int64_t d = axis + 1; d < r; ++d) inner *= x.shape[d];
-  std::vector<int64_t> sizes;  // per output, its extent along the axis
-  int64_t sum = 0;
-  for (std::size_t k = 0; k < init.node.outputs.size(); ++k) {
-    if (!init.out[k]) init.fail("every output of Split must be planned");
-    const Shape& s = init.out[k]->shape;
-    if (static_cast<int64_t>(s.size()) != r) init.fail("output ", k, " has the wrong rank");
-    sizes.push_back(s[axis]);
-    sum += s[axis];
+  // Per output, its extent along the axis: the split input, else equal parts (the last one smaller
+  // with opset 18's num_outputs).  An output nobody reads has no buffer and is skipped.
+  const int64_t parts = static_cast<int64_t>(init.node.outputs.size()), dim = x.shape[axis];
+  std::vector<int64_t> sizes;
+  if (init.has_input(1)) {
+    sizes = init.const_ints(1, "split");
+  } else {
+    const int64_t each = (dim + parts - 1) / std::max<int64_t>(parts, 1);
+    for (int64_t k = 0; k < parts; ++k) sizes.push_back(std::max<int64_t>(0, std::min(each, dim - k * each)));
   }
-  if (sum != x.shape[axis]) init.fail("the outputs do not add up to the input's axis ", axis);
+  int64_t sum = 0;
+  for (int64_t v : sizes) sum += v;
+  if (static_cast<int64_t>(sizes.size()) != parts || sum != dim)
+    init.fail("split ", shape_str(sizes), " does not cut axis ", axis, " of ", shape_str(x.shape), " into ", parts, " outputs");
+  std::vector<bool> wanted(sizes.size());
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    wanted[k] = init.out[k] != nullptr;
+    if (wanted[k] && (static_cast<int64_t>(init.out[k]->shape.size()) != r || init.out[k]->shape[axis] != sizes[k]))
+      init.fail("output ", k, " ", shape_str(init.out[k]->shape), " does not hold ", sizes[k], " along axis ", axis);
+  }
   const int64_t row = x.shape[axis] * inner;
   return lambda_kernel([=](const KernelArgs& a) {
     const uint8_t* src = static_cast<const uint8_t*>(a.in[0]);
@@ -33,7 +43,7 @@ std::unique_ptr<Kernel> make_split(const KernelInit& init) {
       int64_t begin = 0;
       for (std::size_t k = 0; k < sizes.size(); ++k) {
         const std::size_t bytes = static_cast<std::size_t>(sizes[k] * inner) * es;
-        std::memcpy(static_cast<uint8_t*>(a.out[k]) + o * bytes, src + (o * row + begin * inner) * es, bytes);
+        if (wanted[k] && a.out[k]) std::memcpy(static_cast<uint8_t*>(a.out[k]) + o * bytes, src + (o * row + begin * inner) * es, bytes);
         begin += sizes[k];
       }
     });

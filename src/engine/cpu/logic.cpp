@@ -44,6 +44,10 @@ struct Plan {
   std::vector<DType> types;
   DType out_type = DType::F32;
   int64_t total = 0;
+  // Every input either has the output's shape or is one value (masks against a scalar, the
+  // NaN guard after an attention softmax): element o reads element o, or element 0.
+  bool flat = false;
+  std::vector<int64_t> flat_step;  // per input: 1 or 0
 };
 
 Plan plan(const KernelInit& init) {
@@ -69,6 +73,14 @@ Plan plan(const KernelInit& init) {
     p.strides.push_back(std::move(st));
     p.types.push_back(t);
   }
+  p.flat = true;
+  for (std::size_t k = 0; k < init.num_inputs(); ++k) {
+    const Shape& s = init.input(k).shape;
+    const bool same = shape_numel(s) == p.total && (s.size() == r ? s == p.out : false);
+    const bool scalar = shape_numel(s) == 1;
+    p.flat = p.flat && (same || scalar);
+    p.flat_step.push_back(same && !scalar ? 1 : 0);
+  }
   return p;
 }
 
@@ -76,6 +88,16 @@ Plan plan(const KernelInit& init) {
 template <typename T, typename F>
 void run_plan(const Plan& p, const KernelArgs& a, F f) {
   const std::size_t r = p.out.size(), ni = p.types.size();
+  if (p.flat) {
+    for_chunks(a.pool, p.total, [&](int64_t begin, int64_t end) {
+      T v[4];
+      for (int64_t o = begin; o < end; ++o) {
+        for (std::size_t k = 0; k < ni; ++k) v[k] = load_as<T>(a.in[k], p.types[k], o * p.flat_step[k]);
+        store_as<T>(a.out[0], p.out_type, o, f(v));
+      }
+    }, 16384);
+    return;
+  }
   for_chunks(a.pool, p.total, [&](int64_t begin, int64_t end) {
     int64_t idx[kMaxDims] = {0};
     int64_t rem = begin;
