@@ -60,12 +60,14 @@ namespace {
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64; }
 }  // namespace
 
-void expect_matches_cpu(const Graph& g, Precision p, const CompareOptions& c) {
+namespace {
+
+void expect_matches(const Graph& g, Precision p, const CompareOptions& c, const HostReference& reference) {
   if (!have_gpu()) {
     if (cpu_check_mode()) {
       // What can be checked without a device: the reference runs, and the graph lowers.
       const Tensor x = random_tensor(g.inputs.at(0), c.seed, c.lo, c.hi);
-      EXPECT_NO_THROW(run_cpu(g, x));
+      EXPECT_NO_THROW(reference(x));
       std::size_t steps = 0;
       EXPECT_NO_THROW({
         cuda::Builder b(g, p);
@@ -74,12 +76,12 @@ void expect_matches_cpu(const Graph& g, Precision p, const CompareOptions& c) {
         if (std::getenv("SLUICE_GPU_TESTS_DUMP"))
           for (const auto& st : b.steps) std::printf("    step: %s\n", st->label().c_str());
       });
-      std::printf("[ cpu check] %s: cpu engine ran, %zu cuda steps lowered\n", precision_name(p), steps);
+      std::printf("[ cpu check] %s: reference ran, %zu cuda steps lowered\n", precision_name(p), steps);
     }
     GTEST_SKIP() << "no CUDA GPU: cudaGetDeviceCount reports none, so this GPU test is skipped";
   }
   const Tensor x = random_tensor(g.inputs.at(0), c.seed, c.lo, c.hi);
-  const std::vector<Tensor> ref = run_cpu(g, x);
+  const std::vector<Tensor> ref = reference(x);
   EngineOptions o;
   o.precision = p;
   o.io_sets = 1;
@@ -101,6 +103,25 @@ void expect_matches_cpu(const Graph& g, Precision p, const CompareOptions& c) {
       if (c.exact_ints) EXPECT_EQ(same, a.size()) << "integer outputs differ in " << a.size() - same << " places";
       else EXPECT_GE(static_cast<double>(same), c.int_agreement * static_cast<double>(a.size()));
     }
+  }
+}
+
+
+}  // namespace
+
+void expect_matches_cpu(const Graph& g, Precision p, const CompareOptions& c) {
+  expect_matches(g, p, c, [&](const Tensor& x) { return run_cpu(g, x); });
+}
+
+void expect_matches_reference(const Graph& g, Precision p, const HostReference& ref, const CompareOptions& c) {
+  expect_matches(g, p, c, ref);
+}
+
+float round_to(Precision p, float v) {
+  switch (p) {
+    case Precision::BF16: return bf16_to_f32(f32_to_bf16(v));
+    case Precision::FP16: return f16_to_f32(f32_to_f16(v));
+    default: return v;
   }
 }
 

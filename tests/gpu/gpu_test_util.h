@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -97,5 +98,15 @@ class ScopedEnv {
 // Runs `g` on the CPU engine and on the CUDA engine at precision `p` on the same random input and
 // checks every output.  Skips without a GPU (after the CPU-side checks in CPU-check mode).
 void expect_matches_cpu(const Graph& g, Precision p, const CompareOptions& c = {});
+
+// The same comparison against a reference computed on the host: `ref` returns the expected outputs
+// for the random input x (for ops the CPU engine does not run, and to state the op's definition
+// independently of both engines).
+using HostReference = std::function<std::vector<Tensor>(const Tensor& x)>;
+void expect_matches_reference(const Graph& g, Precision p, const HostReference& ref, const CompareOptions& c = {});
+
+// v rounded to the element type precision p computes in (bf16 or fp16; unchanged at fp32/tf32):
+// what the engine does to the input and to float constants before an op reads them.
+float round_to(Precision p, float v);
 
 }  // namespace sluice::gputest

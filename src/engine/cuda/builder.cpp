@@ -425,12 +425,38 @@ bool Builder::is_graph_output(const std::string& name) const {
   return false;
 }
 
+std::vector<std::string> implemented_ops() {
+  // One entry per op the lower_* functions claim (ops_*.cpp); keep in step with them.
+  std::vector<std::string> ops = {
+      // ops_conv.cpp
+      "Conv", "ConvTranspose", "sluice.FusedConv",
+      // ops_gemm.cpp
+      "Gemm", "MatMul", "Einsum",
+      // ops_elementwise.cpp
+      "Relu", "Sigmoid", "Tanh", "HardSwish", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf", "Reciprocal", "Floor", "Ceil",
+      "Round", "Softplus", "Sin", "Cos", "LeakyRelu", "HardSigmoid", "Elu", "Selu", "Gelu", "Sign", "Add", "Sub", "Mul",
+      "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Mod", "Clip", "Cast", "BatchNormalization",
+      "LayerNormalization", "GroupNormalization", "InstanceNormalization", "sluice.Normalize",
+      // ops_layout.cpp, ops_resize.cpp
+      "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Transpose", "Concat", "Split", "Slice",
+      "Gather", "Pad", "Expand", "Tile", "Resize", "Upsample",
+      // ops_reduce.cpp
+      "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2",
+      "ReduceLogSumExp", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax",
+      "ArgMax", "ArgMin", "TopK", "sluice.ArgMaxCast",
+      // ops_index.cpp
+      "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Where",
+      "GatherND", "ScatterND", "CumSum", "Trilu", "Range", "Col2Im"};
+  std::sort(ops.begin(), ops.end());
+  return ops;
+}
+
 void Builder::lower_node(const Node& n) {
   if (skipped_.count(&n)) return;
   current_ = &n;
   const std::size_t first = steps.size();
   const bool known = lower_conv(*this, n) || lower_gemm(*this, n) || lower_elementwise(*this, n) ||
-                     lower_layout(*this, n) || lower_reduce(*this, n);
+                     lower_layout(*this, n) || lower_reduce(*this, n) || lower_index(*this, n);
   if (!known)
     fail(n, "op ", n.domain.empty() ? "" : n.domain + ".", n.op, " is not implemented by the cuda engine");
   // The node's FLOPs go to its main step: the first one named after it.

@@ -2,6 +2,7 @@
 // What the CUDA engine tells beyond the Engine interface: its build figures (for logs and tests)
 // and blocking helpers for one-off runs (`sluice forward --device cuda`, tests).
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -28,5 +29,10 @@ const EngineStats* engine_stats(const Engine& e);
 // Copies `input` into set `set`'s input buffer, runs forward and returns the outputs as host
 // tensors (graph dtypes).  Blocks; works for the cpu engine too.  Not for the steady state.
 std::vector<Tensor> run_forward(Engine& e, const Tensor& input, int set = 0);
+
+// The ops the engine lowers, as "Op" or "domain.Op" keys, sorted: what `sluice check` holds a model
+// to when no GPU is visible.  The GPU tests hold every entry to the lowering and every op the model
+// layer accepts to this table.
+std::vector<std::string> implemented_ops();
 
 }  // namespace sluice::cuda

@@ -21,7 +21,7 @@ bool fast_kernels();
 
 enum class Act : int {
   Identity = 0, Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid, HardSwish, Exp, Log, Sqrt, Neg,
-  Abs, Erf, Reciprocal, Floor, Ceil, Round, Elu, Softplus, Gelu, GeluTanh, Selu, Sin, Cos, Not
+  Abs, Erf, Reciprocal, Floor, Ceil, Round, Elu, Softplus, Gelu, GeluTanh, Selu, Sin, Cos, Not, Sign
 };
 // Activation parameters: LeakyRelu/Elu alpha in a; Clip min/max in a/b; HardSigmoid alpha/beta;
 // Selu alpha/gamma.
@@ -207,6 +207,83 @@ void topk(DType t, const void* x, void* values, int64_t* indices, int64_t outer,
 // y = (x - mean) / sqrt(var + eps) * gamma + beta (gamma/beta float device arrays or null).
 void row_norm(DType t, const void* x, void* y, int64_t rows, int64_t cols, float eps, const float* gamma,
               const float* beta, cudaStream_t s);
+
+// ---- comparisons, logic, selection, indexing and scans (kernels_index.cu) ------------------------
+// Element types these kernels read: the float types, I32, I64, U8, I8 and Bool (one byte, 0 or 1).
+
+// Up to three operands broadcast onto one output: right-aligned dims of `rank`, a stride of 0 marks
+// a broadcast dimension (strides in elements).
+struct Broadcast3 {
+  int rank = 0;
+  int64_t out[kMaxRank] = {};
+  int64_t st[3][kMaxRank] = {};
+};
+
+enum class CmpOp : int { Equal = 0, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor };
+// y = a op b as bool bytes, a and b of type t (operands 0 and 1 of `shape`).  Float comparisons
+// are IEEE ones (NaN compares unequal and unordered); And/Or/Xor read nonzero as true.
+void compare(DType t, CmpOp op, const void* a, const void* b, uint8_t* y, const Broadcast3& shape, cudaStream_t s);
+
+// y = a op b on I64 or I32 tensors (integer arithmetic left at run time: index computations).
+// Div truncates toward zero; Mod takes the divisor's sign (fmod 0) or the dividend's (fmod 1); a
+// zero divisor gives 0 (the kernel cannot raise, and ONNX leaves it undefined).
+void int_binary(DType t, BinOp op, bool fmod, const void* a, const void* b, void* y, const Broadcast3& shape, cudaStream_t s);
+
+enum class TestOp : int { IsNaN = 0, IsInf, Not };
+// y = test(x) as bool bytes: IsNaN and IsInf (+inf when `pos`, -inf when `neg`) of a float type t,
+// Not of bools.
+void test_values(DType t, TestOp op, const void* x, uint8_t* y, int64_t n, bool pos, bool neg, cudaStream_t s);
+
+// Where: out = cond ? x : y, cond bool (operand 0), x and y (operands 1 and 2) of elem_size bytes.
+void where(std::size_t elem_size, const uint8_t* cond, const void* x, const void* y, void* out, const Broadcast3& shape,
+           cudaStream_t s);
+
+// Gather with indices read on the device: y[o, j, i] = x[o, idx[j], i] over x [outer, dim, inner],
+// `count` indices of type I64 or I32 (negative ones count from the end).  An index outside
+// [-dim, dim) is clamped into range: the kernel cannot raise an error and must not read outside x.
+void gather_axis(std::size_t elem_size, const void* x, const void* idx, DType index_type, void* y, int64_t outer,
+                 int64_t dim, int64_t inner, int64_t count, cudaStream_t s);
+
+// GatherND and ScatterND: `rows` index tuples of `k` int64 entries address slices of `slice`
+// contiguous elements of the data tensor (dims dim[0..k) with element strides stride[0..k) after
+// the batch dims); with batch dims, row r belongs to batch r / rows_per_batch, whose data starts at
+// batch * batch_stride.  Out-of-range indices are clamped like gather_axis's.
+struct IndexND {
+  int64_t rows = 0, rows_per_batch = 1, batch_stride = 0, slice = 1;
+  int k = 0;
+  int64_t dim[kMaxRank] = {};
+  int64_t stride[kMaxRank] = {};
+};
+// y [rows, slice] = the addressed slices of x.
+void gather_nd(std::size_t elem_size, const void* x, const int64_t* idx, void* y, const IndexND& s, cudaStream_t st);
+// y (already a copy of the data) gets updates [rows, slice] written into the addressed slices
+// (reduction none: with duplicate indices one of the writes wins, as ONNX leaves it undefined).
+void scatter_nd(std::size_t elem_size, const int64_t* idx, const void* updates, void* y, const IndexND& s, cudaStream_t st);
+
+// Col2Im over 2-D images: x [n, c * kh * kw, oh * ow] of sliding blocks summed into y [n, c, h, w]
+// (each output pixel gathers the blocks that cover it; float accumulation).
+struct Col2ImShape {
+  int64_t n = 0, c = 0, h = 0, w = 0, kh = 1, kw = 1, oh = 0, ow = 0;
+  int64_t sh = 1, sw = 1, dh = 1, dw = 1, ph = 0, pw = 0;   // strides, dilations, begin pads
+};
+void col2im(DType t, const void* x, void* y, const Col2ImShape& s, cudaStream_t st);
+
+// CumSum along the middle axis of [outer, r, inner] (float types accumulate in float, I32 and I64
+// in int64): exclusive leaves out each element itself, reverse sums from the end.
+void cumsum(DType t, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, bool exclusive, bool reverse,
+            cudaStream_t s);
+
+// Trilu over the last two dims of [batch, rows, cols]: keeps element (i, j) when j - i >= k (upper)
+// or j - i <= k (lower), zero elsewhere.
+void trilu(std::size_t elem_size, const void* x, void* y, int64_t batch, int64_t rows, int64_t cols, int64_t k,
+           bool upper, cudaStream_t s);
+
+// GroupNormalization and InstanceNormalization: x [n, channels, inner], channels in `groups`
+// equal groups; each (sample, group) is normalized over its channels/groups * inner elements
+// (mean and variance in float, two passes), then y = v * gamma[c] + beta[c] (float device arrays
+// of `channels`, or null).  One block per (sample, group) (kernels_reduce.cu).
+void group_norm(DType t, const void* x, void* y, int64_t n, int64_t channels, int64_t groups, int64_t inner, float eps,
+                const float* gamma, const float* beta, cudaStream_t s);
 
 // Fills n elements of elem_size bytes with the same bit pattern.
 void fill(std::size_t elem_size, void* y, int64_t n, uint64_t bits, cudaStream_t s);

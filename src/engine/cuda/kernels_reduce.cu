@@ -337,6 +337,52 @@ __global__ void row_norm_kernel(const T* x, T* y, int64_t rows, int64_t cols, fl
   }
 }
 
+// One block per (sample, group): the group's channels/groups * inner elements are contiguous.
+// Mean first, then the mean of squared deviations (two passes over the data keep the variance
+// accurate when the mean is large next to the spread).
+template <typename T>
+__global__ void group_norm_kernel(const T* x, T* y, int64_t channels, int64_t groups, int64_t inner, float eps,
+                                  const float* gamma, const float* beta) {
+  __shared__ float partial[kThreads / 32];
+  __shared__ float result;
+  const int64_t per_group = channels / groups;
+  const int64_t count = per_group * inner;
+  const int64_t g = blockIdx.x % groups;
+  const T* xg = x + static_cast<int64_t>(blockIdx.x) * count;
+  T* yg = y + static_cast<int64_t>(blockIdx.x) * count;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  auto block_sum = [&](float v) {
+    v = warp_sum(v);
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+      float t = lane < static_cast<int>(blockDim.x / 32) ? partial[lane] : 0.f;
+      t = warp_sum(t);
+      if (lane == 0) result = t;
+    }
+    __syncthreads();
+    const float total = result;
+    __syncthreads();
+    return total;
+  };
+  float sum = 0.f;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) sum += to_f(xg[j]);
+  const float mean = block_sum(sum) / static_cast<float>(count);
+  float sq = 0.f;
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    const float d = to_f(xg[j]) - mean;
+    sq += d * d;
+  }
+  const float inv = rsqrtf(block_sum(sq) / static_cast<float>(count) + eps);
+  for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+    const int64_t c = g * per_group + j / inner;
+    float v = (to_f(xg[j]) - mean) * inv;
+    if (gamma) v *= gamma[c];
+    if (beta) v += beta[c];
+    yg[j] = from_f<T>(v);
+  }
+}
+
 unsigned warp_grid(int64_t rows) {
   const int64_t per_block = kThreads / 32;
   const int64_t blocks = (rows + per_block - 1) / per_block;
@@ -416,6 +462,20 @@ void row_norm(DType t, const void* x, void* y, int64_t rows, int64_t cols, float
     using T = decltype(tag);
     row_norm_kernel<T><<<warp_grid(rows), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, cols,
                                                             eps, gamma, beta);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void group_norm(DType t, const void* x, void* y, int64_t n, int64_t channels, int64_t groups, int64_t inner, float eps,
+                const float* gamma, const float* beta, cudaStream_t s) {
+  const int64_t blocks = n * groups;
+  if (blocks <= 0 || inner <= 0) return;
+  SLUICE_CHECK(groups > 0 && channels % groups == 0, "cuda group_norm: ", channels, " channels in ", groups, " groups");
+  SLUICE_CHECK(blocks < (int64_t{1} << 31), "cuda group_norm: ", blocks, " groups are too many for one launch");
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    group_norm_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y),
+                                                                            channels, groups, inner, eps, gamma, beta);
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -1,5 +1,6 @@
 // Elementwise ops: activations, broadcasting arithmetic, casts, the input normalization and the
-// per-channel normalizations (BatchNormalization that was not folded, LayerNormalization).
+// normalizations (BatchNormalization that was not folded, LayerNormalization, GroupNormalization,
+// InstanceNormalization).
 #include <cmath>
 #include <cstring>
 
@@ -86,7 +87,7 @@ bool unary_act(const Node& n, ActParams* p) {
       {"Erf", Act::Erf}, {"Reciprocal", Act::Reciprocal}, {"Floor", Act::Floor}, {"Ceil", Act::Ceil},
       {"Round", Act::Round}, {"Softplus", Act::Softplus}, {"Sin", Act::Sin}, {"Cos", Act::Cos},
       {"LeakyRelu", Act::LeakyRelu}, {"HardSigmoid", Act::HardSigmoid}, {"Elu", Act::Elu}, {"Selu", Act::Selu},
-      {"Gelu", Act::Gelu}};
+      {"Gelu", Act::Gelu}, {"Sign", Act::Sign}};
   const auto it = table.find(n.op);
   if (it == table.end()) return false;
   p->act = it->second;
@@ -309,6 +310,44 @@ void lower_layernorm(Builder& b, const Node& n) {
   });
 }
 
+// GroupNormalization (scale and bias per channel, or per group as opset 18 wrote them) and
+// InstanceNormalization (a group per channel); statistics in float whatever the storage type.
+void lower_group_norm(Builder& b, const Node& n, bool instance) {
+  const int x = float_input(b, n, 0);
+  const int y = b.output(n, 0);
+  const Shape xs = b.slot(x).shape;
+  if (xs.size() < 2) b.fail(n, "input ", shape_str(xs), " has no channel axis");
+  const int64_t batch = xs[0], channels = xs[1];
+  int64_t inner = 1;
+  for (std::size_t d = 2; d < xs.size(); ++d) inner *= xs[d];
+  const int64_t groups = instance ? channels : n.get_int("num_groups", 0);
+  if (groups < 1 || channels % groups != 0) b.fail(n, "num_groups ", groups, " does not divide the ", channels, " channels");
+  auto table = [&](std::size_t i, const char* what) -> int {
+    if (!b.has_input(n, i)) {
+      if (instance) b.fail(n, what, " (input ", i, ") is missing");
+      return -1;
+    }
+    std::vector<float> v = b.const_floats(n, i, what);
+    if (static_cast<int64_t>(v.size()) == groups && groups != channels) {
+      std::vector<float> per_channel(static_cast<std::size_t>(channels));
+      for (int64_t c = 0; c < channels; ++c) per_channel[static_cast<std::size_t>(c)] = v[static_cast<std::size_t>(c / (channels / groups))];
+      v = std::move(per_channel);
+    }
+    if (static_cast<int64_t>(v.size()) != channels) b.fail(n, what, " has ", v.size(), " values for ", channels, " channels");
+    return b.constant(n.name + " (" + what + ")", Tensor::from(DType::F32, {channels}, v));
+  };
+  const int g = table(1, "scale"), be = table(2, "B");
+  const float eps = n.get_float("epsilon", 1e-5f);
+  const DType t = b.compute;
+  std::vector<int> uses = {x, y};
+  if (g >= 0) uses.push_back(g);
+  if (be >= 0) uses.push_back(be);
+  b.add(n.name, uses, [=](Context&, const Bindings& bd, cudaStream_t s) {
+    group_norm(t, bd.at(x), bd.at(y), batch, channels, groups, inner, eps, g >= 0 ? bd.at<float>(g) : nullptr,
+               be >= 0 ? bd.at<float>(be) : nullptr, s);
+  });
+}
+
 }  // namespace
 
 bool lower_elementwise(Builder& b, const Node& n) {
@@ -325,8 +364,9 @@ bool lower_elementwise(Builder& b, const Node& n) {
       {"Max", BinOp::Max}, {"Min", BinOp::Min}, {"Sum", BinOp::Add}, {"Mean", BinOp::Add}, {"PRelu", BinOp::PRelu},
       {"Mod", BinOp::Mod}};
   const auto it = binops.find(n.op);
+  if (it != binops.end() && is_int_arith(b, n)) return false;   // ops_index.cpp
   if (it != binops.end()) {
-    if (n.op == "Mod" && n.get_int("fmod", 0) == 0) b.fail(n, "integer Mod (fmod=0) is not supported");
+    if (n.op == "Mod" && n.get_int("fmod", 0) == 0) b.fail(n, "Mod of float tensors needs fmod=1 (ONNX defines fmod=0 for integers only)");
     lower_binary(b, n, it->second);
     return true;
   }
@@ -334,6 +374,8 @@ bool lower_elementwise(Builder& b, const Node& n) {
   else if (n.op == "Cast") lower_cast(b, n);
   else if (n.op == "BatchNormalization") lower_batchnorm(b, n);
   else if (n.op == "LayerNormalization") lower_layernorm(b, n);
+  else if (n.op == "GroupNormalization") lower_group_norm(b, n, false);
+  else if (n.op == "InstanceNormalization") lower_group_norm(b, n, true);
   else return false;
   return true;
 }

@@ -1,7 +1,12 @@
-// Gemm and MatMul on cuBLAS.  cuBLAS is column-major and our tensors are row-major: a row-major
+// Gemm, MatMul and Einsum on cuBLAS.  cuBLAS is column-major and our tensors are row-major: a row-major
 // Y[M,N] = A[M,K] B[K,N] is the column-major Y^T = B^T A^T, so every call passes B first.
 // Precision: fp32 computes in CUBLAS_COMPUTE_32F under pedantic math (no TF32), tf32 in
 // CUBLAS_COMPUTE_32F_FAST_TF32, fp16/bf16 store half types and accumulate in fp32.
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_raii.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
@@ -169,12 +174,227 @@ void lower_matmul(Builder& b, const Node& n) {
   });
 }
 
+// ---- Einsum ----------------------------------------------------------------------------------------
+// Lowered to what the library does well: letters summed in one operand only are reduced away
+// first, then the operands are permuted (when their order is not already one cuBLAS reads,
+// transposed or not) to [batch, M, K] and [batch, K, N], multiplied by one strided-batched GEMM,
+// and the [batch, M, N] product is permuted into the output's letter order.
+
+struct EinsumSpec {
+  std::vector<std::string> in;   // one letter string per operand (ellipsis dims as digits)
+  std::string out;
+};
+
+EinsumSpec parse_einsum(const Builder& b, const Node& n, const std::vector<Shape>& shapes) {
+  std::string eq;
+  for (char c : n.get_string("equation", "")) if (c != ' ') eq += c;
+  if (eq.empty()) b.fail(n, "the equation is missing");
+  const std::size_t arrow = eq.find("->");
+  const std::string lhs = eq.substr(0, arrow);
+  std::vector<std::string> terms;
+  for (std::size_t at = 0;;) {
+    const std::size_t comma = lhs.find(',', at);
+    terms.push_back(lhs.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (terms.size() != shapes.size()) b.fail(n, "the equation '", eq, "' names ", terms.size(), " operands, the node has ", shapes.size());
+  // Ellipses become the digits '0'.. right-aligned: the last ellipsis dim is the same digit in every operand.
+  int ell = 0;
+  EinsumSpec s;
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    std::string t = terms[i];
+    const std::size_t dots = t.find("...");
+    const int64_t explicit_letters = static_cast<int64_t>(t.size()) - (dots == std::string::npos ? 0 : 3);
+    const int64_t rank = static_cast<int64_t>(shapes[i].size());
+    if (dots == std::string::npos) {
+      if (explicit_letters != rank) b.fail(n, "term '", t, "' has ", explicit_letters, " letters for an operand of rank ", rank);
+    } else {
+      const int64_t e = rank - explicit_letters;
+      if (e < 0 || e > 8) b.fail(n, "term '", t, "' does not fit an operand of rank ", rank);
+      ell = std::max(ell, static_cast<int>(e));
+      std::string digits;
+      for (int64_t k = 0; k < e; ++k) digits += static_cast<char>('0' + (8 - e + k));
+      t = t.substr(0, dots) + digits + t.substr(dots + 3);
+    }
+    for (char c : t)
+      if (!std::isalpha(static_cast<unsigned char>(c)) && !std::isdigit(static_cast<unsigned char>(c)))
+        b.fail(n, "the equation '", eq, "' has the character '", c, "'");
+    s.in.push_back(t);
+  }
+  std::string all_digits;
+  for (int k = 0; k < ell; ++k) all_digits += static_cast<char>('0' + (8 - ell + k));
+  if (arrow != std::string::npos) {
+    std::string o = eq.substr(arrow + 2);
+    const std::size_t dots = o.find("...");
+    if (dots != std::string::npos) o = o.substr(0, dots) + all_digits + o.substr(dots + 3);
+    s.out = o;
+  } else {
+    // Implicit output: the ellipsis dims, then the letters used once, alphabetically.
+    std::map<char, int> uses;
+    for (const auto& t : s.in)
+      for (char c : t) ++uses[c];
+    s.out = all_digits;
+    for (const auto& [c, k] : uses)
+      if (k == 1 && std::isalpha(static_cast<unsigned char>(c))) s.out += c;
+  }
+  for (const auto& t : s.in)
+    for (std::size_t i = 0; i < t.size(); ++i)
+      if (t.find(t[i], i + 1) != std::string::npos) b.fail(n, "the letter '", t[i], "' repeats within one operand (a diagonal); not supported");
+  for (std::size_t i = 0; i < s.out.size(); ++i) {
+    if (s.out.find(s.out[i], i + 1) != std::string::npos) b.fail(n, "the letter '", s.out[i], "' repeats in the output");
+    bool found = false;
+    for (const auto& t : s.in) found |= t.find(s.out[i]) != std::string::npos;
+    if (!found) b.fail(n, "the output letter '", s.out[i], "' is in no operand");
+  }
+  return s;
+}
+
+class EinsumLowering {
+ public:
+  EinsumLowering(Builder& b, const Node& n) : b_(b), n_(n) {}
+
+  void run() {
+    std::vector<int> ops;
+    std::vector<Shape> shapes;
+    for (std::size_t i = 0; i < n_.inputs.size(); ++i) {
+      ops.push_back(b_.input(n_, i));
+      check_float(b_, n_, ops.back());
+      shapes.push_back(b_.slot(ops.back()).shape);
+    }
+    if (ops.empty() || ops.size() > 2) b_.fail(n_, ops.size(), " operands: Einsum of one or two operands is supported");
+    const EinsumSpec spec = parse_einsum(b_, n_, shapes);
+    for (std::size_t i = 0; i < ops.size(); ++i)
+      for (std::size_t d = 0; d < spec.in[i].size(); ++d) {
+        const char c = spec.in[i][d];
+        const int64_t size = shapes[i][d];
+        const auto it = dims_.find(c);
+        if (it != dims_.end() && it->second != size)
+          b_.fail(n_, "the letter '", c, "' is ", it->second, " in one operand and ", size, " in another (broadcasting is not supported)");
+        dims_[c] = size;
+      }
+    const int y = b_.output(n_, 0);
+    const std::string& out = spec.out;
+    if (ops.size() == 1) {
+      const auto [x, letters] = sum_out(ops[0], spec.in[0], out);
+      permute(x, letters, out, y);
+      return;
+    }
+    auto [a, la] = sum_out(ops[0], spec.in[0], out + spec.in[1]);
+    auto [w, lw] = sum_out(ops[1], spec.in[1], out + spec.in[0]);
+    std::string batch, m, k, nn;
+    for (char c : out) {
+      const bool in_a = la.find(c) != std::string::npos, in_w = lw.find(c) != std::string::npos;
+      if (in_a && in_w) batch += c;
+      else if (in_a) m += c;
+      else nn += c;
+    }
+    for (char c : la)
+      if (out.find(c) == std::string::npos) k += c;   // contracted: in both operands (sum_out kept only those)
+    GemmCall call;
+    call.batch = size(batch);
+    call.m = size(m);
+    call.k = size(k);
+    call.n = size(nn);
+    if (la == batch + k + m) call.trans_a = true;
+    else if (la != batch + m + k) a = permute(a, la, batch + m + k, -1);
+    if (lw == batch + nn + k) call.trans_b = true;
+    else if (lw != batch + k + nn) w = permute(w, lw, batch + k + nn, -1);
+    call.stride_a = call.m * call.k;
+    call.stride_b = call.k * call.n;
+    call.stride_y = call.m * call.n;
+    const std::string product = batch + m + nn;
+    const int dst = product == out ? y : b_.temp(b_.compute, letter_shape(product), n_.name + " (product)");
+    const DType t = b_.compute;
+    if (call.k == 0) {
+      const std::size_t bytes = b_.slot(dst).bytes;
+      b_.add(n_.name, {dst}, [=](Context&, const Bindings& bd, cudaStream_t s) { CUDA_CHECK(cudaMemsetAsync(bd.at(dst), 0, bytes, s)); });
+    } else if (call.batch * call.m * call.n > 0) {
+      const int aa = a, ww = w;
+      b_.add(n_.name, {aa, ww, dst}, [=](Context& ctx, const Bindings& bd, cudaStream_t) {
+        enqueue_gemm(ctx, t, call, bd.at(aa), bd.at(ww), bd.at(dst));
+      });
+    }
+    if (dst != y) permute(dst, product, out, y);
+  }
+
+ private:
+  int64_t size(const std::string& letters) const {
+    int64_t p = 1;
+    for (char c : letters) p *= dims_.at(c);
+    return p;
+  }
+  Shape letter_shape(const std::string& letters) const {
+    Shape s;
+    for (char c : letters) s.push_back(dims_.at(c));
+    return s;
+  }
+
+  // `letters` of slot x reordered as `to` into dst (a new temp when dst < 0; x itself when the
+  // order already matches and no dst is asked).
+  int permute(int x, const std::string& letters, const std::string& to, int dst) {
+    if (letters == to && dst < 0) return x;
+    if (dst < 0) dst = b_.temp(b_.slot(x).dtype, letter_shape(to), n_.name + " (" + to + ")");
+    if (letters == to) {
+      const std::size_t bytes = b_.slot(dst).bytes;
+      b_.add(n_.name, {x, dst}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+        CUDA_CHECK(cudaMemcpyAsync(bd.at(dst), bd.at(x), bytes, cudaMemcpyDeviceToDevice, s));
+      });
+      return dst;
+    }
+    if (to.size() > static_cast<std::size_t>(kMaxRank)) b_.fail(n_, "more than ", kMaxRank, " letters in one operand");
+    std::map<char, int64_t> stride;
+    int64_t acc = 1;
+    for (std::size_t d = letters.size(); d-- > 0;) {
+      stride[letters[d]] = acc;
+      acc *= dims_.at(letters[d]);
+    }
+    CopyShape cs;
+    cs.rank = static_cast<int>(to.size());
+    for (std::size_t d = 0; d < to.size(); ++d) {
+      cs.out[d] = dims_.at(to[d]);
+      cs.in_dim[d] = cs.out[d];
+      cs.in_stride[d] = stride.at(to[d]);
+    }
+    if (to.empty()) {
+      cs.rank = 1;
+      cs.out[0] = cs.in_dim[0] = 1;
+      cs.in_stride[0] = 1;
+    }
+    const std::size_t es = dtype_size(b_.slot(x).dtype);
+    b_.add(n_.name + " permute", {x, dst}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+      strided_copy(es, bd.at(x), bd.at(dst), cs, s);
+    }, "Layout");
+    return dst;
+  }
+
+  // Sums away the letters of x that `keep` does not name (in fp32 inside the reduction kernel).
+  std::pair<int, std::string> sum_out(int x, const std::string& letters, const std::string& keep) {
+    std::string kept, gone;
+    for (char c : letters) (keep.find(c) != std::string::npos ? kept : gone) += c;
+    if (gone.empty()) return {x, letters};
+    const int src = permute(x, letters, kept + gone, -1);
+    const int dst = b_.temp(b_.compute, letter_shape(kept), n_.name + " (sum over " + gone + ")");
+    const int64_t outer = size(kept), r = size(gone);
+    const DType t = b_.compute;
+    b_.add(n_.name + " sum", {src, dst}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+      reduce(t, RedOp::Sum, bd.at(src), bd.at(dst), outer, r, 1, s);
+    }, "ReduceSum");
+    return {dst, kept};
+  }
+
+  Builder& b_;
+  const Node& n_;
+  std::map<char, int64_t> dims_;
+};
+
 }  // namespace
 
 bool lower_gemm(Builder& b, const Node& n) {
   if (!n.domain.empty()) return false;
   if (n.op == "Gemm") lower_gemm_op(b, n);
   else if (n.op == "MatMul") lower_matmul(b, n);
+  else if (n.op == "Einsum") EinsumLowering(b, n).run();
   else return false;
   return true;
 }

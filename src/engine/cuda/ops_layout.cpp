@@ -1,5 +1,5 @@
 // Ops that move data: views (Reshape & co share their input's bytes), Transpose, Concat, Split,
-// Slice, Gather, Pad, Expand and Tile (Resize: ops_resize.cpp).  Contiguous blocks go through
+// Slice, Gather (constant or run-time indices), Pad, Expand and Tile (Resize: ops_resize.cpp).  Contiguous blocks go through
 // cudaMemcpy2DAsync; the rest through the strided-copy and pad kernels.
 #include <algorithm>
 #include <cmath>
@@ -207,11 +207,26 @@ void lower_gather(Builder& b, const Node& n) {
   const int y = b.output(n, 0);
   const Shape xs = b.slot(x).shape;
   const int64_t axis = b.axis(n, n.get_int("axis", 0), static_cast<int64_t>(xs.size()));
-  const std::vector<int64_t> idx = b.const_ints(n, 1, "indices");
-  if (idx.size() > 1024) b.fail(n, idx.size(), " indices: Gather supports up to 1024 constant indices");
   const std::size_t es = dtype_size(b.slot(x).dtype);
   const auto [outer, inner] = outer_inner(xs, axis);
   const int64_t dim = xs[static_cast<std::size_t>(axis)];
+  const Tensor* constant = b.const_input(n, 1);
+  if (!constant || constant->numel() > 64) {
+    // Indices computed at run time (or many of them): read on the device by the gather kernel.
+    const int ids = b.input(n, 1);
+    const DType it = b.slot(ids).dtype;
+    if (it != DType::I64 && it != DType::I32) b.fail(n, "indices are ", dtype_name(it), ", not int64 or int32");
+    if (dim == 0) b.fail(n, "gathering from an empty axis");
+    if (constant)
+      for (int64_t v : constant->as_int64())
+        if (v < -dim || v >= dim) b.fail(n, "index ", v, " is out of range for a dim of ", dim);
+    const int64_t count = b.slot(ids).numel();
+    b.add(n.name, {x, ids, y}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+      gather_axis(es, bd.at(x), bd.at(ids), it, bd.at(y), outer, dim, inner, count, s);
+    });
+    return;
+  }
+  const std::vector<int64_t> idx = b.const_ints(n, 1, "indices");
   std::vector<Block2D> blocks;
   for (std::size_t j = 0; j < idx.size(); ++j) {
     int64_t i = idx[j] < 0 ? idx[j] + dim : idx[j];
