@@ -20,7 +20,6 @@ from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, rank_f
 from simnodes import IFACE, SimNodes, why_not  # noqa: E402
 from slurm_nodes import SlurmOnNodes, missing_software, wait_for  # noqa: E402
 
-SCRIPT = os.path.join(ROOT, "slurm", "sluice.sbatch")
 N = 384
 JOB = ["--samples", N, "--batch-size", 16, "--chunk-batches", 1, "--cpu-threads", 1, "--device", "cpu"]
 
@@ -30,12 +29,19 @@ def cluster():
     why = why_not() or missing_software()
     if why:
         pytest.skip(why)
-    if os.path.realpath(BIN).startswith("/tmp/"):
-        pytest.fail(f"SLUICE_BIN {BIN} is under /tmp, which each simulated Slurm node has of its own: build it elsewhere")
     sim = SimNodes(3)
     # Not under /tmp: each simulated node's daemons have a /tmp of their own.
     base = tempfile.mkdtemp(prefix="sluice-slurm-nodes-", dir="/var/tmp")
     os.chmod(base, 0o755)  # munged (user munge) reaches its folder below
+    bin_, root = BIN, ROOT
+    if any(os.path.realpath(p).startswith("/tmp/") for p in (BIN, ROOT)):
+        # A checkout or build under /tmp (as a CI clone may be) is invisible on the nodes: they get a
+        # copy of what the jobs read, the script, the job files and the binary, beside the cluster.
+        root = os.path.join(base, "checkout")
+        for folder in ("slurm", "jobs"):
+            shutil.copytree(os.path.join(ROOT, folder), os.path.join(root, folder))
+        os.makedirs(os.path.join(root, "build"))
+        bin_ = shutil.copy2(BIN, os.path.join(root, "build", "sluice"))
     c = None
     try:
         sim.up()
@@ -43,9 +49,12 @@ def cluster():
         c.env.update({k: v for k, v in MPI_ENV.items() if k.startswith("OMPI_")})  # mpirun as root
         # Open MPI between the nodes over their interface to the switch.
         c.env.update(OMPI_MCA_btl="self,vader,tcp", OMPI_MCA_btl_tcp_if_include=IFACE,
-                     OMPI_MCA_oob_tcp_if_include=IFACE, SLUICE_BIN=BIN)
+                     OMPI_MCA_oob_tcp_if_include=IFACE, SLUICE_BIN=bin_)
         c.start()
         c.shared = base
+        c.root = root
+        c.script = os.path.join(root, "slurm", "sluice.sbatch")
+        c.job_file = os.path.join(root, "jobs", "quickstart.toml")
         yield c
     finally:
         if c is not None:
@@ -64,8 +73,8 @@ def reference(tmp_path_factory):
 
 
 def sbatch(cluster, args, job_args, wait, env=None, timeout=180):
-    cmd = ["sbatch", "--parsable", *(["--wait"] if wait else []), *map(str, args), SCRIPT, *map(str, job_args)]
-    p = cluster.run(*cmd, env=env or cluster.env, cwd=ROOT, check=False, timeout=timeout)
+    cmd = ["sbatch", "--parsable", *(["--wait"] if wait else []), *map(str, args), cluster.script, *map(str, job_args)]
+    p = cluster.run(*cmd, env=env or cluster.env, cwd=cluster.root, check=False, timeout=timeout)
     m = re.match(r"(\d+)", p.stdout.strip())
     assert m, f"sbatch printed no job id (exit {p.returncode}):\n{p.stdout}\n{p.stderr}\n{cluster.logs()}"
     return p.returncode, m.group(1)
@@ -97,7 +106,7 @@ def test_sbatch_on_two_nodes_runs_two_ranks_on_each(cluster, reference, launcher
     log = os.path.join(cluster.shared, "slurm-%j.out")
     env = dict(cluster.env, SLUICE_LAUNCHER=launcher)
     rc, job_id = sbatch(cluster, ["--nodes=2", "--ntasks-per-node=2", "--overcommit", "-o", log],
-                        [QUICKSTART, "--output", out, *JOB], wait=True, env=env)
+                        [cluster.job_file, "--output", out, *JOB], wait=True, env=env)
     text = read_log(log.replace("%j", job_id))
     assert rc == 0, f"{text}\n{cluster.logs()}"
     assert "4 rank(s) on 2 node(s)" in text and "sluice.sbatch: complete" in text, text
@@ -131,7 +140,7 @@ def test_a_node_drained_mid_job_and_the_job_requeued_resumes_on_the_nodes_left(c
     # Slowed on every rank (200 ms a batch), so the job outlasts the drain and requeue below.
     slow = ["--throttle-ms", 200, "--throttle-ranks", "0,1,2,3"]
     _, job_id = sbatch(cluster, ["--nodes=2", "--ntasks-per-node=2", "--overcommit", "-o", log],
-                       [QUICKSTART, "--output", out, *JOB, *slow], wait=False)
+                       [cluster.job_file, "--output", out, *JOB, *slow], wait=False)
     wait_for("the job to run", lambda: cluster.job(job_id)["JobState"] == "RUNNING", 60, 0.2)
     # Observed progress: every rank has committed a chunk.
     files = [os.path.join(out, f"rank-{r:05d}.h5") for r in range(4)]
