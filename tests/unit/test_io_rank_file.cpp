@@ -513,12 +513,15 @@ TEST(RankFile, LedgerRecordsCarryTheirCommitTime) {
   TempDir dir;
   const std::string path = dir.file("rank-00000.h5");
   const auto specs = three_outputs();
-  const double before = static_cast<double>(std::time(nullptr)) - 1;
+  // A minute each way: the wall clock of a VM can be stepped by its time sync between two readings
+  // (a CI run saw both commits land past `after` with a 1 s margin); the check is that the records
+  // hold the time of their commit, not an exact one.
+  const double before = static_cast<double>(std::time(nullptr)) - 60;
   auto f = open_rank_file(path, specs, 4, test_meta(), false);
   write_chunk(*f, specs, 0, 0, 10, 4);
   write_chunk(*f, specs, 1, 10, 10, 4);
   f->close();
-  const double after = static_cast<double>(std::time(nullptr)) + 1;
+  const double after = static_cast<double>(std::time(nullptr)) + 60;
   const RankFileInfo info = read_rank_file(path);
   ASSERT_EQ(info.chunks.size(), 2u);
   for (const ChunkRecord& c : info.chunks) {
