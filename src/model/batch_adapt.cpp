@@ -18,7 +18,7 @@
 #include "model/einsum.h"
 #include "model/graph_util.h"
 #include "model/op_classes.h"
-#include "model/prepare.h"
+#include "model/passes.h"
 
 namespace sluice {
 

@@ -9,6 +9,7 @@
 #include "model/batch_adapt.h"
 #include "model/canonicalize.h"
 #include "model/graph_util.h"
+#include "model/passes.h"
 
 namespace sluice {
 

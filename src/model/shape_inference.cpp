@@ -8,7 +8,6 @@
 #include "model/const_eval.h"
 #include "model/einsum.h"
 #include "model/graph_util.h"
-#include "model/prepare.h"
 
 namespace sluice {
 
