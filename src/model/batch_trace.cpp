@@ -236,14 +236,19 @@ bool Tracer::single_sample(const Node& n, const std::vector<std::size_t>& data) 
     // Sub-batches of one joined along axis 0, in sample order: a batch window again.
     for (std::size_t k = 0; k < data.size(); ++k) {
       const Shape& sh = shape(n.input(data[k]));
-      if (sh.empty() || sh[0] != 1 || t_.of(g_, n.input(data[k])).first != s0 + static_cast<int64_t>(k))
-        return !fail("joins single samples out of order");
+      if (sh.empty() || sh[0] != 1 || t_.of(g_, n.input(data[k])).first != s0 + static_cast<int64_t>(k)) {
+        fail("joins single samples out of order");
+        return true;
+      }
     }
     for (auto& o : out_) o = BatchState{0, "", s0};
     return true;
   }
   for (std::size_t i : data)
-    if (t_.of(g_, n.input(i)).first != s0) return !fail("combines rows of different samples");
+    if (t_.of(g_, n.input(i)).first != s0) {
+      fail("combines rows of different samples");
+      return true;
+    }
   for (auto& o : out_) o = BatchState{kSingle, "", s0};
   return true;
 }
