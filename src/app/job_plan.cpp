@@ -89,7 +89,8 @@ JobPlan plan_job(const JobConfig& job, int rank) {
   p.engine.precision = precision_from_name(job.precision);
   p.engine.cuda_graphs = job.cuda_graphs;
   p.engine.threads = job.cpu_threads;
-  p.engine.cache_dir = job.algo_cache.empty() ? default_cache_dir() : job.algo_cache;
+  // "none": no cache file at all (every start measures); "": the user's cache folder.
+  p.engine.cache_dir = job.algo_cache == "none" ? "" : job.algo_cache.empty() ? default_cache_dir() : job.algo_cache;
 
   p.pipeline.prefetch = job.prefetch;
   p.pipeline.egress_buffers = job.egress_buffers;
