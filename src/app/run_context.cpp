@@ -99,6 +99,8 @@ void RunContext::load_model() {
 
 void RunContext::share_model() {
   const auto t0 = Clock::now();
+  // The warm-up overlapped the model load; the weights' NCCL broadcast and the engine come next.
+  if (warm_up_.joinable()) (void)warm_up_.join_noexcept();
   if (mpi_.world_size() > 1) {
     const std::string structure = mpi_.broadcast_string(mpi_.rank() == 0 ? serialize_structure(graph_) : std::string());
     model_sha256_ = mpi_.broadcast_string(model_sha256_);
@@ -226,7 +228,13 @@ void RunContext::watch_set_aside() {
 
 void RunContext::choose_device() {
   backend_ = choose_backend(job_.device);
-  if (backend_ == "cuda") gpu_ = choose_gpu();
+  if (backend_ == "cuda") {
+    gpu_ = choose_gpu();
+#ifdef SLUICE_HAVE_CUDA
+    const int gpu = gpu_;
+    warm_up_ = WorkerThread("cuda-warm-up", [gpu] { warm_up_cuda(gpu); });
+#endif
+  }
 }
 
 int RunContext::mapped_gpu() const {

@@ -113,6 +113,7 @@ class RunContext {
   std::condition_variable aside_cv_;
   bool aside_done_ = false;
   WorkerThread aside_thread_;
+  WorkerThread warm_up_;     // cuda: the context and libraries, while the model loads (choose_device)
 };
 
 }  // namespace sluice

@@ -63,6 +63,10 @@ std::unique_ptr<Engine> create_engine(const std::string& backend, const Graph& g
 std::unique_ptr<Engine> create_cpu_engine(const Graph& graph, const EngineOptions& options);
 #ifdef SLUICE_HAVE_CUDA
 std::unique_ptr<Engine> create_cuda_engine(const Graph& graph, const EngineOptions& options);
+// Makes `device`'s context and loads cuDNN and cuBLAS (a first handle of each, destroyed), so that a
+// later create_cuda_engine does not wait for them; meant for a thread of its own while the model
+// loads.  Never throws: a failure shows again, with its message, when the engine is built.
+void warm_up_cuda(int device);
 #endif
 
 }  // namespace sluice
