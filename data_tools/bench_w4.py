@@ -21,6 +21,7 @@ and each run's log under OUT/logs/.  Runs that would pass --deadline are skipped
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -89,7 +90,7 @@ class Bench:
 
     def has_run_export(self):
         p = subprocess.run(self.sluice("run", "--help"), capture_output=True, text=True)
-        return "--export" in p.stdout
+        return re.search(r"^\s*--export\b", p.stdout, re.M) is not None
 
     # ---- the sides ----
 

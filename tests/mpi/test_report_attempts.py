@@ -2,6 +2,7 @@
 record with its samples and why it ended, each rank has a time series, the slowest rank's limit is
 named in words, and plot_reports.py draws it all.  Also: --dry-run explains without writing, job-file
 paths are relative to the job file, and --sink null without --output writes nothing."""
+import hashlib
 import json
 import os
 import re
@@ -171,6 +172,9 @@ def test_set_up_is_split_into_parts_that_add_up_to_at_most_the_whole(tmp_path, n
         assert parts["algorithms_measured"] == parts["algorithms_cached"] == 0
         assert parts["engine_build_s"] > 0
         assert (parts["model_load_s"] > 0) == (k["rank"] == 0)
+    # The model's digest (hashed while the model is prepared) is the file's.
+    model = r["model"] if os.path.isabs(r["model"]) else os.path.join(ROOT, r["model"])
+    assert r["model_sha256"] == hashlib.sha256(open(model, "rb").read()).hexdigest()
     # The printed line shows the parts that exist here, and the first batch after them.
     line = next(x for x in p.stdout.splitlines() if x.startswith("set-up: "))
     assert "model load" in line and "engine build" in line and "then the first batch" in line, line
