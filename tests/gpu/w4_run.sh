@@ -8,7 +8,7 @@
 # and there:
 #   tar xJf devrt.tar.xz && bash tests/gpu/w4_run.sh 2>&1 | tail -40
 # Steps (STEPS, default all) under one deadline (DEADLINE s, 570); COUNTS (2000,8000) the photo
-# counts.  Logs: $OUT/gtest.log, $OUT/bench.log, $OUT/w4.txt, $OUT/w4.json, $OUT/logs/.
+# counts, BATCH (64) the batch size of both sides, SIDES (pytorch,sluice) which sides run.  Logs: $OUT/gtest.log, $OUT/bench.log, $OUT/w4.txt, $OUT/w4.json, $OUT/logs/.
 set -uo pipefail
 OUT=${OUT:-/tmp/sluice-device}
 mkdir -p "$OUT"
@@ -38,7 +38,7 @@ if want gtest; then
 fi
 if want bench; then
   run "bench_w4" $(( $(left) - 5 )) python3 data_tools/bench_w4.py --sluice "$S" --runner "$R" \
-      --counts "${COUNTS:-2000,8000}" --out "$OUT" --deadline $(( $(left) - 15 )) > "$OUT/bench.log" 2>&1
+      --work "${WORK:-/tmp/sluice-w4}" --counts "${COUNTS:-2000,8000}" --batch "${BATCH:-64}" --sides "${SIDES:-pytorch,sluice}" --out "$OUT" --deadline $(( $(left) - 15 )) > "$OUT/bench.log" 2>&1
   grep -E 'set-up:|FAILED|missing|skipped|exit [0-9]' "$OUT/bench.log" | grep -v warmup | cut -c1-230
   cat "$OUT/w4.txt" 2>/dev/null || tail -20 "$OUT/bench.log"
 fi
