@@ -113,8 +113,11 @@ class Bench:
         t_export = 0.0
         if rc == 0 and not during:
             t_export, rc, _ = self.timed(tag, self.sluice("export", run_dir))
-        row = self.row(tag, "sluice" + (" --export" if during else " + export"), n, t_run + t_export, rc,
-                       os.path.join(run_dir, "export"))
+        # RUN_DIR/export, where both ways of exporting write by default (else wherever the PNGs are).
+        png_dir = os.path.join(run_dir, "export")
+        if not os.path.isdir(png_dir):
+            png_dir = run_dir
+        row = self.row(tag, "sluice" + (" --export" if during else " + export"), n, t_run + t_export, rc, png_dir)
         row["cache"] = "cold" if "cold" in tag else "warm"
         row["run_s"], row["export_s"] = t_run, t_export
         try:
