@@ -97,8 +97,14 @@ std::vector<std::string> step_kinds(const Graph& g, Precision p) {
   return kinds;
 }
 
+// The zoo of tests/data/zoo, in the checkout SLUICE_ROOT names (the GPU host's copy) or this one.
+fs::path zoo_dir() {
+  const char* root = std::getenv("SLUICE_ROOT");
+  return (root && *root ? fs::path(root) : fs::path(SLUICE_SOURCE_DIR)) / "tests" / "data" / "zoo";
+}
+
 Graph zoo_model(const std::string& name) {
-  Graph g = load_onnx((fs::path(SLUICE_SOURCE_DIR) / "tests" / "data" / "zoo" / (name + ".onnx")).string());
+  Graph g = load_onnx((zoo_dir() / (name + ".onnx")).string());
   PrepareOptions o;
   o.batch_size = 3;
   const Shape in = g.inputs.at(0).shape;
@@ -200,7 +206,7 @@ INSTANTIATE_TEST_SUITE_P(Precisions, LayerNormStatistics,
                          [](const ::testing::TestParamInfo<Precision>& i) { return std::string(precision_name(i.param)); });
 
 TEST(ResidualStream, EveryZooExportLowersAtBf16AndTheVisionTransformersFuseTheirResidualAdds) {
-  const fs::path zoo = fs::path(SLUICE_SOURCE_DIR) / "tests" / "data" / "zoo";
+  const fs::path zoo = zoo_dir();
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(zoo))
     if (e.path().extension() == ".onnx") names.push_back(e.path().stem().string());
