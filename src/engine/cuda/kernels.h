@@ -293,6 +293,11 @@ void gather_nd(std::size_t elem_size, const void* x, const int64_t* idx, void* y
 // y (already a copy of the data) gets updates [rows, slice] written into the addressed slices
 // (reduction none: with duplicate indices one of the writes wins, as ONNX leaves it undefined).
 void scatter_nd(std::size_t elem_size, const int64_t* idx, const void* updates, void* y, const IndexND& s, cudaStream_t st);
+// The same with reduction add, mul, max or min: every update is combined into its slice (duplicates
+// included, atomically), in float for the float types; types F32, F16, BF16, I64, I32.
+enum class ScatterReduction : int { Add = 0, Mul, Max, Min };
+void scatter_nd_reduce(DType t, ScatterReduction r, const int64_t* idx, const void* updates, void* y, const IndexND& s,
+                       cudaStream_t st);
 
 // Col2Im over 2-D images: x [n, c * kh * kw, oh * ow] of sliding blocks summed into y [n, c, h, w]
 // (each output pixel gathers the blocks that cover it; float accumulation).
