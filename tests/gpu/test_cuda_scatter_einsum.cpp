@@ -1,6 +1,6 @@
 // ScatterND with a reduction (duplicate indices included), Einsum with a repeated letter in one
-// operand (a diagonal) and GatherND over two batch dims, on the CUDA engine against the CPU engine
-// (itself checked against ONNX Runtime, tests/python) at every precision.
+// operand (a diagonal), GatherND over two batch dims and Resize with antialias, on the CUDA engine
+// against the CPU engine (itself checked against ONNX Runtime, tests/python) at every precision.
 #include "gpu_test_util.h"
 
 using namespace sluice;
@@ -72,6 +72,23 @@ TEST_P(ScatterEinsum, GatherNDOverTwoBatchDimsWithSeveralTuplesPerBatch) {
   set_int(n, "batch_dims", 2);
   b.output("y");
   expect_matches_cpu(b.g, p);
+}
+
+TEST_P(ScatterEinsum, ResizeWithAntialiasMatchesTheCpuEngine) {
+  const Precision p = GetParam();
+  for (const char* mode : {"linear", "cubic"})
+    for (const char* coord : {"half_pixel", "align_corners"})
+      for (const Shape& out : {Shape{2, 3, 5, 6}, Shape{2, 3, 30, 9}}) {
+        SCOPED_TRACE(std::string(mode) + " " + coord + " to " + shape_str(out));
+        GraphBuilder b({2, 3, 24, 31});
+        b.constant_i("sizes", {4}, std::vector<int64_t>(out.begin(), out.end()));
+        Node& n = b.node("Resize", {"x", "", "", "sizes"}, {f32("y", out)});
+        set_string(n, "mode", mode);
+        set_string(n, "coordinate_transformation_mode", coord);
+        set_int(n, "antialias", 1);
+        b.output("y");
+        expect_matches_cpu(b.g, p);
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, ScatterEinsum,

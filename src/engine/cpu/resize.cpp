@@ -1,28 +1,19 @@
 // Resize (opset 10..18) and the older Upsample: nearest on any axes and any dtype, linear
 // (bilinear) and cubic (bicubic, separable: rows, then columns) on the last two axes of a float
-// tensor, with antialias (opset 18) too: when shrinking, the filter is stretched by 1 / scale so
-// each output averages every input pixel under it (ONNX's definition, which ONNX Runtime follows:
-// taps past the edges read the edge pixel; PIL and torch drop them instead, so near the borders
-// they differ).  Coordinates are computed in float32 the way
-// the ONNX reference and ONNX Runtime do, so nearest picks the same source pixels.
+// tensor, with antialias (opset 18) too (engine/resize_taps.h).  Coordinates are computed in
+// float32 the way the ONNX reference and ONNX Runtime do, so nearest picks the same source pixels.
 #include <cmath>
 
 #include "engine/cpu/index_map.h"
+#include "engine/resize_taps.h"
 #include "engine/cpu/kernel.h"
 
 namespace sluice::cpu {
 namespace {
 
-// Output coordinate -> input coordinate along one axis.
+// Output coordinate -> input coordinate along one axis (engine/resize_taps.h).
 float source_coord(const std::string& mode, int64_t o, float scale, int64_t in_len, int64_t out_len) {
-  const float x = static_cast<float>(o);
-  if (mode == "half_pixel") return (x + 0.5f) / scale - 0.5f;
-  if (mode == "pytorch_half_pixel") return out_len > 1 ? (x + 0.5f) / scale - 0.5f : 0.f;
-  if (mode == "align_corners")
-    return out_len == 1 ? 0.f : x * static_cast<float>(in_len - 1) / static_cast<float>(out_len - 1);
-  if (mode == "asymmetric") return x / scale;
-  if (mode == "tf_half_pixel_for_nn") return (x + 0.5f) / scale;
-  return 0.f;  // validated before
+  return resize_source_coord(mode, o, scale, in_len, out_len);
 }
 
 int64_t nearest_index(const std::string& mode, float x, float scale) {
@@ -79,8 +70,8 @@ class ResizeKernel final : public Kernel {
         antialias_ = true;
         const float a = init.node.get_float("cubic_coeff_a", -0.75f);
         const bool exclude = init.node.get_int("exclude_outside", 0) != 0;
-        antialias_taps(coord, scales[r - 2], ih_, oh_, cubic_, a, exclude, &ay_);
-        antialias_taps(coord, scales[r - 1], iw_, ow_, cubic_, a, exclude, &ax_);
+        ay_ = antialias_taps(coord, scales[r - 2], ih_, oh_, cubic_, a, exclude);
+        ax_ = antialias_taps(coord, scales[r - 1], iw_, ow_, cubic_, a, exclude);
       } else if (cubic_) {
         const float a = init.node.get_float("cubic_coeff_a", -0.75f);
         const bool exclude = init.node.get_int("exclude_outside", 0) != 0;
@@ -123,9 +114,9 @@ class ResizeKernel final : public Kernel {
         float* yp = y + p * oh_ * ow_;
         std::vector<float> rows(static_cast<std::size_t>(ih_ * ow_));  // each input row resized to ow
         for (int64_t iy = 0; iy < ih_; ++iy)
-          for (int64_t ox = 0; ox < ow_; ++ox) rows[iy * ow_ + ox] = ax_.apply(ox, xp + iy * iw_, 1);
+          for (int64_t ox = 0; ox < ow_; ++ox) rows[iy * ow_ + ox] = apply(ax_, ox, xp + iy * iw_, 1);
         for (int64_t oy = 0; oy < oh_; ++oy)
-          for (int64_t ox = 0; ox < ow_; ++ox) yp[oy * ow_ + ox] = ay_.apply(oy, rows.data() + ox, ow_);
+          for (int64_t ox = 0; ox < ow_; ++ox) yp[oy * ow_ + ox] = apply(ay_, oy, rows.data() + ox, ow_);
       });
       return;
     }
@@ -262,68 +253,18 @@ class ResizeKernel final : public Kernel {
     }
   }
 
-  // Antialiased taps along one axis: output o reads the `width` inputs index[o * width ...] with
-  // weights w[o * width ...].
-  struct Taps {
-    std::vector<int64_t> index;
-    std::vector<float> w;
-    int64_t width = 0;
-    float apply(int64_t o, const float* x, int64_t stride) const {
-      const float* wo = w.data() + o * width;
-      const int64_t* io = index.data() + o * width;
-      float v = 0.f;
-      for (int64_t t = 0; t < width; ++t) v += wo[t] * x[io[t] * stride];
-      return v;
-    }
-  };
-
-  // The filter (the triangle, or the Keys cubic with coefficient a) stretched by 1 / scale when
-  // shrinking, as the ONNX reference and ONNX Runtime define it: around the source coordinate x,
-  // written x = i + r with r in (0, 1], the taps are i + k for k in [start, 1 - start], start =
-  // 1 - ceil(support) for the filter's half-width support stretched (1 or 2, times 1 / scale),
-  // their weights normalized to sum 1; taps beyond the edges read the edge pixel (or, with
-  // exclude_outside, are dropped and the rest renormalized).
-  static void antialias_taps(const std::string& coord, float scale, int64_t in_len, int64_t out_len, bool cubic, float a,
-                             bool exclude, Taps* taps) {
-    const float s = std::min(scale, 1.f);
-    auto filter = [&](float d) {
-      d = std::fabs(d);
-      if (!cubic) return d < 1.f ? 1.f - d : 0.f;
-      if (d <= 1.f) return ((a + 2.f) * d - (a + 3.f)) * d * d + 1.f;
-      if (d < 2.f) return ((a * d - 5.f * a) * d + 8.f * a) * d - 4.f * a;
-      return 0.f;
-    };
-    const int64_t start = static_cast<int64_t>(std::floor((cubic ? -2.f : -1.f) / s)) + 1;
-    const int64_t n = 2 - 2 * start;
-    taps->width = n;
-    taps->index.assign(static_cast<std::size_t>(out_len * n), 0);
-    taps->w.assign(static_cast<std::size_t>(out_len * n), 0.f);
-    for (int64_t o = 0; o < out_len; ++o) {
-      const float x = source_coord(coord, o, scale, in_len, out_len);
-      const float base = std::ceil(x) - 1.f, r = x - base;   // r in (0, 1]
-      float* wo = taps->w.data() + o * n;
-      int64_t* io = taps->index.data() + o * n;
-      double sum = 0;
-      for (int64_t k = 0; k < n; ++k) {
-        wo[k] = filter((static_cast<float>(start + k) - r) * s);
-        sum += wo[k];
-      }
-      for (int64_t k = 0; k < n; ++k) wo[k] = static_cast<float>(wo[k] / sum);
-      double kept = 0;
-      for (int64_t k = 0; k < n; ++k) {
-        const int64_t i = static_cast<int64_t>(base) + start + k;
-        if (exclude && (i < 0 || i >= in_len)) wo[k] = 0.f;
-        kept += wo[k];
-        io[k] = std::max<int64_t>(0, std::min(i, in_len - 1));
-      }
-      if (exclude && kept != 0)
-        for (int64_t k = 0; k < n; ++k) wo[k] = static_cast<float>(wo[k] / kept);
-    }
+  // Output o along an antialiased axis: its taps of x (elements `stride` apart) weighted.
+  static float apply(const ResizeTaps& t, int64_t o, const float* x, int64_t stride) {
+    const float* wo = t.weight.data() + o * t.width;
+    const int64_t* io = t.index.data() + o * t.width;
+    float v = 0.f;
+    for (int64_t k = 0; k < t.width; ++k) v += wo[k] * x[io[k] * stride];
+    return v;
   }
 
   Shape in_, out_;
   bool linear_ = false, cubic_ = false, antialias_ = false;
-  Taps ay_, ax_;
+  ResizeTaps ay_, ax_;   // antialias (engine/resize_taps.h)
   std::vector<int64_t> ty_, tx_;
   std::vector<float> twy_, twx_;
   IndexMap map_;

@@ -208,6 +208,12 @@ void topk(DType t, const void* x, void* values, int64_t* indices, int64_t outer,
 void row_norm(DType t, const void* x, void* y, int64_t rows, int64_t cols, float eps, const float* gamma,
               const float* beta, cudaStream_t s);
 
+// One antialiased Resize pass along the middle axis of [outer, in_len, inner] -> [outer, out_len,
+// inner]: output o is the sum over its `width` taps of weight * input at index (both [out_len,
+// width], engine/resize_taps.h); tin and tout float types (float accumulation).
+void resize_taps(DType tin, DType tout, const void* x, void* y, const int64_t* index, const float* weight, int64_t outer,
+                 int64_t in_len, int64_t out_len, int64_t inner, int64_t width, cudaStream_t s);
+
 // ---- the residual stream (kernels_residual.cu) ------------------------------------------------------
 // Each operand names its own element type (F32, F16 or BF16), so fp32 residual sums and compute-type
 // branches mix freely.
