@@ -60,8 +60,10 @@ void layer_norm(const std::vector<double>& h, std::vector<double>& out, int64_t 
   }
 }
 
-// The chain in float64 from the input and constants as the engine holds them (rounded to bf16):
-// what remains is the rounding of the activations.
+// The chain in float64 from the input and constants as the engine holds them: the input, the
+// matmul weights and the LayerScale gains rounded to the compute type, the position embedding
+// (added into the fp32 stream) and the LayerNorm scale and bias (float tables) as they are; what
+// remains is the rounding of the activations.
 Tensor chain_reference(const Graph& g, const Tensor& x, Precision p) {
   auto seen = [&](const std::vector<float>& v) {
     std::vector<float> r(v);
@@ -69,7 +71,8 @@ Tensor chain_reference(const Graph& g, const Tensor& x, Precision p) {
     return r;
   };
   auto constant = [&](const std::string& name) { return seen(g.constants.at(name).as_float()); };
-  const std::vector<float> xs = seen(x.as_float()), pos = constant("pos"), gm = constant("g"), be = constant("beta");
+  auto exact = [&](const std::string& name) { return g.constants.at(name).as_float(); };
+  const std::vector<float> xs = seen(x.as_float()), pos = exact("pos"), gm = exact("g"), be = exact("beta");
   const std::size_t n = xs.size(), c = static_cast<std::size_t>(kC), per = static_cast<std::size_t>(kN * kC);
   std::vector<double> h(n), norm;
   for (std::size_t i = 0; i < n; ++i) h[i] = static_cast<double>(xs[i]) + pos[i % per];
