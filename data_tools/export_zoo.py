@@ -354,6 +354,27 @@ def seed_of(name):
     return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)
 
 
+# Models whose perturbed random weights give a reference with no signal get one change after the
+# perturbation.  DPT's depth head ends in a 1x1 convolution and a ReLU; its input is nearly the
+# same at every pixel and the bias is negative, so every output was 0 (a reference that any engine
+# returning zeros would match).  Its weight is scaled by 2000 and its bias set to -2.46 (about the
+# scaled convolution's level on the zoo's input), so most pixels pass (90% of the reference's
+# values are above 0, up to 0.69) and the output follows the input.  (The committed files got the same two changes to their
+# initializers, m.head.head.4.weight and .bias, and new onnxruntime references.)
+ADJUST = {"hf_dpt": (("m.head.head.4.weight", "scale", 2000.0), ("m.head.head.4.bias", "fill", -2.46))}
+
+
+def adjust(name, model):
+    import torch
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for pname, how, v in ADJUST.get(name, ()):
+            if how == "scale":
+                params[pname].mul_(v)
+            else:
+                params[pname].fill_(v)
+
+
 def perturb(model, seed):
     import torch
     g = torch.Generator().manual_seed(seed)
@@ -403,6 +424,7 @@ def export_task(name, exporter, workdir):
         torch.manual_seed(seed_of(name))
         model = build().eval()
         perturb(model, seed_of(name) + 1)
+        adjust(name, model)
         info["params"] = int(sum(p.numel() for p in model.parameters()))
         x = np.random.default_rng(seed_of(name) + 2).standard_normal((BATCH,) + tuple(chw)).astype(np.float32)
         tmp = os.path.join(workdir, f"{name}.{exporter}.input.npy")

@@ -4,7 +4,7 @@ error at each precision.  Runs on the GPU host (torch, torchvision, timm, transf
 random weights, nothing downloaded):
 
     PYTHONUNBUFFERED=1 python3 data_tools/fullsize_accuracy.py --sluice ".devrt/run .devrt/bin/sluice" \\
-        [--only vit_b_16,swin_t] [--batch 4] [--deadline 480]
+        [--only vit_b_16,swin_t] [--precisions fp32,tf32,bf16] [--batch 4] [--deadline 480]
 
 For each model: export at batch 1 with the dynamo exporter (`torch.onnx.export(m, (x,), path)`,
 as a user calls it), take ONNX Runtime's fp32 outputs one sample at a time as the reference, then
@@ -68,6 +68,7 @@ def main():
     ap.add_argument("--sluice", required=True)
     ap.add_argument("--only", default="vit_b_16,swin_t,convnext_tiny,deit_small_patch16_224,"
                                       "vit_small_patch14_dinov2,clip_vit_b16,segformer_b0")
+    ap.add_argument("--precisions", default="fp32,tf32,bf16", help="the Sluice runs to make (torch's run at each anyway)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--deadline", type=float, default=480)
     a = ap.parse_args()
@@ -111,7 +112,7 @@ def main():
                     torch_err["bf16"] = rel(dev(xc).float().cpu().numpy(), ref)
             del dev, xc
             torch.cuda.empty_cache()
-            for prec in ("fp32", "tf32", "bf16"):
+            for prec in a.precisions.split(","):
                 out = os.path.join(d, f"out-{prec}")
                 cmd = shlex.split(a.sluice) + ["forward", "--model", path, "--input", os.path.join(d, "x.npy"),
                                                "--outdir", out, "--device", "cuda", "--precision", prec]

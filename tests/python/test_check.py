@@ -55,12 +55,13 @@ def test_a_model_with_an_op_no_engine_has_is_exit_3_naming_op_nodes_and_opset(tm
 
 
 def test_an_attribute_the_cpu_engine_refuses_is_exit_3_with_its_error(tmp_path):
-    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear", antialias=1)
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear",
+                            coordinate_transformation_mode="tf_crop_and_resize")
     scales = numpy_helper.from_array(np.array([1, 1, 0.5, 0.5], dtype=np.float32), "scales")
-    model = one_op_model(tmp_path / "aa.onnx", node, [scales])
+    model = one_op_model(tmp_path / "crop.onnx", node, [scales])
     p = sluice("check", "--model", model, "--device", "cpu")
     assert p.returncode == 3, p.stdout + p.stderr
-    assert "antialias=1 is not implemented" in lines(p)["cpu"]
+    assert "coordinate_transformation_mode 'tf_crop_and_resize' is not implemented" in lines(p)["cpu"]
 
 
 def test_cuda_must_be_proven_for_device_cuda(tmp_path):

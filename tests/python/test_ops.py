@@ -426,6 +426,19 @@ def test_resize_opset18_sizes_keep_aspect_ratio(policy, mode, workdir, request):
     check(Case([n], {"sizes": np.array([10, 30], dtype=np.int64)}, opset=18), workdir, request)
 
 
+@pytest.mark.parametrize("exclude", [0, 1])
+@pytest.mark.parametrize("coord", ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"])
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+@pytest.mark.parametrize("target", ["down", "sizes_down", "up_frac", "shrink_by_5"])
+def test_resize_antialias(mode, coord, exclude, target, workdir, request):
+    # Opset 18's antialias: shrinking stretches the filter over every input pixel under an output.
+    shape, kw = ((2, 3, 24, 31), dict(sizes=[2, 3, 5, 6])) if target == "shrink_by_5" else (X4, RESIZE_TARGETS[target])
+    case = resize_case(mode, coord, opset=18, **kw)
+    case.shape = shape
+    case.nodes[0].attribute.extend([helper.make_attribute("antialias", 1), helper.make_attribute("exclude_outside", exclude)])
+    check(case, workdir, request)
+
+
 def test_resize_nearest_channel_axis(workdir, request):
     check(resize_case("nearest", "asymmetric", "floor", scales=[1, 2, 1, 0.5]), workdir, request)
 

@@ -39,6 +39,14 @@ def test_layer_normalization_over_two_axes(workdir, request):
                shape=X3, opset=17), workdir, request)
 
 
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_layer_normalization_mean_and_inv_std_dev_outputs(axis, workdir, request):
+    norm = X3[axis:]
+    outs = {"y": TensorProto.FLOAT, "mean": TensorProto.FLOAT, "inv": TensorProto.FLOAT}
+    check(Case([node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv"], axis=axis, epsilon=1e-4)],
+               {"s": rand(norm, 1), "b": rand(norm, 2)}, outs, shape=X3, opset=17), workdir, request)
+
+
 @pytest.mark.parametrize("groups,opset", [(1, 18), (5, 18), (5, 21), (15, 21)])
 def test_group_normalization(groups, opset, workdir, request):
     shape = (3, 15, 4, 6)

@@ -65,6 +65,19 @@ def test_the_zoo_has_thirty_architectures_that_run():
         assert r["status"] == "ok" or r.get("error"), r
 
 
+def test_every_reference_output_carries_a_signal():
+    # An output that is the same everywhere (a random head behind a ReLU gave all zeros once) would
+    # be matched by an engine that computes nothing.
+    flat = []
+    for ref in sorted(f for f in os.listdir(ZOO) if f.endswith(".ref.npz")):
+        data = np.load(os.path.join(ZOO, ref))
+        for out in data.files:
+            v = data[out].astype(np.float64)
+            if v.size > 1 and v.std() <= 1e-6 * max(np.abs(v).max(), 1e-30):
+                flat.append(f"{ref}:{out} (max|v| {np.abs(v).max():.3g})")
+    assert not flat, flat
+
+
 @pytest.mark.parametrize("name", list(cases()))
 def test_forward_on_cpu_matches_onnxruntime(name, tmp_path):
     model = os.path.join(ZOO, f"{name}.onnx")

@@ -1,25 +1,19 @@
 // Resize (opset 10..18) and the older Upsample: nearest on any axes and any dtype, linear
 // (bilinear) and cubic (bicubic, separable: rows, then columns) on the last two axes of a float
-// tensor.  Coordinates are computed in float32 the way
-// the ONNX reference and ONNX Runtime do, so nearest picks the same source pixels.
+// tensor, with antialias (opset 18) too (engine/resize_taps.h).  Coordinates are computed in
+// float32 the way the ONNX reference and ONNX Runtime do, so nearest picks the same source pixels.
 #include <cmath>
 
 #include "engine/cpu/index_map.h"
+#include "engine/resize_taps.h"
 #include "engine/cpu/kernel.h"
 
 namespace sluice::cpu {
 namespace {
 
-// Output coordinate -> input coordinate along one axis.
+// Output coordinate -> input coordinate along one axis (engine/resize_taps.h).
 float source_coord(const std::string& mode, int64_t o, float scale, int64_t in_len, int64_t out_len) {
-  const float x = static_cast<float>(o);
-  if (mode == "half_pixel") return (x + 0.5f) / scale - 0.5f;
-  if (mode == "pytorch_half_pixel") return out_len > 1 ? (x + 0.5f) / scale - 0.5f : 0.f;
-  if (mode == "align_corners")
-    return out_len == 1 ? 0.f : x * static_cast<float>(in_len - 1) / static_cast<float>(out_len - 1);
-  if (mode == "asymmetric") return x / scale;
-  if (mode == "tf_half_pixel_for_nn") return (x + 0.5f) / scale;
-  return 0.f;  // validated before
+  return resize_source_coord(mode, o, scale, in_len, out_len);
 }
 
 int64_t nearest_index(const std::string& mode, float x, float scale) {
@@ -56,7 +50,8 @@ class ResizeKernel final : public Kernel {
     if (nearest != "round_prefer_floor" && nearest != "round_prefer_ceil" && nearest != "floor" && nearest != "ceil" &&
         nearest != "simple")
       init.fail("nearest_mode '", nearest, "' is unknown");
-    if (init.node.get_int("antialias", 0) != 0) init.fail("antialias=1 is not implemented");
+    const bool antialias = init.node.get_int("antialias", 0) != 0;
+    if (antialias && mode == "nearest") init.fail("antialias=1 applies to linear and cubic modes, not nearest");
 
     const std::vector<float> scales = resolve_scales(init, legacy);
     linear_ = mode != "nearest";
@@ -71,7 +66,13 @@ class ResizeKernel final : public Kernel {
       iw_ = in_[r - 1];
       oh_ = out_[r - 2];
       ow_ = out_[r - 1];
-      if (cubic_) {
+      if (antialias) {
+        antialias_ = true;
+        const float a = init.node.get_float("cubic_coeff_a", -0.75f);
+        const bool exclude = init.node.get_int("exclude_outside", 0) != 0;
+        ay_ = antialias_taps(coord, scales[r - 2], ih_, oh_, cubic_, a, exclude);
+        ax_ = antialias_taps(coord, scales[r - 1], iw_, ow_, cubic_, a, exclude);
+      } else if (cubic_) {
         const float a = init.node.get_float("cubic_coeff_a", -0.75f);
         const bool exclude = init.node.get_int("exclude_outside", 0) != 0;
         cubic_taps(coord, scales[r - 2], ih_, oh_, a, exclude, &ty_, &twy_);
@@ -107,6 +108,18 @@ class ResizeKernel final : public Kernel {
     }
     const float* x = static_cast<const float*>(a.in[0]);
     float* y = static_cast<float*>(a.out[0]);
+    if (antialias_) {
+      a.pool.parallel_for(planes_, [&](int64_t p, int) {
+        const float* xp = x + p * ih_ * iw_;
+        float* yp = y + p * oh_ * ow_;
+        std::vector<float> rows(static_cast<std::size_t>(ih_ * ow_));  // each input row resized to ow
+        for (int64_t iy = 0; iy < ih_; ++iy)
+          for (int64_t ox = 0; ox < ow_; ++ox) rows[iy * ow_ + ox] = apply(ax_, ox, xp + iy * iw_, 1);
+        for (int64_t oy = 0; oy < oh_; ++oy)
+          for (int64_t ox = 0; ox < ow_; ++ox) yp[oy * ow_ + ox] = apply(ay_, oy, rows.data() + ox, ow_);
+      });
+      return;
+    }
     if (cubic_) {
       a.pool.parallel_for(planes_, [&](int64_t p, int) {
         const float* xp = x + p * ih_ * iw_;
@@ -240,8 +253,18 @@ class ResizeKernel final : public Kernel {
     }
   }
 
+  // Output o along an antialiased axis: its taps of x (elements `stride` apart) weighted.
+  static float apply(const ResizeTaps& t, int64_t o, const float* x, int64_t stride) {
+    const float* wo = t.weight.data() + o * t.width;
+    const int64_t* io = t.index.data() + o * t.width;
+    float v = 0.f;
+    for (int64_t k = 0; k < t.width; ++k) v += wo[k] * x[io[k] * stride];
+    return v;
+  }
+
   Shape in_, out_;
-  bool linear_ = false, cubic_ = false;
+  bool linear_ = false, cubic_ = false, antialias_ = false;
+  ResizeTaps ay_, ax_;   // antialias (engine/resize_taps.h)
   std::vector<int64_t> ty_, tx_;
   std::vector<float> twy_, twx_;
   IndexMap map_;

@@ -5,6 +5,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "engine/cuda/engine_internal.h"
+#include "engine/residual_stream.h"
 #include "engine/cuda/kernels.h"
 
 namespace sluice::cuda {
@@ -79,6 +80,11 @@ Builder::Builder(const sluice::Graph& g, Precision p) : graph(g), precision(p), 
     raw_inputs_[in.name] = new_slot(std::move(s));
   }
   output_slots_.assign(g.outputs.size(), -1);
+  // fp16/bf16: the residual stream of transformer blocks stays fp32 (engine/residual_stream.h).
+  const char* wide = std::getenv("SLUICE_CUDA_RESIDUAL_FP32");
+  const std::string w = wide ? wide : "";
+  if (!w.empty() && w != "0" && w != "1") throw UsageError(str("SLUICE_CUDA_RESIDUAL_FP32 must be 0 or 1, not '", w, "'"));
+  if (compute != DType::F32 && w != "0") wide_ = residual_stream(g);
 }
 
 int Builder::new_slot(TensorSlot s) {
@@ -247,6 +253,19 @@ int Builder::transposed(int src, bool nhwc) {
 }
 
 int Builder::input_any(const Node& n, std::size_t i) {
+  const int id = input_stored(n, i);
+  if (!is_wide(n.input(i)) || slot(id).dtype == compute) return id;
+  // A residual-stream value read by an op that computes in the compute type: converted once.
+  const auto hit = narrowed_.find(id);
+  if (hit != narrowed_.end()) return hit->second;
+  const TensorSlot s = slot(id);
+  const int narrow = temp(compute, s.shape, s.name + " (" + dtype_name(compute) + ")");
+  slots[static_cast<std::size_t>(narrow)].nhwc = s.nhwc;
+  copy_or_cast("convert " + s.name + " to " + dtype_name(compute), id, narrow);
+  return narrowed_[id] = narrow;
+}
+
+int Builder::input_stored(const Node& n, std::size_t i) {
   const std::string& name = n.input(i);
   if (name.empty()) fail(n, "input ", i, " is missing");
   const auto it = ids_.find(name);
@@ -301,17 +320,18 @@ int Builder::output(const Node& n, std::size_t i, bool nhwc) {
   const std::string& name = n.outputs[i];
   if (ids_.count(name) || raw_inputs_.count(name)) fail(n, "tensor '", name, "' is written twice");
   const ValueInfo& v = value(name);
-  nhwc = nhwc && v.shape.size() == 4;
+  nhwc = nhwc && v.shape.size() == 4 && !is_wide(name);
+  const DType t = stored(name, v.dtype);
   for (std::size_t k = 0; k < graph.outputs.size(); ++k) {
     if (graph.outputs[k].name != name || output_slots_[k] != -1) continue;
-    if (internal(v.dtype) == v.dtype && !nhwc) return ids_[name] = graph_output_slot(k);
+    if (t == v.dtype && !nhwc) return ids_[name] = graph_output_slot(k);
     // Written in the compute type (or channels-last), converted into the output buffer after the node.
-    const int tmp = temp(internal(v.dtype), v.shape, name);
+    const int tmp = temp(t, v.shape, name);
     slots[static_cast<std::size_t>(tmp)].nhwc = nhwc;
     pending_casts_.emplace_back(tmp, graph_output_slot(k));
     return ids_[name] = tmp;
   }
-  const int id = temp(internal(v.dtype), v.shape, name);
+  const int id = temp(t, v.shape, name);
   slots[static_cast<std::size_t>(id)].nhwc = nhwc;
   return ids_[name] = id;
 }

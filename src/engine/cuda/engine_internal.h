@@ -112,8 +112,15 @@ class Builder {
   // type), graph inputs are converted to the compute type on first use, channels-last tensors are
   // transposed (once per tensor).  InputError when absent.
   int input(const Node& n, std::size_t i);
-  // Input i as it is stored (either layout): for ops that handle both.
+  // Input i as it is stored (either layout): for ops that handle both.  A value of the fp32
+  // residual stream comes converted to the compute type (once per value).
   int input_any(const Node& n, std::size_t i);
+  // Input i exactly as stored, a residual-stream value in fp32 included: for the ops that read
+  // either type (the residual Add and LayerNormalization, ops_residual.cpp).
+  int input_stored(const Node& n, std::size_t i);
+  // Whether graph value `name` is kept in fp32 under fp16/bf16 (engine/residual_stream.h; empty at
+  // fp32/tf32 and with SLUICE_CUDA_RESIDUAL_FP32=0).
+  bool is_wide(const std::string& name) const { return wide_.count(name) != 0; }
   // Input i in the asked layout (4-D tensors only; others come as they are).
   int input_as(const Node& n, std::size_t i, bool nhwc);
   // Whether channels-last activations are used (fp16/bf16/tf32 by default; SLUICE_CUDA_LAYOUT=nchw|nhwc
@@ -166,6 +173,10 @@ class Builder {
   std::vector<int64_t> const_ints(const Node& n, std::size_t i, const char* what) const;
   std::vector<float> const_floats(const Node& n, std::size_t i, const char* what) const;
   DType internal(DType graph_dtype) const { return graph_dtype == DType::F32 ? compute : graph_dtype; }
+  // The element type value `name` of graph type `graph_dtype` is stored in.
+  DType stored(const std::string& name, DType graph_dtype) const {
+    return is_wide(name) && graph_dtype == DType::F32 ? DType::F32 : internal(graph_dtype);
+  }
   int64_t axis(const Node& n, int64_t a, int64_t rank) const;
 
   template <typename... Args>
@@ -196,6 +207,8 @@ class Builder {
   const Node* current_ = nullptr;                     // the node being lowered
   std::set<const Node*> skipped_;                     // lowered with an earlier node
   std::map<std::pair<int, bool>, int> relayouts_;     // (slot, layout) -> converted slot
+  std::set<std::string> wide_;                        // values kept in fp32 (the residual stream)
+  std::map<int, int> narrowed_;                       // fp32 residual slot -> its compute-type copy
 
   std::unordered_map<std::string, int> ids_;          // graph value -> slot
   std::unordered_map<std::string, int> raw_inputs_;   // graph input -> its slot in the input buffer
@@ -213,6 +226,10 @@ bool lower_index(Builder& b, const Node& n);   // masks and indices (ops_index.c
 // Whether n is arithmetic on integer tensors (lowered by lower_index, not lower_elementwise).
 bool is_int_arith(const Builder& b, const Node& n);
 void lower_resize(Builder& b, const Node& n);   // Resize and Upsample (ops_resize.cpp)
+// The residual stream (ops_residual.cpp): an Add whose sum is kept in fp32 (Builder::is_wide), fused
+// with the LayerNormalization that reads it where it can; LayerNormalization of either storage type.
+void lower_residual_add(Builder& b, const Node& n);
+void lower_layernorm(Builder& b, const Node& n);
 
 // Spatial geometry of one convolution, every vector with one entry per spatial dim: the node's
 // attributes with auto_pad resolved (ops_conv.cpp).

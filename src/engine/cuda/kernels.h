@@ -208,6 +208,46 @@ void topk(DType t, const void* x, void* values, int64_t* indices, int64_t outer,
 void row_norm(DType t, const void* x, void* y, int64_t rows, int64_t cols, float eps, const float* gamma,
               const float* beta, cudaStream_t s);
 
+// One antialiased Resize pass along the middle axis of [outer, in_len, inner] -> [outer, out_len,
+// inner]: output o is the sum over its `width` taps of weight * input at index (both [out_len,
+// width], engine/resize_taps.h); tin and tout float types (float accumulation).
+void resize_taps(DType tin, DType tout, const void* x, void* y, const int64_t* index, const float* weight, int64_t outer,
+                 int64_t in_len, int64_t out_len, int64_t inner, int64_t width, cudaStream_t s);
+
+// ---- the residual stream (kernels_residual.cu) ------------------------------------------------------
+// Each operand names its own element type (F32, F16 or BF16), so fp32 residual sums and compute-type
+// branches mix freely.
+
+// A float operand of a residual step: `count` elements repeated over the output (a broadcast over
+// leading axes only: a position embedding [1, N, C] added to [B, N, C]).
+struct ResidualOperand {
+  const void* p = nullptr;
+  DType t = DType::F32;
+  int64_t count = 0;
+};
+
+// y[i] = a[i % a.count] + b[i % b.count] for i < n, y of type ty.
+void residual_add(const ResidualOperand& a, const ResidualOperand& b, void* y, DType ty, int64_t n, cudaStream_t s);
+
+// LayerNormalization over rows of `cols` elements of x = a (+ b when b.p is set), statistics in
+// float: sum (when non-null, of type tsum) receives x, y = (x - mean) * inv * gamma + beta (type ty),
+// mean and inv (when non-null, type tstat) the row's mean and 1 / sqrt(var + eps).
+struct ResidualNorm {
+  ResidualOperand a, b;
+  void* sum = nullptr;
+  DType tsum = DType::F32;
+  void* y = nullptr;
+  DType ty = DType::F32;
+  void* mean = nullptr;
+  void* inv = nullptr;
+  DType tstat = DType::F32;
+  int64_t rows = 0, cols = 0;
+  float eps = 1e-5f;
+  const float* gamma = nullptr;   // [cols] or null
+  const float* beta = nullptr;    // [cols] or null
+};
+void residual_norm(const ResidualNorm& r, cudaStream_t s);
+
 // ---- comparisons, logic, selection, indexing and scans (kernels_index.cu) ------------------------
 // Element types these kernels read: the float types, I32, I64, U8, I8 and Bool (one byte, 0 or 1).
 
@@ -259,6 +299,11 @@ void gather_nd(std::size_t elem_size, const void* x, const int64_t* idx, void* y
 // y (already a copy of the data) gets updates [rows, slice] written into the addressed slices
 // (reduction none: with duplicate indices one of the writes wins, as ONNX leaves it undefined).
 void scatter_nd(std::size_t elem_size, const int64_t* idx, const void* updates, void* y, const IndexND& s, cudaStream_t st);
+// The same with reduction add, mul, max or min: every update is combined into its slice (duplicates
+// included, atomically), in float for the float types; types F32, F16, BF16, I64, I32.
+enum class ScatterReduction : int { Add = 0, Mul, Max, Min };
+void scatter_nd_reduce(DType t, ScatterReduction r, const int64_t* idx, const void* updates, void* y, const IndexND& s,
+                       cudaStream_t st);
 
 // Col2Im over 2-D images: x [n, c * kh * kw, oh * ow] of sliding blocks summed into y [n, c, h, w]
 // (each output pixel gathers the blocks that cover it; float accumulation).

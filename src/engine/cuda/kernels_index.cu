@@ -142,6 +142,73 @@ __global__ void scatter_nd_kernel(const int64_t* idx, const U* updates, U* y, in
   }
 }
 
+// The reduction of ScatterND (add, mul, max, min) applied to *addr atomically, so duplicate
+// indices all take effect (ONNX defines the result for them, in any order).  A compare-and-swap
+// loop on the word that holds the element: 16-bit types share a 32-bit word with a neighbour.
+template <typename A>
+__device__ __forceinline__ A combine(int op, A a, A b) {
+  switch (op) {
+    case 0: return a + b;
+    case 1: return a * b;
+    case 2: return a > b ? a : b;
+    default: return a < b ? a : b;
+  }
+}
+
+__device__ __forceinline__ void atomic_reduce(float* addr, int op, float v) {
+  unsigned* w = reinterpret_cast<unsigned*>(addr);
+  unsigned old = *w, seen;
+  do {
+    seen = old;
+    old = atomicCAS(w, seen, __float_as_uint(combine(op, __uint_as_float(seen), v)));
+  } while (old != seen);
+}
+__device__ __forceinline__ void atomic_reduce(int64_t* addr, int op, int64_t v) {
+  unsigned long long* w = reinterpret_cast<unsigned long long*>(addr);
+  unsigned long long old = *w, seen;
+  do {
+    seen = old;
+    old = atomicCAS(w, seen, static_cast<unsigned long long>(combine(op, static_cast<int64_t>(seen), v)));
+  } while (old != seen);
+}
+__device__ __forceinline__ void atomic_reduce(int32_t* addr, int op, int32_t v) {
+  int old = *addr, seen;
+  do {
+    seen = old;
+    old = atomicCAS(addr, seen, combine(op, seen, v));
+  } while (old != seen);
+}
+template <typename H>
+__device__ __forceinline__ void atomic_reduce_16(H* addr, int op, float v) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  unsigned* w = reinterpret_cast<unsigned*>(a & ~uintptr_t{3});
+  const unsigned shift = (a & 2u) ? 16u : 0u;
+  unsigned old = *w, seen;
+  do {
+    seen = old;
+    H cur;
+    const uint16_t bits = static_cast<uint16_t>(seen >> shift);
+    memcpy(&cur, &bits, 2);
+    const H next = from_f<H>(combine(op, to_f(cur), v));
+    uint16_t nb;
+    memcpy(&nb, &next, 2);
+    const unsigned word = (seen & ~(0xffffu << shift)) | (static_cast<unsigned>(nb) << shift);
+    old = atomicCAS(w, seen, word);
+  } while (old != seen);
+}
+__device__ __forceinline__ void atomic_reduce(__half* addr, int op, __half v) { atomic_reduce_16(addr, op, __half2float(v)); }
+__device__ __forceinline__ void atomic_reduce(__nv_bfloat16* addr, int op, __nv_bfloat16 v) {
+  atomic_reduce_16(addr, op, __bfloat162float(v));
+}
+
+template <typename T>
+__global__ void scatter_nd_reduce_kernel(const int64_t* idx, const T* updates, T* y, int64_t n, IndexND s, int op) {
+  SLUICE_GRID_STRIDE(i, n) {
+    const int64_t row = i / s.slice, j = i - row * s.slice;
+    atomic_reduce(y + nd_offset(s, idx, row) + j, op, updates[i]);
+  }
+}
+
 // One thread per (outer, inner) line, walking the axis in order.
 template <typename T, typename A>
 __global__ void cumsum_kernel(const T* x, T* y, int64_t lines, int64_t r, int64_t inner, bool exclusive, bool reverse) {
@@ -322,6 +389,23 @@ void scatter_nd(std::size_t elem_size, const int64_t* idx, const void* updates, 
     using U = decltype(tag);
     scatter_nd_kernel<U><<<grid_for(n), kThreads, 0, st>>>(idx, static_cast<const U*>(updates), static_cast<U*>(y), n, s);
   });
+  CUDA_CHECK_LAUNCH();
+}
+
+void scatter_nd_reduce(DType t, ScatterReduction r, const int64_t* idx, const void* updates, void* y, const IndexND& s,
+                       cudaStream_t st) {
+  const int64_t n = s.rows * s.slice;
+  if (n <= 0) return;
+  const int op = static_cast<int>(r);
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    scatter_nd_reduce_kernel<T><<<grid_for(n), kThreads, 0, st>>>(idx, static_cast<const T*>(updates), static_cast<T*>(y), n, s, op);
+  };
+  switch (t) {
+    case DType::I64: launch(int64_t{}); break;
+    case DType::I32: launch(int32_t{}); break;
+    default: dispatch_float(t, launch);
+  }
   CUDA_CHECK_LAUNCH();
 }
 

@@ -205,4 +205,36 @@ void resize(DType t, const void* x, void* y, const ResizeShape& shape, cudaStrea
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+template <typename TI, typename TO>
+__global__ void resize_taps_kernel(const TI* x, TO* y, const int64_t* index, const float* weight, int64_t n, int64_t in_len,
+                                   int64_t out_len, int64_t inner, int64_t width) {
+  SLUICE_GRID_STRIDE(i, n) {
+    const int64_t k = i % inner, rest = i / inner;
+    const int64_t o = rest % out_len, outer = rest / out_len;
+    const TI* xo = x + outer * in_len * inner + k;
+    float v = 0.f;
+    for (int64_t t = 0; t < width; ++t) v += weight[o * width + t] * to_f(xo[index[o * width + t] * inner]);
+    y[i] = from_f<TO>(v);
+  }
+}
+
+}  // namespace
+
+void resize_taps(DType tin, DType tout, const void* x, void* y, const int64_t* index, const float* weight, int64_t outer,
+                 int64_t in_len, int64_t out_len, int64_t inner, int64_t width, cudaStream_t s) {
+  const int64_t n = outer * out_len * inner;
+  if (n <= 0) return;
+  dispatch_float(tin, [&](auto itag) {
+    using TI = decltype(itag);
+    dispatch_float(tout, [&](auto otag) {
+      using TO = decltype(otag);
+      resize_taps_kernel<TI, TO><<<grid_for(n), kThreads, 0, s>>>(static_cast<const TI*>(x), static_cast<TO*>(y), index, weight,
+                                                                  n, in_len, out_len, inner, width);
+    });
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace sluice::cuda

@@ -1,6 +1,6 @@
 // Elementwise ops: activations, broadcasting arithmetic, casts, the input normalization and the
-// normalizations (BatchNormalization that was not folded, LayerNormalization, GroupNormalization,
-// InstanceNormalization).
+// normalizations (BatchNormalization that was not folded, GroupNormalization, InstanceNormalization;
+// LayerNormalization is in ops_residual.cpp).
 #include <cmath>
 #include <cstring>
 
@@ -284,32 +284,6 @@ void lower_batchnorm(Builder& b, const Node& n) {
   });
 }
 
-void lower_layernorm(Builder& b, const Node& n) {
-  const int x = float_input(b, n, 0);
-  const int y = b.output(n, 0);
-  if (b.has_output(n, 1) || b.has_output(n, 2)) b.fail(n, "the Mean and InvStdDev outputs are not supported");
-  const Shape xs = b.slot(x).shape;
-  const int64_t axis = b.axis(n, n.get_int("axis", -1), static_cast<int64_t>(xs.size()));
-  int64_t rows = 1, cols = 1;
-  for (std::size_t d = 0; d < xs.size(); ++d) (static_cast<int64_t>(d) < axis ? rows : cols) *= xs[d];
-  auto table = [&](std::size_t i, const char* what) -> int {
-    if (!b.has_input(n, i)) return -1;
-    std::vector<float> v = b.const_floats(n, i, what);
-    if (v.size() == 1) v.assign(static_cast<std::size_t>(cols), v[0]);
-    if (static_cast<int64_t>(v.size()) != cols) b.fail(n, what, " has ", v.size(), " values for ", cols, " normalized elements");
-    return b.constant(n.name + " (" + what + ")", Tensor::from(DType::F32, {cols}, v));
-  };
-  const int g = table(1, "scale"), be = table(2, "B");
-  const float eps = n.get_float("epsilon", 1e-5f);
-  const DType t = b.compute;
-  std::vector<int> uses = {x, y};
-  if (g >= 0) uses.push_back(g);
-  if (be >= 0) uses.push_back(be);
-  b.add(n.name, uses, [=](Context&, const Bindings& bd, cudaStream_t s) {
-    row_norm(t, bd.at(x), bd.at(y), rows, cols, eps, g >= 0 ? bd.at<float>(g) : nullptr, be >= 0 ? bd.at<float>(be) : nullptr, s);
-  });
-}
-
 // GroupNormalization (scale and bias per channel, or per group as opset 18 wrote them) and
 // InstanceNormalization (a group per channel); statistics in float whatever the storage type.
 void lower_group_norm(Builder& b, const Node& n, bool instance) {
@@ -365,6 +339,10 @@ bool lower_elementwise(Builder& b, const Node& n) {
       {"Mod", BinOp::Mod}};
   const auto it = binops.find(n.op);
   if (it != binops.end() && is_int_arith(b, n)) return false;   // ops_index.cpp
+  if (n.op == "Add" && b.has_output(n, 0) && b.is_wide(n.outputs[0])) {   // ops_residual.cpp
+    lower_residual_add(b, n);
+    return true;
+  }
   if (it != binops.end()) {
     if (n.op == "Mod" && n.get_int("fmod", 0) == 0) b.fail(n, "Mod of float tensors needs fmod=1 (ONNX defines fmod=0 for integers only)");
     lower_binary(b, n, it->second);

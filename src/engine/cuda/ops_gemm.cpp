@@ -238,9 +238,6 @@ EinsumSpec parse_einsum(const Builder& b, const Node& n, const std::vector<Shape
     for (const auto& [c, k] : uses)
       if (k == 1 && std::isalpha(static_cast<unsigned char>(c))) s.out += c;
   }
-  for (const auto& t : s.in)
-    for (std::size_t i = 0; i < t.size(); ++i)
-      if (t.find(t[i], i + 1) != std::string::npos) b.fail(n, "the letter '", t[i], "' repeats within one operand (a diagonal); not supported");
   for (std::size_t i = 0; i < s.out.size(); ++i) {
     if (s.out.find(s.out[i], i + 1) != std::string::npos) b.fail(n, "the letter '", s.out[i], "' repeats in the output");
     bool found = false;
@@ -263,7 +260,15 @@ class EinsumLowering {
       shapes.push_back(b_.slot(ops.back()).shape);
     }
     if (ops.empty() || ops.size() > 2) b_.fail(n_, ops.size(), " operands: Einsum of one or two operands is supported");
-    const EinsumSpec spec = parse_einsum(b_, n_, shapes);
+    EinsumSpec spec = parse_einsum(b_, n_, shapes);
+    // A letter repeated within one operand takes that operand's diagonal first.
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const std::string unique = diagonal_letters(spec.in[i]);
+      if (unique == spec.in[i]) continue;
+      ops[i] = diagonal(ops[i], spec.in[i], shapes[i], unique);
+      shapes[i] = b_.slot(ops[i]).shape;
+      spec.in[i] = unique;
+    }
     for (std::size_t i = 0; i < ops.size(); ++i)
       for (std::size_t d = 0; d < spec.in[i].size(); ++d) {
         const char c = spec.in[i][d];
@@ -328,6 +333,45 @@ class EinsumLowering {
     Shape s;
     for (char c : letters) s.push_back(dims_.at(c));
     return s;
+  }
+
+  // The letters of a term, each once, in the order they first appear.
+  static std::string diagonal_letters(const std::string& letters) {
+    std::string u;
+    for (char c : letters)
+      if (u.find(c) == std::string::npos) u += c;
+    return u;
+  }
+
+  // The diagonal of x over its repeated letters: one strided copy whose stride for a letter is the
+  // sum of the strides of every dim it names (x[i, i] is at i * (stride0 + stride1)).
+  int diagonal(int x, const std::string& letters, const Shape& shape, const std::string& unique) {
+    std::map<char, int64_t> dim, stride;
+    int64_t acc = 1;
+    for (std::size_t d = letters.size(); d-- > 0;) {
+      const char c = letters[d];
+      const auto it = dim.find(c);
+      if (it != dim.end() && it->second != shape[d])
+        b_.fail(n_, "the letter '", c, "' repeats in one operand over dims of ", it->second, " and ", shape[d], " (a diagonal needs equal sizes)");
+      dim[c] = shape[d];
+      stride[c] += acc;
+      acc *= shape[d];
+    }
+    if (unique.size() > static_cast<std::size_t>(kMaxRank)) b_.fail(n_, "more than ", kMaxRank, " letters in one operand");
+    Shape ds;
+    CopyShape cs;
+    cs.rank = static_cast<int>(unique.size());
+    for (std::size_t d = 0; d < unique.size(); ++d) {
+      ds.push_back(dim.at(unique[d]));
+      cs.out[d] = cs.in_dim[d] = dim.at(unique[d]);
+      cs.in_stride[d] = stride.at(unique[d]);
+    }
+    const int dst = b_.temp(b_.slot(x).dtype, ds, n_.name + " (diagonal " + unique + ")");
+    const std::size_t es = dtype_size(b_.slot(x).dtype);
+    b_.add(n_.name + " diagonal", {x, dst}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+      strided_copy(es, bd.at(x), bd.at(dst), cs, s);
+    }, "Layout");
+    return dst;
   }
 
   // `letters` of slot x reordered as `to` into dst (a new temp when dst < 0; x itself when the

@@ -159,7 +159,10 @@ void lower_gather_nd(Builder& b, const Node& n) {
 
 void lower_scatter_nd(Builder& b, const Node& n) {
   const std::string reduction = n.get_string("reduction", "none");
-  if (reduction != "none") b.fail(n, "reduction '", reduction, "' is not supported (only 'none')");
+  static const std::map<std::string, ScatterReduction> reductions = {
+      {"add", ScatterReduction::Add}, {"mul", ScatterReduction::Mul}, {"max", ScatterReduction::Max}, {"min", ScatterReduction::Min}};
+  const auto red = reductions.find(reduction);
+  if (reduction != "none" && red == reductions.end()) b.fail(n, "reduction '", reduction, "' is not one of none, add, mul, max, min");
   const int x = operand(b, n, 0), idx = index_tensor(b, n, 1), u = operand(b, n, 2);
   const int y = b.output(n, 0);
   const DType t = b.slot(x).dtype;
@@ -167,6 +170,15 @@ void lower_scatter_nd(Builder& b, const Node& n) {
   const IndexND s = index_nd(b, n, b.slot(x).shape, b.slot(idx).shape, 0);
   if (s.rows * s.slice != b.slot(u).numel()) b.fail(n, "updates ", shape_str(b.slot(u).shape), " do not hold ", s.rows, " slices of ", s.slice);
   const std::size_t es = dtype_size(t), bytes = b.slot(y).bytes;
+  if (red != reductions.end()) {
+    if (!is_float_type(t) && t != DType::I64 && t != DType::I32) b.fail(n, "reduction '", reduction, "' of ", dtype_name(t), " data: float, int64 or int32 only");
+    const ScatterReduction r = red->second;
+    b.add(n.name, {x, idx, u, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
+      CUDA_CHECK(cudaMemcpyAsync(bd.at(y), bd.at(x), bytes, cudaMemcpyDeviceToDevice, st));
+      scatter_nd_reduce(t, r, bd.at<int64_t>(idx), bd.at(u), bd.at(y), s, st);
+    });
+    return;
+  }
   b.add(n.name, {x, idx, u, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
     CUDA_CHECK(cudaMemcpyAsync(bd.at(y), bd.at(x), bytes, cudaMemcpyDeviceToDevice, st));
     scatter_nd(es, bd.at<int64_t>(idx), bd.at(u), bd.at(y), s, st);

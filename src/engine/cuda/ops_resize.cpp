@@ -4,7 +4,8 @@
 //     that writes every stored output straight from the low-resolution input (kernels_tail.cu);
 //   - a broadcast: every resized axis has extent 1 (DeepLabV3's ASPP pooling branch, 1x1 -> HxW),
 //     so every output element is its input element: a strided copy, no interpolation;
-//   - the resize kernels (kernels_resize.cu), channels-last inputs resized channels-last.
+//   - the resize kernels (kernels_resize.cu), channels-last inputs resized channels-last;
+// and antialias (opset 18) as two passes of precomputed taps (engine/resize_taps.h).
 // SLUICE_CUDA_FUSE_TAILS=0 turns the first one off (for measurements and tests).
 #include <algorithm>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
+#include "engine/resize_taps.h"
 
 namespace sluice::cuda {
 namespace {
@@ -47,7 +49,7 @@ ResizeShape resize_params(const Builder& b, const Node& n, const Shape& xs, cons
   else if (nearest == "ceil") rs.nearest = NearestMode::Ceil;
   else if (nearest == "simple") rs.nearest = NearestMode::Simple;
   else b.fail(n, "nearest_mode '", nearest, "' is unknown");
-  if (n.get_int("antialias", 0) != 0) b.fail(n, "antialias=1 is not supported");
+  if (n.get_int("antialias", 0) != 0 && rs.mode == ResizeMode::Nearest) b.fail(n, "antialias=1 applies to linear and cubic modes, not nearest");
   rs.cubic_a = n.get_float("cubic_coeff_a", -0.75f);
   rs.exclude_outside = n.get_int("exclude_outside", 0) != 0;
 
@@ -242,11 +244,51 @@ bool lower_tail(Builder& b, const Node& n, int x, const ResizeShape& rs) {
 
 }  // namespace
 
+// Antialiased linear or cubic Resize of the last two axes (engine/resize_taps.h): a pass along the
+// rows into a float32 scratch, then one along the columns, each output a weighted sum of its taps.
+void lower_antialias(Builder& b, const Node& n, const ResizeShape& rs) {
+  const int x = b.input(n, 0);
+  const int y = b.output(n, 0);
+  const int r = rs.rank;
+  if (r < 2) b.fail(n, "antialias needs rank 2 or more");
+  for (int d = 0; d + 2 < r; ++d)
+    if (rs.in[d] != rs.out[d]) b.fail(n, "antialias resizes the last two axes only, axis ", d, " changes");
+  const std::string coord = n.op == "Upsample" || b.graph.opset < 11 ? "asymmetric" : n.get_string("coordinate_transformation_mode", "half_pixel");
+  if (coord != "half_pixel" && coord != "pytorch_half_pixel" && coord != "align_corners" && coord != "asymmetric")
+    b.fail(n, "antialias with coordinate_transformation_mode '", coord, "' is not supported");
+  const bool cubic = rs.mode == ResizeMode::Cubic;
+  const int64_t ih = rs.in[r - 2], iw = rs.in[r - 1], oh = rs.out[r - 2], ow = rs.out[r - 1];
+  int64_t planes = 1;
+  for (int d = 0; d + 2 < r; ++d) planes *= rs.in[d];
+  const ResizeTaps ty = antialias_taps(coord, rs.scale[r - 2], ih, oh, cubic, rs.cubic_a, rs.exclude_outside);
+  const ResizeTaps tx = antialias_taps(coord, rs.scale[r - 1], iw, ow, cubic, rs.cubic_a, rs.exclude_outside);
+  auto table = [&](const ResizeTaps& t, int64_t len, const char* axis) {
+    const int idx = b.constant(n.name + " (" + axis + " taps)", Tensor::from(DType::I64, {len, t.width}, t.index));
+    const int w = b.constant(n.name + " (" + axis + " weights)", Tensor::from(DType::F32, {len, t.width}, t.weight));
+    return std::make_pair(idx, w);
+  };
+  const auto [iy, wy] = table(ty, oh, "row");
+  const auto [ix, wx] = table(tx, ow, "column");
+  const int mid = b.temp(DType::F32, {planes, ih, ow}, n.name + " (rows resized)");
+  const DType t = b.slot(x).dtype, to = b.slot(y).dtype;
+  const int64_t kx = tx.width, ky = ty.width;
+  b.add(n.name, {x, mid, ix, wx}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+    resize_taps(t, DType::F32, bd.at(x), bd.at(mid), bd.at<int64_t>(ix), bd.at<float>(wx), planes * ih, iw, ow, 1, kx, s);
+  });
+  b.add(n.name + " columns", {mid, y, iy, wy}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+    resize_taps(DType::F32, to, bd.at(mid), bd.at(y), bd.at<int64_t>(iy), bd.at<float>(wy), planes, ih, oh, ow, ky, s);
+  });
+}
+
 void lower_resize(Builder& b, const Node& n) {
   const int any = b.input_any(n, 0);
   const Shape xs = b.slot(any).shape, ys = b.value(n.outputs.at(0)).shape;
   const ResizeShape logical = resize_params(b, n, xs, ys);
   if (logical.mode != ResizeMode::Nearest && b.slot(any).dtype != b.compute) b.fail(n, "interpolating Resize needs a float input");
+  if (n.get_int("antialias", 0) != 0) {
+    lower_antialias(b, n, logical);
+    return;
+  }
   if (lower_tail(b, n, any, logical)) return;
 
   // A channels-last input is resized channels-last: the kernels work on the dims in memory order.

@@ -1,0 +1,158 @@
+// The residual stream's kernels: the mixed-type residual Add and LayerNormalization fused with it
+// (kernels.h).  Operands of different element types are read through a per-pointer type code (the
+// branch is uniform across the grid, so it costs no divergence).
+#include "engine/cuda/kernels.h"
+#include "engine/cuda/kernels_common.cuh"
+
+namespace sluice::cuda {
+namespace {
+
+constexpr unsigned kFull = 0xffffffffu;
+// Elements of a row each lane keeps in registers; longer rows are read again for each pass.
+constexpr int kPerLane = 32;
+
+enum Code : int { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+Code code(DType t) {
+  switch (t) {
+    case DType::F32: return kF32;
+    case DType::F16: return kF16;
+    case DType::BF16: return kBF16;
+    default: SLUICE_THROW("cuda residual kernel: element type ", dtype_name(t), " is not a float type");
+  }
+}
+
+__device__ __forceinline__ float load(const void* p, int c, int64_t i) {
+  if (c == kF32) return static_cast<const float*>(p)[i];
+  if (c == kF16) return __half2float(static_cast<const __half*>(p)[i]);
+  return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+
+__device__ __forceinline__ void store(void* p, int c, int64_t i, float v) {
+  if (c == kF32) static_cast<float*>(p)[i] = v;
+  else if (c == kF16) static_cast<__half*>(p)[i] = __float2half_rn(v);
+  else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+struct Operand {
+  const void* p;
+  int c;
+  int64_t count;
+  __device__ __forceinline__ float at(int64_t i) const { return load(p, c, count == 0 ? i : i % count); }
+};
+
+__global__ void residual_add_kernel(Operand a, Operand b, void* y, int cy, int64_t n) {
+  SLUICE_GRID_STRIDE(i, n) store(y, cy, i, a.at(i) + b.at(i));
+}
+
+struct NormArgs {
+  Operand a, b;
+  bool add;
+  void* sum;
+  int csum;
+  void* y;
+  int cy;
+  void* mean;
+  void* inv;
+  int cstat;
+  int64_t rows, cols;
+  float eps;
+  const float* gamma;
+  const float* beta;
+};
+
+// One warp per row.  The row's values stay in registers when it is at most 32 * kPerLane long; the
+// variance is the mean of squared deviations from the mean (two passes, accurate for large means).
+__global__ void residual_norm_kernel(NormArgs r) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  const bool cached = r.cols <= 32 * kPerLane;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < r.rows; row += warps) {
+    const int64_t base = row * r.cols;
+    auto value = [&](int64_t j) { return r.add ? r.a.at(base + j) + r.b.at(base + j) : r.a.at(base + j); };
+    float v[kPerLane];
+    float sum = 0.f;
+    if (cached) {
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int64_t j = lane + 32 * k;
+        v[k] = j < r.cols ? value(j) : 0.f;
+        sum += v[k];
+      }
+    } else {
+      for (int64_t j = lane; j < r.cols; j += 32) sum += value(j);
+    }
+    const float mean = warp_sum(sum) / static_cast<float>(r.cols);
+    float sq = 0.f;
+    if (cached) {
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int64_t j = lane + 32 * k;
+        const float d = j < r.cols ? v[k] - mean : 0.f;
+        sq += d * d;
+      }
+    } else {
+      for (int64_t j = lane; j < r.cols; j += 32) {
+        const float d = value(j) - mean;
+        sq += d * d;
+      }
+    }
+    const float inv = rsqrtf(warp_sum(sq) / static_cast<float>(r.cols) + r.eps);
+    auto emit = [&](int64_t j, float x) {
+      if (r.sum) store(r.sum, r.csum, base + j, x);
+      float o = (x - mean) * inv;
+      if (r.gamma) o *= r.gamma[j];
+      if (r.beta) o += r.beta[j];
+      store(r.y, r.cy, base + j, o);
+    };
+    if (cached) {
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int64_t j = lane + 32 * k;
+        if (j < r.cols) emit(j, v[k]);
+      }
+    } else {
+      for (int64_t j = lane; j < r.cols; j += 32) emit(j, value(j));
+    }
+    if (lane == 0) {
+      if (r.mean) store(r.mean, r.cstat, row, mean);
+      if (r.inv) store(r.inv, r.cstat, row, inv);
+    }
+  }
+}
+
+Operand operand(const ResidualOperand& o, int64_t n) {
+  return Operand{o.p, code(o.t), o.count >= n ? 0 : o.count};
+}
+
+}  // namespace
+
+void residual_add(const ResidualOperand& a, const ResidualOperand& b, void* y, DType ty, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  SLUICE_CHECK(a.count > 0 && b.count > 0 && n % a.count == 0 && n % b.count == 0,
+               "cuda residual_add: operands of ", a.count, " and ", b.count, " elements do not repeat onto ", n);
+  residual_add_kernel<<<grid_for(n), kThreads, 0, s>>>(operand(a, n), operand(b, n), y, code(ty), n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void residual_norm(const ResidualNorm& r, cudaStream_t s) {
+  if (r.rows <= 0 || r.cols <= 0) return;
+  const int64_t n = r.rows * r.cols;
+  const bool add = r.b.p != nullptr;
+  SLUICE_CHECK(r.a.count > 0 && n % r.a.count == 0 && (!add || (r.b.count > 0 && n % r.b.count == 0)),
+               "cuda residual_norm: operands of ", r.a.count, " and ", r.b.count, " elements do not repeat onto ", n);
+  NormArgs k{operand(r.a, n), add ? operand(r.b, n) : Operand{nullptr, kF32, 0}, add, r.sum, code(r.tsum), r.y, code(r.ty),
+             r.mean, r.inv, code(r.tstat), r.rows, r.cols, r.eps, r.gamma, r.beta};
+  const int64_t per_block = kThreads / 32;
+  int64_t blocks = (r.rows + per_block - 1) / per_block;
+  if (blocks > (1 << 20)) blocks = 1 << 20;
+  residual_norm_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(k);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace sluice::cuda
