@@ -199,6 +199,10 @@ bool Tracer::visit(const Node& n, std::vector<int>& out) {
     std::fill(out.begin(), out.end(), a);
     return true;
   }
+  if (op == "Attention") {  // sluice.Attention: q, k, v with the batch on one leading axis, a bias without it
+    if (a == kNone || a >= r - 2 || axis_of(n.input(1)) != a || axis_of(n.input(2)) != a) return fail("q, k and v do not carry the batch on one leading axis");
+    return same(3);
+  }
   if (op == "Gemm") return gemm(n, out);
   if (op == "MatMul") return matmul(n, out);
   if (op == "Reshape" || op == "Flatten") return reshape(n, out);

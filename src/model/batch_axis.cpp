@@ -150,6 +150,11 @@ class Tracker {
       }
       return axis(n, 0);
     }
+    if (op == "Attention") {  // sluice.Attention: q, k, v with the batch on one leading axis, a bias without it
+      for (const auto& [i, s] : data)
+        if (i > 2 || s.axis != a || a >= rank(x) - 2) return mixed(n, "mixes rows of attention across the batch");
+      return axis(n, a);
+    }
     if (op == "MatMul") {
       const int64_t R = rank(y);
       int out = -1;
