@@ -75,6 +75,12 @@ class AttentionStep final : public Step {
         bias_half_(bias_half), scores_(scores), probs_(probs), y_(y) {}
 
   void prepare(Context& ctx, const Bindings& b) override {
+    choose(ctx, b);
+    // The profile's kind names the path taken.
+    kind = graph_ ? "Attn cuDNN" : "Attn GEMM";
+  }
+
+  void choose(Context& ctx, const Bindings& b) {
     const Path want = forced_path();
     if (want == Path::Gemm || !attention_graph_fits(spec_) || d_.kt || (d_.period > 0 && bias_half_ < 0)) return;
     std::string why;
@@ -213,6 +219,12 @@ bool lower_attention(Builder& b, const Node& n) {
   if (bias >= 0) uses.push_back(bias);
   if (bias_half >= 0 && bias_half != bias) uses.push_back(bias_half);
   b.add(std::make_unique<AttentionStep>(n.name, t, bias_t, d, spec, q, k, v, bias, bias_half, scores, probs, y), uses);
+  // The profile's floor: q, k, v, the bias and y once each, as the fused kernel moves them (the GEMM
+  // path's scores and probabilities come on top).
+  double floor = 0;
+  for (int id : {q, k, v, y}) floor += static_cast<double>(b.slot(id).bytes);
+  if (bias >= 0) floor += static_cast<double>(b.slot(bias_half >= 0 ? bias_half : bias).bytes);
+  b.steps.back()->bytes = floor;
   return true;
 }
 
