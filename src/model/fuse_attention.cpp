@@ -266,15 +266,47 @@ bool AttentionMatcher::fuse_at(std::size_t index) {
       !std::equal(lead.begin(), lead.end(), kts->begin()) || (*qs)[static_cast<std::size_t>(rank - 2)] != s || kts->back() != skv ||
       (*kts)[static_cast<std::size_t>(rank - 2)] != qs->back())
     return false;
+  // k untransposed where the graph lets us (cuDNN's fused attention reads k with its head axis
+  // contiguous): kT = Transpose(x, perm) becomes k = Transpose(x, perm with its last two swapped)
+  // (a plain swap: x itself), and Reshape(Transpose(Reshape(k0)), swapping the last two axes) is k0
+  // (regrouping leading axes commutes with the swap).
   std::string k = kt, layout = "bhds";
+  Node* retranspose = nullptr;   // changed only once the fusion is certain
+  std::vector<int64_t> new_perm;
+  auto swaps_last_two = [](const std::vector<int64_t>& perm) {
+    const int64_t r = static_cast<int64_t>(perm.size());
+    bool swap = r >= 2;
+    for (int64_t i = 0; swap && i < r; ++i)
+      swap = perm[static_cast<std::size_t>(i)] == (i == r - 2 ? r - 1 : i == r - 1 ? r - 2 : i);
+    return swap;
+  };
+  auto last_two = [&](const std::string& name, int64_t a, int64_t b) {
+    const Shape* sh = shape(name);
+    return sh && sh->size() >= 2 && (*sh)[sh->size() - 2] == a && sh->back() == b;
+  };
+  const int64_t dk = qs->back();
   if (Node* t = producer(kt); t && t->op == "Transpose" && t->domain.empty() && internal(kt)) {
     std::vector<int64_t> perm = t->get_ints("perm");
-    bool swap = static_cast<int64_t>(perm.size()) == rank;
-    for (int64_t i = 0; swap && i < rank; ++i)
-      swap = perm[static_cast<std::size_t>(i)] == (i == rank - 2 ? rank - 1 : i == rank - 1 ? rank - 2 : i);
-    if (swap) {
+    if (static_cast<int64_t>(perm.size()) == rank && swaps_last_two(perm)) {
       k = t->inputs[0];
       layout = "bhsd";
+    } else if (static_cast<int64_t>(perm.size()) == rank) {
+      std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+      retranspose = t;
+      new_perm = perm;
+      layout = "bhsd";
+    }
+  } else if (Node* r2 = producer(kt); r2 && r2->op == "Reshape" && r2->domain.empty() && internal(kt)) {
+    Node* t2 = producer(r2->inputs[0]);
+    Node* r1 = t2 && internal(r2->inputs[0]) ? producer(t2->inputs[0]) : nullptr;
+    if (t2 && t2->op == "Transpose" && t2->domain.empty() && swaps_last_two(t2->get_ints("perm")) && r1 &&
+        r1->op == "Reshape" && r1->domain.empty() && internal(t2->inputs[0]) && last_two(t2->inputs[0], skv, dk) &&
+        last_two(r2->inputs[0], dk, skv)) {
+      const Shape* k0 = shape(r1->inputs[0]);
+      if (k0 && k0->size() == xs->size() && std::equal(lead.begin(), lead.end(), k0->begin()) && last_two(r1->inputs[0], skv, dk)) {
+        k = r1->inputs[0];
+        layout = "bhsd";
+      }
     }
   }
 
@@ -308,6 +340,12 @@ bool AttentionMatcher::fuse_at(std::size_t index) {
   a.attrs["scale"] = Attribute::of_float(static_cast<float>(coeff));
   a.attrs["layout"] = Attribute::of_string(layout);
   if (zero_rows) a.attrs["zero_masked_rows"] = Attribute::of_int(1);
+  if (retranspose) {
+    retranspose->attrs["perm"] = Attribute::of_ints(new_perm);
+    Shape ks = *kts;
+    std::swap(ks[ks.size() - 1], ks[ks.size() - 2]);
+    g_.values[kt].shape = ks;
+  }
   *mm2 = std::move(a);
   return true;
 }

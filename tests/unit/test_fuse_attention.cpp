@@ -74,6 +74,24 @@ TEST(FuseAttention, EveryZooAttentionBlockBecomesOneNode) {
   EXPECT_TRUE(misses.empty()) << misses;
 }
 
+// cuDNN's fused attention reads k untransposed: the exporters' k^T (a Transpose of the projection
+// to [B, H, D, S], or Reshape, swap, Reshape) is taken back to k [B, H, S, D] by the pass.
+TEST(FuseAttention, KeysComeUntransposedFromTheExportersSpellings) {
+  for (const char* name : {"hf_vit.torchscript", "hf_vit.dynamo", "hf_clip_vision.torchscript", "hf_clip_vision.dynamo",
+                           "hf_segformer.torchscript", "hf_segformer.dynamo", "hf_dinov2.torchscript", "hf_beit.torchscript",
+                           "hf_swin.torchscript", "timm_deit.dynamo", "timm_deit.torchscript", "tv_swin.dynamo"}) {
+    const Graph g = prepare_zoo(name);
+    int bhsd = 0, all = 0;
+    for (const auto& n : g.nodes)
+      if (n.op == "Attention") {
+        ++all;
+        bhsd += n.get_string("layout", "") == "bhsd";
+      }
+    EXPECT_GT(all, 0) << name;
+    EXPECT_EQ(bhsd, all) << name;
+  }
+}
+
 TEST(FuseAttention, TheSwitchTurnsThePassOff) {
   setenv("SLUICE_FUSE_ATTENTION", "0", 1);
   const Graph g = prepare_zoo("hf_vit.dynamo");
