@@ -1,6 +1,7 @@
-// The softmax step of sluice.Attention on the batched-GEMM path: fp32 scores (already scaled by
-// the product's alpha) plus a bias that repeats every `period` score matrices, softmax over each
-// row with fp32 statistics, probabilities written in the type the second product reads.
+// The softmax step of sluice.Attention on the batched-GEMM path: scores (already scaled by the
+// product's alpha, stored in the compute type) plus a bias that repeats every `period` score
+// matrices, softmax over each row with fp32 statistics, probabilities written over the scores in
+// the type the second product reads.
 #include <cfloat>
 
 #include "engine/cuda/kernels.h"
@@ -24,12 +25,12 @@ __device__ __forceinline__ float warp_max(float v) {
 // One warp per row.  Short rows (<= 32 * kPerLane) are read once into registers; longer ones are
 // read three times (max, sum, write), from L1/L2 after the first.
 template <typename T, typename B>
-__global__ void attention_softmax_kernel(const float* __restrict__ x, const B* __restrict__ bias, T* __restrict__ y,
+__global__ void attention_softmax_kernel(const T* x, const B* __restrict__ bias, T* y,
                                          int64_t rows, int64_t s, int64_t skv, int64_t period, bool zero_rows) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
-    const float* xr = x + row * skv;
+    const T* xr = x + row * skv;
     const B* br = nullptr;
     if (bias) {
       const int64_t m = row / s, i = row - m * s;
@@ -42,7 +43,7 @@ __global__ void attention_softmax_kernel(const float* __restrict__ x, const B* _
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
         const int64_t j = lane + 32 * k;
-        v[k] = j < skv ? xr[j] + (br ? to_f(br[j]) : 0.f) : -INFINITY;
+        v[k] = j < skv ? to_f(xr[j]) + (br ? to_f(br[j]) : 0.f) : -INFINITY;
         mx = fmaxf(mx, v[k]);
       }
       mx = warp_max(mx);
@@ -65,7 +66,7 @@ __global__ void attention_softmax_kernel(const float* __restrict__ x, const B* _
       }
     } else {
       float mx = -INFINITY;
-      for (int64_t j = lane; j < skv; j += 32) mx = fmaxf(mx, xr[j] + (br ? to_f(br[j]) : 0.f));
+      for (int64_t j = lane; j < skv; j += 32) mx = fmaxf(mx, to_f(xr[j]) + (br ? to_f(br[j]) : 0.f));
       mx = warp_max(mx);
       if (mx == -INFINITY) {
         const float fill = zero_rows ? 0.f : NAN;
@@ -73,16 +74,16 @@ __global__ void attention_softmax_kernel(const float* __restrict__ x, const B* _
         continue;
       }
       float sum = 0.f;
-      for (int64_t j = lane; j < skv; j += 32) sum += expf(xr[j] + (br ? to_f(br[j]) : 0.f) - mx);
+      for (int64_t j = lane; j < skv; j += 32) sum += expf(to_f(xr[j]) + (br ? to_f(br[j]) : 0.f) - mx);
       const float inv = 1.f / warp_sum(sum);
-      for (int64_t j = lane; j < skv; j += 32) yr[j] = from_f<T>(expf(xr[j] + (br ? to_f(br[j]) : 0.f) - mx) * inv);
+      for (int64_t j = lane; j < skv; j += 32) yr[j] = from_f<T>(expf(to_f(xr[j]) + (br ? to_f(br[j]) : 0.f) - mx) * inv);
     }
   }
 }
 
 }  // namespace
 
-void attention_softmax(DType t, DType bias_type, const float* scores, const void* bias, void* probs, int64_t rows,
+void attention_softmax(DType t, DType bias_type, const void* scores, const void* bias, void* probs, int64_t rows,
                        int64_t s, int64_t skv, int64_t period, bool zero_rows, cudaStream_t st) {
   if (rows <= 0 || skv <= 0) return;
   const int64_t warps_per_block = kThreads / 32;
@@ -93,7 +94,8 @@ void attention_softmax(DType t, DType bias_type, const float* scores, const void
     auto launch = [&](auto btag) {
       using Bt = decltype(btag);
       attention_softmax_kernel<T, Bt><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(
-          scores, static_cast<const Bt*>(bias), static_cast<T*>(probs), rows, s, skv, period > 0 ? period : 1, zero_rows);
+          static_cast<const T*>(scores), static_cast<const Bt*>(bias), static_cast<T*>(probs), rows, s, skv,
+          period > 0 ? period : 1, zero_rows);
     };
     if (!bias) launch(float{});
     else dispatch_float(bias_type, launch);

@@ -1,9 +1,11 @@
 // sluice.Attention (model/graph.h) as one step: cuDNN's fused attention where it takes the shape
 // (fp16/bf16, head sizes multiples of 8 up to 128, layout bhsd) and is faster, else two strided
 // batched GEMMs around the engine's own softmax kernel:
-//   scores (fp32) = scale * q k^T            cublasGemmStridedBatchedEx, fp32 accumulation
-//   p (compute)   = softmax(scores + bias)   attention_softmax, fp32 statistics
-//   y             = p v                      cublasGemmStridedBatchedEx
+//   scores = scale * q k^T            cublasGemmStridedBatchedEx, fp32 accumulation, stored in the
+//                                     compute type (as the unfused MatMul stores them)
+//   p      = softmax(scores + bias)   attention_softmax: read in that type, fp32 statistics, the
+//                                     bias in fp32 when constant; p written over the scores
+//   y      = p v                      cublasGemmStridedBatchedEx
 // The choice is timed at start-up on the real buffers.  SLUICE_CUDA_ATTENTION=gemm|cudnn forces one
 // path (cudnn where cuDNN builds a graph), for measurements.
 #include <algorithm>
@@ -129,9 +131,9 @@ class AttentionStep final : public Step {
     // Column-major: scores^T [skv, s] = op(k) [skv, d] * q^T [d, s].
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.cublas, d_.kt ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, m, n, kk, &alpha,
                                             b.at(k_), dt, d_.kt ? m : kk, d_.skv * d_.d, b.at(q_), dt, kk, d_.s * d_.d,
-                                            &zero, b.at(scores_), CUDA_R_32F, m, d_.s * d_.skv, static_cast<int>(d_.mats),
+                                            &zero, b.at(scores_), dt, m, d_.s * d_.skv, static_cast<int>(d_.mats),
                                             ct, CUBLAS_GEMM_DEFAULT));
-    attention_softmax(t_, bias_t_, b.at<float>(scores_), d_.period > 0 ? b.at(bias_) : nullptr, b.at(probs_),
+    attention_softmax(t_, bias_t_, b.at(scores_), d_.period > 0 ? b.at(bias_) : nullptr, b.at(probs_),
                       d_.mats * d_.s, d_.s, d_.skv, d_.period, d_.zero_rows, s);
     // y^T [dv, s] = v^T [dv, skv] * p^T [skv, s].
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d_.dv), n, m, &one,
@@ -213,9 +215,9 @@ bool lower_attention(Builder& b, const Node& n) {
   spec.h = d.period > 0 ? d.period : (r == 4 ? qs[1] : 1);
   spec.b = d.mats / std::max<int64_t>(1, spec.h);
 
-  const int scores = b.temp(DType::F32, {d.mats, d.s, d.skv}, n.name + " scores");
-  const int probs = b.temp(t, {d.mats, d.s, d.skv}, n.name + " probabilities");
-  std::vector<int> uses = {q, k, v, scores, probs, y};
+  const int scores = b.temp(t, {d.mats, d.s, d.skv}, n.name + " scores");
+  const int probs = scores;   // the softmax works in place
+  std::vector<int> uses = {q, k, v, scores, y};
   if (bias >= 0) uses.push_back(bias);
   if (bias_half >= 0 && bias_half != bias) uses.push_back(bias_half);
   b.add(std::make_unique<AttentionStep>(n.name, t, bias_t, d, spec, q, k, v, bias, bias_half, scores, probs, y), uses);
