@@ -3,18 +3,23 @@
 // the unfused graph).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 
 #include "core/error.h"
+#include "engine/engine.h"
 #include "model/onnx_loader.h"
 #include "model/prepare.h"
 #include "test_model_util.h"
 
 using namespace sluice;
 using sluice::test::count_ops;
+using sluice::test::GraphBuilder;
+using sluice::test::ramp;
 
 namespace {
 
@@ -112,6 +117,96 @@ TEST(FuseAttention, SwinWindowsTakeRelativeBiasAndShiftMaskAsOneRepeatingBias) {
     ++with_bias;
   }
   EXPECT_EQ(with_bias, 4);
+}
+
+// ---- the fused node computes what the chain did (CPU engine, fused against unfused) --------------
+
+// Every output of g prepared at batch 2 for input [2, 2, 6, 8], with or without the fusion, and the
+// number of attention nodes it had.
+std::vector<std::vector<float>> run_prepared(const Graph& model, bool fuse_attention, int* blocks) {
+  setenv("SLUICE_FUSE_ATTENTION", fuse_attention ? "1" : "0", 1);
+  PrepareOptions o;
+  o.batch_size = 2;
+  o.sample_shape = {2, 6, 8};
+  const Graph g = prepare_graph(model, o);
+  unsetenv("SLUICE_FUSE_ATTENTION");
+  *blocks = count_ops(g, "Attention");
+  EngineOptions eo;
+  eo.threads = 2;
+  eo.io_sets = 1;
+  auto e = create_cpu_engine(g, eo);
+  const std::vector<float> x = ramp(static_cast<std::size_t>(shape_numel(e->input().shape)), 7);
+  std::memcpy(e->input_buffer(0), x.data(), x.size() * sizeof(float));
+  e->forward(0, nullptr);
+  std::vector<std::vector<float>> out;
+  for (std::size_t i = 0; i < e->outputs().size(); ++i) {
+    const float* y = static_cast<const float*>(e->output_buffer(0, static_cast<int>(i)));
+    out.emplace_back(y, y + shape_numel(e->outputs()[i].shape));
+  }
+  return out;
+}
+
+void expect_same_outputs(const Graph& model, int want_blocks) {
+  int fused = -1, plain = -1;
+  const auto a = run_prepared(model, true, &fused), b = run_prepared(model, false, &plain);
+  EXPECT_EQ(fused, want_blocks);
+  EXPECT_EQ(plain, 0);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].size(), b[i].size());
+    double scale = 1e-30, diff = 0;
+    for (std::size_t j = 0; j < a[i].size(); ++j) {
+      scale = std::max(scale, static_cast<double>(std::fabs(b[i][j])));
+      diff = std::max(diff, static_cast<double>(std::fabs(a[i][j] - b[i][j])));
+    }
+    EXPECT_LE(diff / scale, 1e-5) << "output " << i;
+  }
+}
+
+// x [B, 2, 6, 8] gives q, k, v by three products; the scores chain is the caller's.
+GraphBuilder projections() {
+  GraphBuilder b;
+  b.input("x", {-1, 2, 6, 8}).output("y");
+  b.floats("wq", {8, 8}, ramp(64, 1)).floats("wk", {8, 8}, ramp(64, 2)).floats("wv", {8, 8}, ramp(64, 3));
+  b.node("MatMul", {"x", "wq"}, {"q"});
+  b.node("MatMul", {"x", "wk"}, {"k"});
+  b.node("MatMul", {"x", "wv"}, {"v"});
+  b.node("Transpose", {"k"}, {"kt"}).attrs["perm"] = Attribute::of_ints({0, 1, 3, 2});
+  return b;
+}
+
+TEST(FuseAttention, ADivisionAfterTheProductAndABiasComputedFromTheDataFuse) {
+  GraphBuilder b = projections();
+  b.floats("c", {}, {std::sqrt(8.f)}).floats("wb", {8, 6}, ramp(48, 4));
+  b.node("MatMul", {"q", "kt"}, {"s"});
+  b.node("Div", {"s", "c"}, {"s2"});
+  b.node("MatMul", {"x", "wb"}, {"bias"});   // [B, 2, 6, 6], from the input
+  b.node("Add", {"s2", "bias"}, {"s3"});
+  b.node("Softmax", {"s3"}, {"p"}).attrs["axis"] = Attribute::of_int(-1);
+  b.node("MatMul", {"p", "v"}, {"y"});
+  expect_same_outputs(b.g, 1);
+}
+
+TEST(FuseAttention, ScalesOnQAndKAndAScaleAfterAConstantBiasFuse) {
+  GraphBuilder b = projections();
+  b.floats("cq", {}, {0.7f}).floats("ck", {}, {0.3f}).floats("half", {}, {0.5f}).floats("rel", {2, 6, 6}, ramp(72, 5));
+  b.node("Mul", {"q", "cq"}, {"qs"});
+  b.node("Mul", {"kt", "ck"}, {"ks"});
+  b.node("MatMul", {"qs", "ks"}, {"s"});
+  b.node("Add", {"s", "rel"}, {"s2"});
+  b.node("Mul", {"s2", "half"}, {"s3"});   // scales the bias too
+  b.node("Softmax", {"s3"}, {"p"}).attrs["axis"] = Attribute::of_int(-1);
+  b.node("MatMul", {"p", "v"}, {"y"});
+  expect_same_outputs(b.g, 1);
+}
+
+TEST(FuseAttention, ProbabilitiesThatAreAlsoAGraphOutputStayUnfused) {
+  GraphBuilder b = projections();
+  b.output("p");
+  b.node("MatMul", {"q", "kt"}, {"s"});
+  b.node("Softmax", {"s"}, {"p"}).attrs["axis"] = Attribute::of_int(-1);
+  b.node("MatMul", {"p", "v"}, {"y"});
+  expect_same_outputs(b.g, 0);
 }
 
 }  // namespace
