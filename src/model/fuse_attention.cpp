@@ -13,6 +13,7 @@
 // scores' leading axes (flattened): [P, S, S_kv] with P dividing them (graph.h).  The nodes left
 // without readers go in eliminate_dead_nodes.  SLUICE_FUSE_ATTENTION=0 turns the pass off (for
 // measurements against the unfused graph).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
@@ -115,8 +116,12 @@ int64_t flat_period(const Shape& t, const Shape& view) {
   return p;
 }
 
+// What combine_bias returns for terms that sum to zeros everywhere.
+const char* const kNoBias = "\n(no bias)";
+
 // Sums the constant terms into one [P, S, S_kv] constant, P * S * S_kv their common period along
-// the flat scores index; "" when a term is not constant or the period is too large to keep.
+// the flat scores index; "" when a term is not constant or the period is too large to keep,
+// kNoBias when the sum is zero everywhere.
 std::string AttentionMatcher::combine_bias(const std::vector<BiasTerm>& terms, int64_t bh, int64_t s, int64_t skv,
                                            const std::string& base) {
   int64_t period = s * skv;
@@ -157,6 +162,8 @@ std::string AttentionMatcher::combine_bias(const std::vector<BiasTerm>& terms, i
       sum[static_cast<std::size_t>(f)] += static_cast<float>(t.coeff * vals[static_cast<std::size_t>(off)]);
     }
   }
+  // A bias of zeros (an export's mask that masks nothing) is no bias at all.
+  if (std::all_of(sum.begin(), sum.end(), [](float v) { return v == 0.f; })) return kNoBias;
   const std::string name = add_float_constant(g_, base + "_attention_bias", sum);
   g_.constants.at(name).shape = {period / (s * skv), s, skv};
   return name;
@@ -319,6 +326,7 @@ bool AttentionMatcher::fuse_at(std::size_t index) {
     if (all_const) {
       bias = combine_bias(terms, bh, s, skv, sm.name);
       if (bias.empty()) return false;
+      if (bias == kNoBias) bias.clear();
     } else {
       // One tensor computed from the data: taken as it is when it repeats along the flat index.
       if (terms.size() != 1 || reshaped || terms[0].coeff != 1.0) return false;

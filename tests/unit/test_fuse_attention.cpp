@@ -97,6 +97,13 @@ TEST(FuseAttention, KeysComeUntransposedFromTheExportersSpellings) {
   }
 }
 
+TEST(FuseAttention, AMaskOfZerosIsNoBias) {
+  // The dynamo export of HF ViT adds an attention mask that masks nothing.
+  const Graph g = prepare_zoo("hf_vit.dynamo");
+  for (const auto& n : g.nodes)
+    if (n.op == "Attention") EXPECT_EQ(n.inputs.size(), 3u) << n.describe();
+}
+
 TEST(FuseAttention, TheSwitchTurnsThePassOff) {
   setenv("SLUICE_FUSE_ATTENTION", "0", 1);
   const Graph g = prepare_zoo("hf_vit.dynamo");
