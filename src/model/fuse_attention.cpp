@@ -8,7 +8,8 @@
 //                                    Add, Reshape)
 //   p      = Softmax(scores, -1)     [Where(IsNaN(p), 0, p): SDPA's fully masked rows]
 //   y      = MatMul(p, v)
-// kT is k with its last two axes swapped; a Transpose that does just that is taken into the node.
+// kT is k with its last two axes swapped; the node takes k itself where the graph spells the swap
+// as a Transpose (re-permuted to give k), or as Reshape(Transpose(...)) (the Reshape rewired).
 // Constant bias terms are summed on the host into one bias whose leading axis repeats along the
 // scores' leading axes (flattened): [P, S, S_kv] with P dividing them (graph.h).  The nodes left
 // without readers go in eliminate_dead_nodes.  SLUICE_FUSE_ATTENTION=0 turns the pass off (for
@@ -280,6 +281,8 @@ bool AttentionMatcher::fuse_at(std::size_t index) {
   std::string k = kt, layout = "bhds";
   Node* retranspose = nullptr;   // changed only once the fusion is certain
   std::vector<int64_t> new_perm;
+  Node* rewire = nullptr;
+  std::string rewire_from;
   auto swaps_last_two = [](const std::vector<int64_t>& perm) {
     const int64_t r = static_cast<int64_t>(perm.size());
     bool swap = r >= 2;
@@ -315,6 +318,14 @@ bool AttentionMatcher::fuse_at(std::size_t index) {
         layout = "bhsd";
       }
     }
+    if (layout == "bhds" && t2 && t2->op == "Transpose" && t2->domain.empty() && internal(r2->inputs[0]) &&
+        swaps_last_two(t2->get_ints("perm")) && last_two(t2->inputs[0], skv, dk) && last_two(r2->inputs[0], dk, skv)) {
+      // Reshape(Transpose(a)) with a [..., S_kv, D] from anything else (torchvision's two transposes):
+      // the Reshape is rewired to give k from a directly.
+      rewire = r2;
+      rewire_from = t2->inputs[0];
+      layout = "bhsd";
+    }
   }
 
   int64_t bh = 1;
@@ -348,6 +359,12 @@ bool AttentionMatcher::fuse_at(std::size_t index) {
   a.attrs["scale"] = Attribute::of_float(static_cast<float>(coeff));
   a.attrs["layout"] = Attribute::of_string(layout);
   if (zero_rows) a.attrs["zero_masked_rows"] = Attribute::of_int(1);
+  if (rewire) {
+    Shape ks = *kts;
+    std::swap(ks[ks.size() - 1], ks[ks.size() - 2]);
+    rewire->inputs = {rewire_from, add_int64_constant(g_, rewire->name + "_k_shape", ks)};
+    g_.values[kt].shape = ks;
+  }
   if (retranspose) {
     retranspose->attrs["perm"] = Attribute::of_ints(new_perm);
     Shape ks = *kts;

@@ -80,11 +80,12 @@ TEST(FuseAttention, EveryZooAttentionBlockBecomesOneNode) {
 }
 
 // cuDNN's fused attention reads k untransposed: the exporters' k^T (a Transpose of the projection
-// to [B, H, D, S], or Reshape, swap, Reshape) is taken back to k [B, H, S, D] by the pass.
+// to [B, H, D, S]; Reshape, swap, Reshape; torchvision's two transposes and a Reshape) is taken
+// back to k [B, H, S, D] by the pass.
 TEST(FuseAttention, KeysComeUntransposedFromTheExportersSpellings) {
   for (const char* name : {"hf_vit.torchscript", "hf_vit.dynamo", "hf_clip_vision.torchscript", "hf_clip_vision.dynamo",
                            "hf_segformer.torchscript", "hf_segformer.dynamo", "hf_dinov2.torchscript", "hf_beit.torchscript",
-                           "hf_swin.torchscript", "timm_deit.dynamo", "timm_deit.torchscript", "tv_swin.dynamo"}) {
+                           "hf_swin.torchscript", "timm_deit.dynamo", "timm_deit.torchscript", "tv_swin.dynamo", "tv_vit.dynamo"}) {
     const Graph g = prepare_zoo(name);
     int bhsd = 0, all = 0;
     for (const auto& n : g.nodes)
