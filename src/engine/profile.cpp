@@ -48,6 +48,13 @@ double node_flops(const Node& n, const std::vector<Shape>& in, const std::vector
     if (x.empty()) return 0;
     return 2.0 * numel(y) * static_cast<double>(x.back());
   }
+  if (op == "Attention") {
+    // Two products: q k^T (2·S·S_kv·D per matrix) and p v (2·S·S_kv·Dv); the softmax is noise.
+    const Shape& v = at(in, 2);
+    if (v.size() < 2) return 0;
+    const double s_kv = static_cast<double>(v[v.size() - 2]);
+    return 2.0 * (numel(x) + numel(y)) * s_kv;
+  }
   if (op == "MaxPool" || op == "AveragePool") {
     double window = 1;
     for (int64_t k : n.get_ints("kernel_shape")) window *= static_cast<double>(k);

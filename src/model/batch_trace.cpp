@@ -114,6 +114,7 @@ class Tracer {
   bool reshape(const Node& n);
   bool squeeze(const Node& n);
   bool layer_norm(const Node& n);
+  bool attention(const Node& n);
   bool along_axis(const Node& n);
   bool trilu(const Node& n);
   bool expand(const Node& n);
@@ -155,6 +156,7 @@ Tracer::Rule Tracer::rule_of(const std::string& op) {
       {"Squeeze", &Tracer::squeeze},
       {"Unsqueeze", &Tracer::squeeze},
       {"LayerNormalization", &Tracer::layer_norm},
+      {"Attention", &Tracer::attention},
       {"Split", &Tracer::along_axis},
       {"CumSum", &Tracer::along_axis},
       {"Trilu", &Tracer::trilu},
@@ -324,6 +326,18 @@ bool Tracer::per_sample(const Node& n) {
 }
 
 // ---- products ----
+
+// sluice.Attention: q, k and v with the batch on one leading axis (not the sequence or feature
+// axes), and a bias that does not depend on the input data.
+bool Tracer::attention(const Node& n) {
+  const int a = ax(n, 0);
+  if (a == kNoBatch || a >= rank(n.input(0)) - 2 || ax(n, 1) != a || ax(n, 2) != a)
+    return fail("mixes rows of attention across the batch (q, k and v do not carry it on one leading axis)");
+  if (n.inputs.size() > 3 && !n.input(3).empty() && ax(n, 3) != kNoBatch)
+    return fail("adds an attention bias computed from the input data");
+  all(a);
+  return true;
+}
 
 bool Tracer::matmul(const Node& n) {
   const std::string &A = n.input(0), &B = n.input(1);

@@ -20,6 +20,9 @@ void remove_identities(Graph& g);
 void fold_batchnorm(Graph& g);
 void fuse_convolutions(Graph& g);
 void fuse_transformer_patterns(Graph& g);  // LayerNormalization and Gelu from their element-wise spellings
+// Scaled dot-product attention chains into sluice.Attention (model/fuse_attention.cpp); returns how
+// many were fused.  SLUICE_FUSE_ATTENTION=0 turns it off.
+int fuse_attention(Graph& g);
 void eliminate_dead_nodes(Graph& g);
 
 }  // namespace sluice

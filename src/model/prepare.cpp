@@ -243,7 +243,7 @@ const std::vector<std::string>& supported_ops() {
       "ReduceMin", "ReduceProd", "ReduceL2", "Trilu", "Sign", "Mod", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal",
       "Floor", "Ceil", "Pow", "Min", "Max", "Softplus", "Elu", "LogSoftmax", "GlobalMaxPool", "ArgMin", "Round", "Col2Im",
       // domain "sluice" (model/graph.h)
-      "FusedConv", "Normalize", "ArgMaxCast"};
+      "FusedConv", "Normalize", "ArgMaxCast", "Attention"};
   return ops;
 }
 
@@ -266,6 +266,7 @@ Graph prepare_graph(Graph g, const PrepareOptions& o) {
     fold_batchnorm(g);
     fuse_convolutions(g);
     fuse_transformer_patterns(g);
+    fuse_attention(g);
   }
   eliminate_dead_nodes(g);
   check_ops(g);

@@ -382,6 +382,34 @@ bool infer_topk_argmax(Ctx& c) {
   return true;
 }
 
+// sluice.Attention (graph.h): y [L..., S, Dv] from q [L..., S, D], k, v [L..., S_kv, Dv].
+bool infer_attention(Ctx& c) {
+  for (std::size_t i = 0; i < 3; ++i)
+    if (!c.input(i)) return c.missing(i, i == 0 ? "q" : i == 1 ? "k" : "v");
+  const Shape &q = c.input(0)->shape, &k = c.input(1)->shape, &v = c.input(2)->shape;
+  const std::string layout = c.n.get_string("layout", "bhsd");
+  if (layout != "bhsd" && layout != "bhds") c.fail(str("layout '", layout, "' is neither bhsd nor bhds"));
+  if (q.size() < 3 || k.size() != q.size() || v.size() != q.size())
+    c.fail(str("q ", shape_str(q), ", k ", shape_str(k), " and v ", shape_str(v), " must have one rank of 3 or more"));
+  const std::size_t r = q.size();
+  const bool kt = layout == "bhds";
+  const int64_t d = q[r - 1], s = q[r - 2], skv = v[r - 2];
+  if (!std::equal(q.begin(), q.end() - 2, k.begin()) || !std::equal(q.begin(), q.end() - 2, v.begin()) ||
+      (kt ? k[r - 2] : k[r - 1]) != d || (kt ? k[r - 1] : k[r - 2]) != skv)
+    c.fail(str("q ", shape_str(q), ", k ", shape_str(k), " (", layout, ") and v ", shape_str(v), " do not fit together"));
+  if (const ValueInfo* b = c.input(3)) {
+    int64_t lead = 1;
+    for (std::size_t i = 0; i + 2 < r; ++i) lead *= q[i];
+    const int64_t n = shape_numel(b->shape);
+    if (s * skv == 0 || n % (s * skv) != 0 || n == 0 || lead % (n / (s * skv)) != 0)
+      c.fail(str("bias ", shape_str(b->shape), " does not repeat along the ", lead, " score matrices of ", s, "x", skv));
+  }
+  Shape y = v;
+  y[r - 2] = s;
+  c.set(0, c.input(0)->dtype, y);
+  return true;
+}
+
 bool infer_misc(Ctx& c) {
   const std::string& op = c.n.op;
   const ValueInfo* x = c.input(0);
@@ -727,6 +755,7 @@ bool infer_node(const Graph& g, const Node& n, const std::vector<const ValueInfo
     return infer_topk_argmax(c2);
   }
   if (op == "ArgMax" || op == "ArgMaxCast" || op == "TopK") return infer_topk_argmax(c);
+  if (op == "Attention" && n.domain == "sluice") return infer_attention(c);
   if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "Mod" || op == "Min" || op == "Max")
     return infer_elementwise(c, 0, DType::Undefined);
   if (op == "Equal" || op == "Less" || op == "Greater" || op == "LessOrEqual" || op == "GreaterOrEqual" ||

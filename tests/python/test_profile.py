@@ -204,3 +204,19 @@ def test_a_tensor_file_gives_the_profile_its_sample_shape(tmp_path):
     conv_gemm_model(str(model))
     _, j = profile(tmp_path, "--model", model, "--input", x, "--batch-size", 2)
     assert j["sample_shape"] == [3, 16, 16] and j["input_dtype"] == "uint8"
+
+
+def test_attention_steps_count_their_two_products(tmp_path):
+    # The zoo's ViT (2 layers, 2 heads of 16, 17 tokens) at batch 3: one attention step per layer,
+    # 4·B·H·S·S_kv·D FLOPs each, its share and fraction of the matrix rate reported like a GEMM's.
+    model = os.path.join(ROOT, "tests", "data", "zoo", "hf_vit.dynamo.onnx")
+    stdout, j = profile(tmp_path, "--model", model, "--batch-size", "3", "--sample-shape", "3,32,32", "--top", "0")
+    attention = [s for s in j["steps"] if s["kind"] == "Attention"]
+    assert len(attention) == 2, [s["kind"] for s in j["steps"]]
+    for s in attention:
+        assert s["flops"] == 4 * 3 * 2 * 17 * 17 * 16
+        # q, k, v and the output, float32 [3, 2, 17, 16] each (the export's mask of zeros is dropped)
+        assert s["bytes"] == 4 * (3 * 2 * 17 * 16 * 4)
+        assert 0 < s["share"] < 1
+    kinds = {k["kind"]: k for k in j["kinds"]}
+    assert kinds["Attention"]["steps"] == 2 and "Attention" in stdout

@@ -194,6 +194,14 @@ void reduce(DType t, RedOp op, const void* x, void* y, int64_t outer, int64_t r,
 // Softmax / LogSoftmax over the middle axis of [outer, r, inner].
 void softmax(DType t, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, bool log, cudaStream_t s);
 
+// sluice.Attention's softmax on the GEMM path (kernels_attention.cu): rows of `skv` scores of type t
+// (rows = matrices * s), plus row i of bias matrix (m mod period) of [period, s, skv] in bias_type
+// when bias is not null, softmax with fp32 statistics, written as t (probs may be scores: each row
+// is read before it is written).  A row that is all -inf gives zeros with zero_rows, else NaN (as
+// Softmax does).
+void attention_softmax(DType t, DType bias_type, const void* scores, const void* bias, void* probs, int64_t rows,
+                       int64_t s, int64_t skv, int64_t period, bool zero_rows, cudaStream_t st);
+
 // ArgMax / ArgMin over the middle axis of [outer, r, inner]; index type I64, I32 or U8.
 void argmax(DType t, DType index_type, const void* x, void* y, int64_t outer, int64_t r, int64_t inner,
             bool is_min, bool select_last, cudaStream_t s);

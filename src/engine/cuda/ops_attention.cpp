@@ -1,0 +1,233 @@
+// sluice.Attention (model/graph.h) as one step: cuDNN's fused attention where it takes the shape
+// (fp16/bf16, head sizes multiples of 8 up to 128, layout bhsd) and is faster, else two strided
+// batched GEMMs around the engine's own softmax kernel:
+//   scores = scale * q k^T            cublasGemmStridedBatchedEx, fp32 accumulation, stored in the
+//                                     compute type (as the unfused MatMul stores them)
+//   p      = softmax(scores + bias)   attention_softmax: read in that type, fp32 statistics, the
+//                                     bias in fp32 when constant; p written over the scores
+//   y      = p v                      cublasGemmStridedBatchedEx
+// The choice is timed at start-up on the real buffers.  SLUICE_CUDA_ATTENTION=gemm|cudnn forces one
+// path (cudnn where cuDNN builds a graph), for measurements.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/cuda/cuda_check.h"
+#include "core/log.h"
+#include "engine/cuda/attention_graph.h"
+#include "engine/cuda/engine_internal.h"
+#include "engine/cuda/kernels.h"
+
+namespace sluice::cuda {
+namespace {
+
+enum class Path { Auto, Gemm, Cudnn };
+
+Path forced_path() {
+  static const Path p = [] {
+    const char* v = std::getenv("SLUICE_CUDA_ATTENTION");
+    if (!v || !*v || std::strcmp(v, "auto") == 0) return Path::Auto;
+    if (std::strcmp(v, "gemm") == 0) return Path::Gemm;
+    if (std::strcmp(v, "cudnn") == 0) return Path::Cudnn;
+    throw UsageError(str("SLUICE_CUDA_ATTENTION must be auto, gemm or cudnn, not '", v, "'"));
+  }();
+  return p;
+}
+
+cudaDataType_t blas_type(DType t) {
+  switch (t) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::F16: return CUDA_R_16F;
+    case DType::BF16: return CUDA_R_16BF;
+    default: SLUICE_THROW("cuBLAS: element type ", dtype_name(t), " is not supported");
+  }
+}
+
+struct Dims {
+  int64_t mats = 0, s = 0, skv = 0, d = 0, dv = 0, period = 0;   // period 0: no bias
+  bool kt = false;                                               // k given as [mats, d, skv]
+  float scale = 1.f;
+  bool zero_rows = false;
+};
+
+// Median of 5 runs after 2 warm-ups, in ms, timed on the host around a device-wide sync (the two
+// paths use the cuBLAS and cuDNN handles, whose streams need not be one).
+float time_ms(const std::function<void()>& f) {
+  f();
+  f();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> t;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return static_cast<float>(t[2]);
+}
+
+class AttentionStep final : public Step {
+ public:
+  AttentionStep(std::string label, DType t, DType bias_t, Dims d, AttentionGraphSpec spec, int q, int k, int v, int bias,
+                int bias_half, int scores, int probs, int y)
+      : Step(std::move(label)), t_(t), bias_t_(bias_t), d_(d), spec_(spec), q_(q), k_(k), v_(v), bias_(bias),
+        bias_half_(bias_half), scores_(scores), probs_(probs), y_(y) {}
+
+  void prepare(Context& ctx, const Bindings& b) override {
+    choose(ctx, b);
+    // The profile's kind names the path taken.
+    kind = graph_ ? "Attn cuDNN" : "Attn GEMM";
+  }
+
+  void choose(Context& ctx, const Bindings& b) {
+    const Path want = forced_path();
+    if (want == Path::Gemm || !attention_graph_fits(spec_) || d_.kt || (d_.period > 0 && bias_half_ < 0)) return;
+    std::string why;
+    std::shared_ptr<AttentionGraph> g = AttentionGraph::create(ctx.cudnn, spec_, &why);
+    if (!g) {
+      log_debug("cuda engine: ", label(), ": no cuDNN fused attention (", why, "); batched GEMMs");
+      return;
+    }
+    if (g->workspace_bytes() > ctx.workspace_bytes) {
+      log_debug("cuda engine: ", label(), ": cuDNN fused attention wants ", g->workspace_bytes(), " bytes of workspace");
+      return;
+    }
+    cudaStream_t s = nullptr;
+    CUDNN_CHECK(cudnnGetStream(ctx.cudnn, &s));
+    auto fused = [&] { return g->run(ctx.cudnn, b.at(q_), b.at(k_), b.at(v_), bias_half_ >= 0 ? b.at(bias_half_) : nullptr, b.at(y_), ctx.workspace); };
+    if (!fused() || cudaStreamSynchronize(s) != cudaSuccess) {
+      (void)cudaGetLastError();
+      log_debug("cuda engine: ", label(), ": cuDNN fused attention failed to run; batched GEMMs");
+      return;
+    }
+    if (want == Path::Auto) {
+      const float gemm_ms = time_ms([&] { run_gemm(ctx, b, s); });
+      const float fused_ms = time_ms([&] { fused(); });
+      log_debug("cuda engine: ", label(), ": cuDNN fused attention ", fused_ms, " ms, batched GEMMs ", gemm_ms, " ms");
+      if (!(fused_ms < gemm_ms)) return;
+    }
+    graph_ = std::move(g);
+  }
+
+  void run(Context& ctx, const Bindings& b, cudaStream_t s) override {
+    if (graph_) {
+      if (!graph_->run(ctx.cudnn, b.at(q_), b.at(k_), b.at(v_), bias_half_ >= 0 ? b.at(bias_half_) : nullptr, b.at(y_),
+                       ctx.workspace))
+        SLUICE_THROW("cuda engine: ", label(), ": cuDNN's fused attention failed");
+      return;
+    }
+    run_gemm(ctx, b, s);
+  }
+
+ private:
+  void run_gemm(Context& ctx, const Bindings& b, cudaStream_t s) {
+    const cudaDataType_t dt = blas_type(t_);
+    const cublasComputeType_t ct = ctx.precision == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const int m = static_cast<int>(d_.skv), n = static_cast<int>(d_.s), kk = static_cast<int>(d_.d);
+    const float alpha = d_.scale, zero = 0.f, one = 1.f;
+    // Column-major: scores^T [skv, s] = op(k) [skv, d] * q^T [d, s].
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.cublas, d_.kt ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, m, n, kk, &alpha,
+                                            b.at(k_), dt, d_.kt ? m : kk, d_.skv * d_.d, b.at(q_), dt, kk, d_.s * d_.d,
+                                            &zero, b.at(scores_), dt, m, d_.s * d_.skv, static_cast<int>(d_.mats),
+                                            ct, CUBLAS_GEMM_DEFAULT));
+    attention_softmax(t_, bias_t_, b.at(scores_), d_.period > 0 ? b.at(bias_) : nullptr, b.at(probs_),
+                      d_.mats * d_.s, d_.s, d_.skv, d_.period, d_.zero_rows, s);
+    // y^T [dv, s] = v^T [dv, skv] * p^T [skv, s].
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d_.dv), n, m, &one,
+                                            b.at(v_), dt, static_cast<int>(d_.dv), d_.skv * d_.dv, b.at(probs_), dt, m,
+                                            d_.s * d_.skv, &zero, b.at(y_), dt, static_cast<int>(d_.dv), d_.s * d_.dv,
+                                            static_cast<int>(d_.mats), ct, CUBLAS_GEMM_DEFAULT));
+  }
+
+  DType t_, bias_t_;
+  Dims d_;
+  AttentionGraphSpec spec_;
+  int q_, k_, v_, bias_, bias_half_, scores_, probs_, y_;
+  std::shared_ptr<AttentionGraph> graph_;
+};
+
+// Whether a constant bias holds only finite values (cuDNN's kernels are not asked about -inf).
+bool finite(const Tensor& t) {
+  for (float x : t.as_float())
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+}  // namespace
+
+bool lower_attention(Builder& b, const Node& n) {
+  if (n.domain != "sluice" || n.op != "Attention") return false;
+  const int q = b.input(n, 0), k = b.input(n, 1), v = b.input(n, 2);
+  const DType t = b.slot(q).dtype;
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16) b.fail(n, "q is ", dtype_name(t), ", not a float type");
+  if (b.slot(k).dtype != t || b.slot(v).dtype != t)
+    b.fail(n, "q, k and v are ", dtype_name(t), ", ", dtype_name(b.slot(k).dtype), " and ", dtype_name(b.slot(v).dtype),
+           "; attention reads one type");
+  const Shape &qs = b.slot(q).shape, &ks = b.slot(k).shape, &vs = b.slot(v).shape;
+  const std::size_t r = qs.size();
+  if (r < 3 || ks.size() != r || vs.size() != r) b.fail(n, "q, k and v must have one rank of 3 or more");
+  Dims d;
+  d.kt = n.get_string("layout", "bhsd") == "bhds";
+  d.s = qs[r - 2];
+  d.d = qs[r - 1];
+  d.skv = vs[r - 2];
+  d.dv = vs[r - 1];
+  d.mats = shape_numel(qs) / std::max<int64_t>(1, d.s * d.d);
+  d.scale = n.get_float("scale", 1.f);
+  d.zero_rows = n.get_int("zero_masked_rows", 0) != 0;
+  if ((d.kt ? ks[r - 2] : ks[r - 1]) != d.d || (d.kt ? ks[r - 1] : ks[r - 2]) != d.skv)
+    b.fail(n, "k ", shape_str(ks), " does not fit q ", shape_str(qs), " and v ", shape_str(vs));
+  const int y = b.output(n, 0);
+  if (b.slot(y).dtype != t) b.fail(n, "the output is ", dtype_name(b.slot(y).dtype), " and q ", dtype_name(t));
+
+  // The bias: fp32 for the softmax kernel when it is a constant (its values stay exact), and in
+  // the half type for cuDNN.
+  int bias = -1, bias_half = -1;
+  DType bias_t = DType::F32;
+  if (b.has_input(n, 3)) {
+    const Tensor* c = b.const_input(n, 3);
+    const int64_t numel = c ? c->numel() : b.slot(b.input(n, 3)).numel();
+    if (d.s * d.skv == 0 || numel % (d.s * d.skv) != 0 || numel == 0 || d.mats % (numel / (d.s * d.skv)) != 0)
+      b.fail(n, "the bias does not repeat along the ", d.mats, " score matrices");
+    d.period = numel / (d.s * d.skv);
+    if (c) {
+      const Tensor f32 = Tensor::from(DType::F32, {d.period, d.s, d.skv}, c->as_float());
+      bias = b.constant(n.name + " bias", f32);
+      if (t != DType::F32 && finite(f32)) bias_half = b.constant(n.name + " bias (" + dtype_name(t) + ")", b.to_compute(f32));
+    } else {
+      bias = b.input(n, 3);
+      bias_t = b.slot(bias).dtype;
+      if (bias_t == t) bias_half = bias;
+    }
+  }
+  // cuDNN's view: [b, h] with the bias repeating over b.
+  AttentionGraphSpec spec;
+  spec.t = t;
+  spec.s = d.s;
+  spec.s_kv = d.skv;
+  spec.d = d.d;
+  spec.dv = d.dv;
+  spec.scale = d.scale;
+  spec.bias = d.period > 0;
+  spec.h = d.period > 0 ? d.period : (r == 4 ? qs[1] : 1);
+  spec.b = d.mats / std::max<int64_t>(1, spec.h);
+
+  const int scores = b.temp(t, {d.mats, d.s, d.skv}, n.name + " scores");
+  const int probs = scores;   // the softmax works in place
+  std::vector<int> uses = {q, k, v, scores, y};
+  if (bias >= 0) uses.push_back(bias);
+  if (bias_half >= 0 && bias_half != bias) uses.push_back(bias_half);
+  b.add(std::make_unique<AttentionStep>(n.name, t, bias_t, d, spec, q, k, v, bias, bias_half, scores, probs, y), uses);
+  // The profile's floor: q, k, v, the bias and y once each, as the fused kernel moves them (the GEMM
+  // path's scores and probabilities come on top).
+  double floor = 0;
+  for (int id : {q, k, v, y}) floor += static_cast<double>(b.slot(id).bytes);
+  if (bias >= 0) floor += static_cast<double>(b.slot(bias_half >= 0 ? bias_half : bias).bytes);
+  b.steps.back()->bytes = floor;
+  return true;
+}
+
+}  // namespace sluice::cuda
