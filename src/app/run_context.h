@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/thread.h"
 #include "engine/engine.h"
+#include "export/live_export.h"
 #include "image/image.h"
 #include "io/rank_file.h"
 #include "io/source.h"
@@ -70,6 +71,7 @@ class RunContext {
   int mapped_gpu() const;   // --gpu-map's ordinal for this node-local rank (default: the node-local rank)
   int choose_gpu() const;
   void save_job() const;  // rank 0: OUTPUT/job.toml
+  LiveExportOptions live_export_options() const;  // --export
   void watch_set_aside();  // rank 0: delete the earlier run once this one committed a chunk
 
   JobConfig job_;

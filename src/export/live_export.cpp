@@ -1,0 +1,461 @@
+// Results while the job runs (export/live_export.h).
+#include "export/live_export.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/json_text.h"
+#include "core/log.h"
+#include "core/queue.h"
+#include "core/thread.h"
+#include "export/classes.h"
+#include "export/journal.h"
+#include "export/masks.h"
+#include "io/npy.h"
+
+namespace sluice {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr char kMarker[] = ".sluice-run-export.json";  // the folder is this run's export
+constexpr char kTemp[] = ".sluice-partial";            // temporaries end so (sluice export's too)
+
+bool is_temp(const std::string& name) {
+  return name.size() >= std::strlen(kTemp) && name.compare(name.size() - std::strlen(kTemp), std::string::npos, kTemp) == 0;
+}
+
+class MaskFormat final : public RowFormat {
+ public:
+  std::string name() const override { return "masks"; }
+  std::string extension() const override { return ".png"; }
+  void write(const std::string& path, const StoredOutput& o, const void* row) const override {
+    Shape shape{1};
+    shape.insert(shape.end(), o.row_shape.begin(), o.row_shape.end());
+    Tensor t(o.dtype, shape);
+    std::memcpy(t.bytes.data(), row, t.nbytes());
+    const std::string png = encode_mask_png(mask_of_row(t, 0));
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+    if (!f) throw InputError(str("export: cannot create ", path, ": ", std::strerror(errno)));
+    if (std::fwrite(png.data(), 1, png.size(), f.get()) != png.size() || std::fclose(f.release()) != 0)
+      throw InputError(str("export: cannot write ", path, ": ", std::strerror(errno), " (disk full?)"));
+  }
+};
+
+class NpyFormat final : public RowFormat {
+ public:
+  std::string name() const override { return "npy"; }
+  std::string extension() const override { return ".npy"; }
+  void write(const std::string& path, const StoredOutput& o, const void* row) const override {
+    write_npy(path, o.dtype, o.row_shape, row);
+  }
+};
+
+// The temporary name of `target`: in its folder (the rename stays on one file system), short
+// whatever the target's length, and the rank's own.
+std::string temp_path(const fs::path& target, int rank) {
+  char name[64];
+  std::snprintf(name, sizeof name, ".%016zx.r%d%s", std::hash<std::string>{}(target.string()), rank, kTemp);
+  return (target.parent_path() / name).string();
+}
+
+// Writes one row's file through a temporary name; false when it was there already.
+bool write_row_file(const RowFormat& f, const fs::path& target, int rank, const StoredOutput& o, const void* row) {
+  std::error_code ec;
+  if (fs::exists(target, ec)) return false;
+  fs::create_directories(target.parent_path(), ec);
+  if (ec) throw InputError(str("export: cannot create the folder ", target.parent_path().string(), ": ", ec.message()));
+  const std::string tmp = temp_path(target, rank);
+  try {
+    f.write(tmp, o, row);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw InputError(str("export: cannot rename ", tmp, " to ", target.string(), ": ", std::strerror(e)));
+  }
+  return true;
+}
+
+std::string marker_text(const LiveExportOptions& o) {
+  return dump_json(json{{"export", o.format}, {"run", fs::absolute(o.run_dir).lexically_normal().string()}});
+}
+
+const char* kFolderHint = "give --export-dir an empty (or new) folder, or remove what is in it";
+
+// A batch's copy of the exported output's rows, keys and status, waiting for its commit.
+struct Staged {
+  int64_t rows = 0;
+  std::vector<unsigned char> data;
+  std::vector<char> keys;
+  std::vector<uint8_t> status;
+};
+
+class LiveExportFile final : public RankFile {
+ public:
+  LiveExportFile(std::unique_ptr<RankFile> inner, const LiveExportOptions& o, const StoredOutput& out,
+                 std::size_t output_index, std::size_t row_bytes, std::size_t key_bytes)
+      : inner_(std::move(inner)), o_(o), out_(out), index_(output_index), row_bytes_(row_bytes),
+        key_bytes_(key_bytes), format_(make_row_format(o.format)),
+        queue_(static_cast<std::size_t>(std::max(o.threads, 1)) * 2) {
+    SLUICE_CHECK(format_, "export: ", o.format, " has no per-row files");
+    for (int t = 0; t < std::max(o.threads, 1); ++t)
+      threads_.emplace_back(str("export-", t), [this] { work(); });
+  }
+
+  ~LiveExportFile() override {
+    queue_.abort();
+    for (auto& t : threads_) t.join_noexcept();
+  }
+
+  int64_t append(const RowBatch& b) override {
+    rethrow();
+    const int64_t stored = inner_->append(b);
+    std::unique_ptr<Staged> s = take();
+    s->rows = b.rows;
+    const auto* src = static_cast<const unsigned char*>(b.data.at(index_));
+    s->data.assign(src, src + static_cast<std::size_t>(b.rows) * row_bytes_);
+    if (b.meta.keys) s->keys.assign(b.meta.keys, b.meta.keys + static_cast<std::size_t>(b.rows) * key_bytes_);
+    else s->keys.clear();
+    if (b.meta.status) s->status.assign(b.meta.status, b.meta.status + b.rows);
+    else s->status.assign(static_cast<std::size_t>(b.rows), 0);
+    pending_.push_back(std::move(s));
+    return stored;
+  }
+
+  void commit(ChunkRecord record) override {
+    rethrow();
+    inner_->commit(record);
+    // Committed: from here on these rows are the output's, and their files may be written.
+    for (auto& s : pending_)
+      if (!queue_.push(std::move(s))) break;
+    pending_.clear();
+    rethrow();
+  }
+
+  int64_t committed_rows() const override { return inner_->committed_rows(); }
+  std::size_t outputs() const override { return inner_->outputs(); }
+  ChunkLayout chunk_layout(std::size_t output) const override { return inner_->chunk_layout(output); }
+
+  void close() override {
+    // Every committed row's file is written before the file closes (a stop waits for them too).
+    queue_.close();
+    std::exception_ptr first;
+    for (auto& t : threads_) {
+      std::exception_ptr e = t.join_noexcept();
+      if (e && !first) first = e;
+    }
+    threads_.clear();
+    pending_.clear();
+    inner_->close();
+    if (first) std::rethrow_exception(first);
+    rethrow();
+    log_debug("export: ", written_.load(), " file(s) written in ", o_.dir, " by this rank");
+  }
+
+ private:
+  std::unique_ptr<Staged> take() {
+    std::lock_guard<std::mutex> lock(free_mutex_);
+    if (free_.empty()) return std::make_unique<Staged>();
+    std::unique_ptr<Staged> s = std::move(free_.back());
+    free_.pop_back();
+    return s;
+  }
+
+  void work() {
+    try {
+      export_rows();
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+      failed_ = true;
+      queue_.abort();
+    }
+  }
+
+  void export_rows() {
+    while (std::optional<std::unique_ptr<Staged>> s = queue_.pop()) {
+      const Staged& b = **s;
+      for (int64_t r = 0; r < b.rows; ++r) {
+        if (b.status[static_cast<std::size_t>(r)] != 0) continue;  // no result: sluice export skips it too
+        std::string key;
+        if (!b.keys.empty()) {
+          const char* k = b.keys.data() + static_cast<std::size_t>(r) * key_bytes_;
+          key.assign(k, std::find(k, k + key_bytes_, '\0'));
+        }
+        const fs::path target = fs::path(o_.dir) / export_path(key, format_->extension(), false);
+        if (write_row_file(*format_, target, o_.rank, out_, b.data.data() + static_cast<std::size_t>(r) * row_bytes_))
+          ++written_;
+      }
+      std::lock_guard<std::mutex> lock(free_mutex_);
+      free_.push_back(std::move(*s));
+    }
+  }
+
+  // An export thread's failure ends the run on the writer's next call, with the thread's message.
+  void rethrow() {
+    if (!failed_.load()) return;
+    std::lock_guard<std::mutex> lock(error_mutex_);
+    std::rethrow_exception(error_);
+  }
+
+  std::unique_ptr<RankFile> inner_;
+  LiveExportOptions o_;
+  StoredOutput out_;
+  std::size_t index_, row_bytes_, key_bytes_;
+  std::unique_ptr<RowFormat> format_;
+  BoundedQueue<std::unique_ptr<Staged>> queue_;
+  std::vector<WorkerThread> threads_;
+  std::vector<std::unique_ptr<Staged>> pending_;  // appended since the last commit
+  std::mutex free_mutex_;
+  std::vector<std::unique_ptr<Staged>> free_;      // copies to reuse
+  std::atomic<int64_t> written_{0};
+  std::atomic<bool> failed_{false};
+  std::mutex error_mutex_;
+  std::exception_ptr error_;                       // the first export thread's failure
+};
+
+}  // namespace
+
+std::unique_ptr<RowFormat> make_row_format(const std::string& format) {
+  if (format == "masks") return std::make_unique<MaskFormat>();
+  if (format == "npy") return std::make_unique<NpyFormat>();
+  return nullptr;
+}
+
+std::string live_export_source(const std::string& format, const std::vector<std::string>& outputs) {
+  auto has = [&](const std::string& n) { return std::find(outputs.begin(), outputs.end(), n) != outputs.end(); };
+  std::vector<std::string> order;
+  if (format == "masks") order = {"argmax", "softmax", "logits"};
+  else if (format == "npy") order = {"logits", "softmax"};
+  else if (format == "classes") order = {"topk_probs", "softmax", "logits", "topk"};
+  else throw UsageError(str("--export '", format, "': choose masks, classes or npy"));
+  for (const auto& n : order)
+    if (has(n) || (has(n + "_values") && has(n + "_indices"))) return n;
+  if (format == "npy" && !outputs.empty()) return outputs.front();
+  std::string names;
+  for (const auto& n : outputs) names += (names.empty() ? "" : ", ") + n;
+  std::string want;
+  for (const auto& n : order) want += (want.empty() ? "" : ", ") + n;
+  throw UsageError(str("--export ", format, " needs one of the outputs ", want, "; this job stores ", names),
+                   str("add one to --outputs (e.g. --outputs ", order.front(), ")"));
+}
+
+void open_live_export_dir(const LiveExportOptions& o, const std::vector<std::string>& keys) {
+  std::error_code ec;
+  const fs::path dir(o.dir);
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir, ec))
+    throw InputError(str("--export-dir ", o.dir, ": cannot create the export folder: ",
+                         ec ? ec.message() : "it is not a folder"), kFolderHint);
+  if (fs::equivalent(dir, fs::path(o.run_dir), ec))
+    throw UsageError(str("--export-dir ", o.dir, " is the run's output folder; the exported files go in a folder of "
+                         "their own (the default is OUTPUT/export)"));
+  // Writable?  Each rank creates and removes a file of its own.
+  const std::string probe = (dir / str(".probe.r", o.rank, kTemp)).string();
+  const int fd = ::open(probe.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  if (fd < 0 || ::write(fd, "x", 1) != 1) {
+    const int e = errno;
+    if (fd >= 0) ::close(fd);
+    ::unlink(probe.c_str());
+    throw InputError(str("--export-dir ", o.dir, ": cannot write in the export folder: ", std::strerror(e)),
+                     "give --export-dir a folder this job can write (or fix its permissions)");
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+
+  // Whose folder: a fresh run's must hold nothing exported; a resume's must be this run's export.
+  std::string marker;
+  bool others = false;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == kMarker) {
+      std::ifstream in(e.path());
+      std::stringstream ss;
+      ss << in.rdbuf();
+      marker = ss.str();
+    } else if (!is_temp(name)) {
+      others = true;
+    }
+  }
+  if (!o.resume && others)
+    throw InputError(str("--export-dir ", o.dir, " is not empty: a new run exports into an empty folder, so that no "
+                         "file there is mistaken for one of its own"), kFolderHint);
+  if (o.resume && others && marker.empty())
+    throw InputError(str("--export-dir ", o.dir, " holds files this run's export did not write (no ", kMarker, ")"),
+                     kFolderHint);
+  if (!marker.empty() && marker != marker_text(o) + "\n") {
+    const json m = json::parse(marker, nullptr, false);
+    const std::string was = m.is_object() && m.contains("export") && m["export"].is_string()
+                                ? str(m["export"].get<std::string>(), " export of ",
+                                      m.contains("run") && m["run"].is_string() ? m["run"].get<std::string>() : "?")
+                                : "unreadable marker";
+    throw InputError(str("--export-dir ", o.dir, " holds another export (", was, "); this run writes its ", o.format,
+                         " export"),
+                     kFolderHint);
+  }
+
+  if (o.rank != 0) return;
+  if (o.format != "classes") {
+    // Two samples on one file: the export would lose one of them (sluice export refuses it too).
+    const std::unique_ptr<RowFormat> f = make_row_format(o.format);
+    std::unordered_map<std::string, std::size_t> owner;
+    owner.reserve(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      auto [it, fresh] = owner.emplace(export_path(keys[i], f->extension(), false), i);
+      if (!fresh)
+        throw InputError(str("--export ", o.format, ": keys '", keys[it->second], "' and '", keys[i],
+                             "' would both be written to ", it->first),
+                         "rename one of the inputs (files are named after the key without its extension)");
+    }
+  }
+  // Temporaries of a killed attempt: no export thread runs yet on any rank (set-up is agreed first).
+  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::none, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec) && is_temp(it->path().filename().string())) fs::remove(it->path(), ec);
+  }
+  if (marker.empty()) {
+    const fs::path tmp = dir / (std::string(kMarker) + kTemp), path = dir / kMarker;
+    {
+      std::ofstream out(tmp, std::ios::binary);
+      out << marker_text(o) << "\n";
+      if (!out.flush()) throw InputError(str("--export-dir ", o.dir, ": cannot write ", tmp.string()), kFolderHint);
+    }
+    fs::rename(tmp, path, ec);
+    if (ec) throw InputError(str("--export-dir ", o.dir, ": cannot write ", path.string(), ": ", ec.message()), kFolderHint);
+  }
+}
+
+std::unique_ptr<RankFile> make_live_export(std::unique_ptr<RankFile> inner, const LiveExportOptions& o,
+                                           const std::vector<DatasetSpec>& specs, const std::string& source,
+                                           std::size_t key_bytes) {
+  if (o.format == "classes") return inner;  // one table, written when the job completes
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].name == source) {
+      StoredOutput out{specs[i].name, specs[i].dtype, specs[i].row_shape};
+      return std::make_unique<LiveExportFile>(std::move(inner), o, out, i, specs[i].row_bytes(), key_bytes);
+    }
+  throw Error(str("export: the job stores no output ", source));
+}
+
+namespace {
+
+constexpr std::size_t kBlockBytes = 64u << 20;  // rows read at once, as sluice export reads them
+
+int64_t block_rows(const StoredOutput& s) {
+  const std::size_t row = static_cast<std::size_t>(shape_numel(s.row_shape)) * dtype_size(s.dtype);
+  return static_cast<int64_t>(std::max<std::size_t>(1, kBlockBytes / std::max<std::size_t>(row, 1)));
+}
+
+// classes: the table sluice export writes by default (no labels, its default top-k), whole.
+void write_classes_table(const LiveExportOptions& o, const RunOutputs& r, const std::string& source) {
+  const bool stored_topk = !r.output(source) && r.output(source + "_values") && r.output(source + "_indices");
+  const bool softmax = !stored_topk && source != "softmax";
+  const std::string value_name = stored_topk && source != "topk_probs" ? "logit" : "prob";
+  const std::string data = stored_topk ? source + "_values" : source;
+  const StoredOutput& d = *r.output(data);
+  const std::size_t width = static_cast<std::size_t>(shape_numel(d.row_shape));
+  const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(o.top_k), stored_topk ? d.row_shape.at(0) : width);
+  const fs::path target = fs::path(o.dir) / "classes.csv";
+  std::error_code ec;
+  if (fs::exists(target, ec)) return;
+  const std::string tmp = temp_path(target, o.rank);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
+  if (!f) throw InputError(str("export: cannot create ", tmp, ": ", std::strerror(errno)));
+  std::string text = csv_header(k, false, value_name);
+  const int64_t n = r.size(), step = block_rows(d);
+  for (int64_t first = 0; first < n; first += step) {
+    const int64_t count = std::min(step, n - first);
+    const std::vector<std::string> keys = r.keys(first, count);
+    const Tensor values = r.read_rows(data, first, count);
+    const Tensor ids = stored_topk ? r.read_rows(source + "_indices", first, count) : Tensor();
+    for (int64_t i = 0; i < count; ++i) {
+      if (r.status()[static_cast<std::size_t>(first + i)] != 0) continue;
+      const TopK t = stored_topk ? stored_top_k(values, ids, i, k)
+                                 : top_k_of(values, static_cast<std::size_t>(i) * width, width, k, softmax);
+      text += csv_row(keys[static_cast<std::size_t>(i)], t, nullptr);
+    }
+    if (std::fwrite(text.data(), 1, text.size(), f.get()) != text.size()) {
+      ::unlink(tmp.c_str());
+      throw InputError(str("export: cannot write ", tmp, " (disk full?)"));
+    }
+    text.clear();
+  }
+  if (std::fclose(f.release()) != 0 || std::rename(tmp.c_str(), target.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw InputError(str("export: cannot write ", target.string(), ": ", std::strerror(errno)));
+  }
+}
+
+}  // namespace
+
+int64_t finish_live_export(const LiveExportOptions& o) {
+  const RunOutputs r(o.run_dir);
+  std::vector<std::string> names;
+  for (const auto& s : r.outputs()) names.push_back(s.name);
+  const std::string source = live_export_source(o.format, names);
+  if (o.format == "classes") {
+    write_classes_table(o, r, source);
+    return 1;
+  }
+  const std::unique_ptr<RowFormat> format = make_row_format(o.format);
+  const StoredOutput& s = *r.output(source);
+  const std::size_t row_bytes = static_cast<std::size_t>(shape_numel(s.row_shape)) * dtype_size(s.dtype);
+  std::atomic<int64_t> written{0};
+  const int64_t n = r.size(), step = block_rows(s);
+  for (int64_t first = 0; first < n; first += step) {
+    const int64_t count = std::min(step, n - first);
+    const std::vector<std::string> keys = r.keys(first, count);
+    std::vector<int64_t> missing;
+    std::error_code ec;
+    for (int64_t i = 0; i < count; ++i)
+      if (r.status()[static_cast<std::size_t>(first + i)] == 0 &&
+          !fs::exists(fs::path(o.dir) / export_path(keys[static_cast<std::size_t>(i)], format->extension(), false), ec))
+        missing.push_back(i);
+    if (missing.empty()) continue;  // the usual case: the run wrote them all
+    const Tensor rows = r.read_rows(source, first, count);
+    std::atomic<std::size_t> next{0};
+    std::vector<WorkerThread> pool;
+    auto body = [&] {
+      for (std::size_t m; (m = next++) < missing.size();) {
+        const int64_t i = missing[m];
+        const fs::path target = fs::path(o.dir) / export_path(keys[static_cast<std::size_t>(i)], format->extension(), false);
+        if (write_row_file(*format, target, o.rank, s, rows.bytes.data() + static_cast<std::size_t>(i) * row_bytes))
+          ++written;
+      }
+    };
+    for (int t = 0; t < std::max(o.threads, 1); ++t) pool.emplace_back(str("export-", t), body);
+    std::exception_ptr first_error;
+    for (auto& t : pool) {
+      std::exception_ptr e = t.join_noexcept();
+      if (e && !first_error) first_error = e;
+    }
+    if (first_error) std::rethrow_exception(first_error);
+  }
+  return written;
+}
+
+}  // namespace sluice
