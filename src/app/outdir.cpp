@@ -110,7 +110,7 @@ struct FolderContents {
 };
 
 // The run's other records: the attempts (report/attempts.h), the saved job, the failure notes a
-// failing rank leaves, temporary files of an interrupted write, and `sluice export`'s default folder.
+// failing rank leaves, temporary files of an interrupted write, and the default export folder.
 bool is_run_record(const std::string& dir, const std::string& n) {
   auto ends_with = [&](const char* suffix) {
     const std::size_t k = std::strlen(suffix);
@@ -124,7 +124,9 @@ bool is_run_record(const std::string& dir, const std::string& n) {
     const std::size_t k = std::strlen(suffix);
     if (ends_with(suffix) && is_rank_file_name(n.substr(0, n.size() - k))) return true;
   }
+  // `sluice export`'s default folder, or `sluice run --export`'s (export/live_export.h marks it).
   if (n == "export" && fs::exists(dir + "/export/.sluice-export.json")) return true;
+  if (n == "export" && fs::exists(dir + "/export/.sluice-run-export.json")) return true;
   return false;
 }
 

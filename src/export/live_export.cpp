@@ -352,7 +352,15 @@ void open_live_export_dir(const LiveExportOptions& o, const std::vector<std::str
 std::unique_ptr<RankFile> make_live_export(std::unique_ptr<RankFile> inner, const LiveExportOptions& o,
                                            const std::vector<DatasetSpec>& specs, const std::string& source,
                                            std::size_t key_bytes) {
-  if (o.format == "classes") return inner;  // one table, written when the job completes
+  if (o.format == "classes") {
+    // One table, written when the job completes; a class table needs one score per class.
+    for (const DatasetSpec& d : specs)
+      if (d.name == source && (d.row_shape.empty() || shape_numel(d.row_shape) != d.row_shape[0]))
+        throw UsageError(str("--export classes: /outputs/", source, " has rows of shape ", shape_str(d.row_shape),
+                             "; a class table needs one score per class ([C])"),
+                         "export a segmentation model's outputs as masks (--export masks)");
+    return inner;
+  }
   for (std::size_t i = 0; i < specs.size(); ++i)
     if (specs[i].name == source) {
       StoredOutput out{specs[i].name, specs[i].dtype, specs[i].row_shape};
