@@ -327,6 +327,15 @@ void RunContext::build() {
   log_debug("engine: ", engine_->describe());
 }
 
+void RunContext::export_complete_run() {
+  if (job_.export_format == "none" || mpi_.rank() != 0) return;
+  LiveExportOptions eo = live_export_options();
+  eo.resume = true;  // the files there are this run's (the folder's marker says so)
+  open_live_export_dir(eo, {});
+  const int64_t n = finish_live_export(eo);
+  log_info("export: ", eo.dir, " complete (", n, " file(s) written now)");
+}
+
 LiveExportOptions RunContext::live_export_options() const {
   LiveExportOptions o;
   o.format = job_.export_format;

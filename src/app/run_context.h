@@ -44,6 +44,7 @@ class RunContext {
   void set_plan(const std::string& serialized);
   void plan_resume();   // collective, --resume: recover and read the rank files, compute what is pending
   bool already_complete() const;
+  void export_complete_run();  // rank 0, --export of a complete run: what is not exported yet
   int64_t computed_samples() const;  // this rank's pipeline: samples computed so far (committed or not)  // collective, after plan_resume: --resume of a run that is finished
   void build();         // device, engine, rank file, pipeline (no collective)
   void abandon();       // collective, after build() failed somewhere: undo what set-up did to the folder

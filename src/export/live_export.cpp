@@ -379,7 +379,7 @@ int64_t block_rows(const StoredOutput& s) {
 }
 
 // classes: the table sluice export writes by default (no labels, its default top-k), whole.
-void write_classes_table(const LiveExportOptions& o, const RunOutputs& r, const std::string& source) {
+bool write_classes_table(const LiveExportOptions& o, const RunOutputs& r, const std::string& source) {
   const bool stored_topk = !r.output(source) && r.output(source + "_values") && r.output(source + "_indices");
   const bool softmax = !stored_topk && source != "softmax";
   const std::string value_name = stored_topk && source != "topk_probs" ? "logit" : "prob";
@@ -389,7 +389,7 @@ void write_classes_table(const LiveExportOptions& o, const RunOutputs& r, const 
   const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(o.top_k), stored_topk ? d.row_shape.at(0) : width);
   const fs::path target = fs::path(o.dir) / "classes.csv";
   std::error_code ec;
-  if (fs::exists(target, ec)) return;
+  if (fs::exists(target, ec)) return false;
   const std::string tmp = temp_path(target, o.rank);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
   if (!f) throw InputError(str("export: cannot create ", tmp, ": ", std::strerror(errno)));
@@ -416,6 +416,7 @@ void write_classes_table(const LiveExportOptions& o, const RunOutputs& r, const 
     ::unlink(tmp.c_str());
     throw InputError(str("export: cannot write ", target.string(), ": ", std::strerror(errno)));
   }
+  return true;
 }
 
 }  // namespace
@@ -426,8 +427,7 @@ int64_t finish_live_export(const LiveExportOptions& o) {
   for (const auto& s : r.outputs()) names.push_back(s.name);
   const std::string source = live_export_source(o.format, names);
   if (o.format == "classes") {
-    write_classes_table(o, r, source);
-    return 1;
+    return write_classes_table(o, r, source) ? 1 : 0;
   }
   const std::unique_ptr<RowFormat> format = make_row_format(o.format);
   const StoredOutput& s = *r.output(source);

@@ -98,6 +98,12 @@ def test_masks_written_while_running_survive_kill_9_and_resume_as_sluice_export_
     # What was there stayed there (same inode: not rewritten); the removed ones were written again.
     assert {n: os.stat(os.path.join(out, n)).st_ino for n in kept} == kept
     assert all(os.path.exists(os.path.join(out, n)) for n in at_kill[:2])
+    # A kill after the job completed but before its last files were written: a --resume of the
+    # complete run writes them (and nothing else).
+    os.remove(os.path.join(out, "5.png"))
+    p = sluice("run", *job, "--resume", np_=2, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    assert files_of(out) == got
 
 
 def test_npy_from_compressed_rank_files_equal_sluice_export(tmp_path):
