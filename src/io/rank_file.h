@@ -105,8 +105,11 @@ class RankFile {
   virtual std::size_t outputs() const { return 0; }
   virtual ChunkLayout chunk_layout(std::size_t output) const { return {}; }
   // The encode stage for batches of up to `batch_rows` rows in `slots` slots on `threads` threads,
-  // from chunk_layout(); null when no output of such batches can be encoded.
-  std::unique_ptr<BatchEncoder> make_encoder(int64_t batch_rows, int slots, int threads) const;
+  // from chunk_layout(); null when no output of such batches can be encoded.  `row_bytes` (one per
+  // output, when given): the bytes of the caller's rows; an output whose rows differ from the
+  // stored ones is left to the file.
+  std::unique_ptr<BatchEncoder> make_encoder(int64_t batch_rows, int slots, int threads,
+                                             const std::vector<std::size_t>& row_bytes = {}) const;
   // Writes the end time and closes the file cleanly.
   virtual void close() = 0;
 };

@@ -460,9 +460,13 @@ std::unique_ptr<RankFile> append_to(const std::string& path, const std::vector<D
 
 }  // namespace
 
-std::unique_ptr<BatchEncoder> RankFile::make_encoder(int64_t batch_rows, int slots, int threads) const {
+std::unique_ptr<BatchEncoder> RankFile::make_encoder(int64_t batch_rows, int slots, int threads,
+                                                     const std::vector<std::size_t>& row_bytes) const {
   std::vector<ChunkLayout> layouts;
-  for (std::size_t i = 0; i < outputs(); ++i) layouts.push_back(chunk_layout(i));
+  for (std::size_t i = 0; i < outputs(); ++i) {
+    layouts.push_back(chunk_layout(i));
+    if (i < row_bytes.size() && row_bytes[i] != layouts.back().row_bytes) layouts.back().deflate = 0;
+  }
   auto enc = std::make_unique<BatchEncoder>(std::move(layouts), batch_rows, slots, threads);
   if (!enc->active()) return nullptr;
   return enc;

@@ -373,7 +373,7 @@ void Pipeline::Impl::monitor() {
 // The file's encode stage for this pipeline's batches and out-slots (null: nothing to encode).
 void Pipeline::Impl::allocate_encoding() {
   if (!file) return;
-  encoder_stage = file->make_encoder(batch, opt.egress_buffers, opt.writer_threads);
+  encoder_stage = file->make_encoder(batch, opt.egress_buffers, opt.writer_threads, out_row_bytes);
   encode = encoder_stage != nullptr;
   if (!encode) return;
   const std::size_t slots = static_cast<std::size_t>(opt.egress_buffers);
