@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -104,22 +105,101 @@ std::string marker_text(const LiveExportOptions& o) {
 
 const char* kFolderHint = "give --export-dir an empty (or new) folder, or remove what is in it";
 
-// A batch's copy of the exported output's rows, keys and status, waiting for its commit.
+// classes: which scores make the table and how, as sluice export decides it (no labels, its
+// default top-k).  `find` names a stored output (null: none).
+struct ClassPlan {
+  std::string data, ids;  // the scores dataset; the stored top-k's indices ("" : computed here)
+  bool softmax = false;
+  std::string value_name = "prob";
+  std::size_t width = 0, k = 0;
+};
+
+ClassPlan class_plan(const std::string& source, const std::function<const StoredOutput*(const std::string&)>& find,
+                     int top_k) {
+  ClassPlan p;
+  const bool stored = !find(source) && find(source + "_values") && find(source + "_indices");
+  p.data = stored ? source + "_values" : source;
+  if (stored) p.ids = source + "_indices";
+  p.softmax = !stored && source != "softmax";
+  if (stored && source != "topk_probs") p.value_name = "logit";
+  const StoredOutput* d = find(p.data);
+  SLUICE_CHECK(d, "export: no output ", p.data);
+  p.width = static_cast<std::size_t>(shape_numel(d->row_shape));
+  p.k = std::min<std::size_t>(static_cast<std::size_t>(top_k), stored ? static_cast<std::size_t>(d->row_shape.at(0)) : p.width);
+  return p;
+}
+
+std::string class_line(const ClassPlan& p, const std::string& key, const Tensor& values, const Tensor& ids, int64_t i) {
+  const TopK t = p.ids.empty() ? top_k_of(values, static_cast<std::size_t>(i) * p.width, p.width, p.k, p.softmax)
+                               : stored_top_k(values, ids, i, p.k);
+  return csv_row(key, t, nullptr);
+}
+
+// The table's rows as the ranks computed them while the job ran: per rank a file of records
+// "<sample index> <bytes>\n<line>" (a line may hold a quoted newline), appended after each commit.
+constexpr char kLinesSuffix[] = ".sluice-lines";
+std::string lines_path(const std::string& dir, int rank) { return (fs::path(dir) / str(".classes.r", rank, kLinesSuffix)).string(); }
+
+// The records of one line file's text, appended to `out`; returns the bytes they take (a kill may
+// have cut the last record short: it is left out).
+std::size_t parse_lines(const std::string& text, std::vector<std::pair<int64_t, std::string>>* out) {
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) break;
+    long long index = -1;
+    unsigned long long bytes = 0;
+    if (std::sscanf(text.c_str() + at, "%lld %llu", &index, &bytes) != 2 || index < 0 || nl + 1 + bytes > text.size())
+      break;
+    if (out) out->emplace_back(index, text.substr(nl + 1, bytes));
+    at = nl + 1 + bytes;
+  }
+  return at;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+bool is_lines_file(const std::string& name) {
+  return name.rfind(".classes.r", 0) == 0 && name.size() > std::strlen(kLinesSuffix) &&
+         name.compare(name.size() - std::strlen(kLinesSuffix), std::string::npos, kLinesSuffix) == 0;
+}
+
+// Every whole record of the table's line files.
+std::vector<std::pair<int64_t, std::string>> read_lines(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (is_lines_file(e.path().filename().string())) parse_lines(read_text(e.path()), &out);
+  }
+  return out;
+}
+
+// A batch's copy of the exported outputs' rows, indices, keys and status, waiting for its commit.
 struct Staged {
   int64_t rows = 0;
-  std::vector<unsigned char> data;
+  std::vector<std::vector<unsigned char>> data;  // per exported output
+  std::vector<int64_t> index;
   std::vector<char> keys;
   std::vector<uint8_t> status;
 };
 
+// One exported output: where it is in the batch, and what it is.
+struct Exported {
+  std::size_t index = 0;
+  StoredOutput out;
+  std::size_t row_bytes = 0;
+};
+
 class LiveExportFile final : public RankFile {
  public:
-  LiveExportFile(std::unique_ptr<RankFile> inner, const LiveExportOptions& o, const StoredOutput& out,
-                 std::size_t output_index, std::size_t row_bytes, std::size_t key_bytes)
-      : inner_(std::move(inner)), o_(o), out_(out), index_(output_index), row_bytes_(row_bytes),
-        key_bytes_(key_bytes), format_(make_row_format(o.format)),
-        queue_(static_cast<std::size_t>(std::max(o.threads, 1)) * 2) {
-    SLUICE_CHECK(format_, "export: ", o.format, " has no per-row files");
+  // `format` null: the classes table (`plan`, the first `outs` its scores, a second its indices).
+  LiveExportFile(std::unique_ptr<RankFile> inner, const LiveExportOptions& o, std::vector<Exported> outs,
+                 std::unique_ptr<RowFormat> format, ClassPlan plan, std::size_t key_bytes)
+      : inner_(std::move(inner)), o_(o), outs_(std::move(outs)), key_bytes_(key_bytes), format_(std::move(format)),
+        plan_(std::move(plan)), queue_(static_cast<std::size_t>(std::max(o.threads, 1)) * 2) {
     for (int t = 0; t < std::max(o.threads, 1); ++t)
       threads_.emplace_back(str("export-", t), [this] { work(); });
   }
@@ -127,6 +207,7 @@ class LiveExportFile final : public RankFile {
   ~LiveExportFile() override {
     queue_.abort();
     for (auto& t : threads_) t.join_noexcept();
+    if (lines_) std::fclose(lines_);
   }
 
   int64_t append(const RowBatch& b) override {
@@ -134,8 +215,12 @@ class LiveExportFile final : public RankFile {
     const int64_t stored = inner_->append(b);
     std::unique_ptr<Staged> s = take();
     s->rows = b.rows;
-    const auto* src = static_cast<const unsigned char*>(b.data.at(index_));
-    s->data.assign(src, src + static_cast<std::size_t>(b.rows) * row_bytes_);
+    s->data.resize(outs_.size());
+    for (std::size_t i = 0; i < outs_.size(); ++i) {
+      const auto* src = static_cast<const unsigned char*>(b.data.at(outs_[i].index));
+      s->data[i].assign(src, src + static_cast<std::size_t>(b.rows) * outs_[i].row_bytes);
+    }
+    s->index.assign(b.sample_index, b.sample_index + b.rows);
     if (b.meta.keys) s->keys.assign(b.meta.keys, b.meta.keys + static_cast<std::size_t>(b.rows) * key_bytes_);
     else s->keys.clear();
     if (b.meta.status) s->status.assign(b.meta.status, b.meta.status + b.rows);
@@ -168,10 +253,13 @@ class LiveExportFile final : public RankFile {
     }
     threads_.clear();
     pending_.clear();
+    if (lines_ && std::fclose(lines_) != 0 && !first)
+      first = std::make_exception_ptr(InputError(str("export: cannot write ", lines_path(o_.dir, o_.rank), " (disk full?)")));
+    lines_ = nullptr;
     inner_->close();
     if (first) std::rethrow_exception(first);
     rethrow();
-    log_debug("export: ", written_.load(), " file(s) written in ", o_.dir, " by this rank");
+    log_debug("export: ", written_.load(), " file(s) or table rows written in ", o_.dir, " by this rank");
   }
 
  private:
@@ -185,7 +273,12 @@ class LiveExportFile final : public RankFile {
 
   void work() {
     try {
-      export_rows();
+      while (std::optional<std::unique_ptr<Staged>> s = queue_.pop()) {
+        if (format_) export_files(**s);
+        else export_lines(**s);
+        std::lock_guard<std::mutex> lock(free_mutex_);
+        free_.push_back(std::move(*s));
+      }
     } catch (...) {
       {
         std::lock_guard<std::mutex> lock(error_mutex_);
@@ -196,23 +289,60 @@ class LiveExportFile final : public RankFile {
     }
   }
 
-  void export_rows() {
-    while (std::optional<std::unique_ptr<Staged>> s = queue_.pop()) {
-      const Staged& b = **s;
-      for (int64_t r = 0; r < b.rows; ++r) {
-        if (b.status[static_cast<std::size_t>(r)] != 0) continue;  // no result: sluice export skips it too
-        std::string key;
-        if (!b.keys.empty()) {
-          const char* k = b.keys.data() + static_cast<std::size_t>(r) * key_bytes_;
-          key.assign(k, std::find(k, k + key_bytes_, '\0'));
-        }
-        const fs::path target = fs::path(o_.dir) / export_path(key, format_->extension(), false);
-        if (write_row_file(*format_, target, o_.rank, out_, b.data.data() + static_cast<std::size_t>(r) * row_bytes_))
-          ++written_;
-      }
-      std::lock_guard<std::mutex> lock(free_mutex_);
-      free_.push_back(std::move(*s));
+  std::string key_of(const Staged& b, int64_t r) const {
+    if (b.keys.empty()) return "";
+    const char* k = b.keys.data() + static_cast<std::size_t>(r) * key_bytes_;
+    return std::string(k, std::find(k, k + key_bytes_, '\0'));
+  }
+
+  void export_files(const Staged& b) {
+    const Exported& e = outs_.front();
+    for (int64_t r = 0; r < b.rows; ++r) {
+      if (b.status[static_cast<std::size_t>(r)] != 0) continue;  // no result: sluice export skips it too
+      const fs::path target = fs::path(o_.dir) / export_path(key_of(b, r), format_->extension(), false);
+      if (write_row_file(*format_, target, o_.rank, e.out,
+                         b.data.front().data() + static_cast<std::size_t>(r) * e.row_bytes))
+        ++written_;
     }
+  }
+
+  // classes: the batch's table lines, appended to this rank's line file in one write.
+  void export_lines(const Staged& b) {
+    auto tensor = [&](std::size_t i) {
+      Shape shape{b.rows};
+      shape.insert(shape.end(), outs_[i].out.row_shape.begin(), outs_[i].out.row_shape.end());
+      Tensor t(outs_[i].out.dtype, shape);
+      std::memcpy(t.bytes.data(), b.data[i].data(), t.nbytes());
+      return t;
+    };
+    const Tensor values = tensor(0);
+    const Tensor ids = outs_.size() > 1 ? tensor(1) : Tensor();
+    std::string records;
+    for (int64_t r = 0; r < b.rows; ++r) {
+      if (b.status[static_cast<std::size_t>(r)] != 0) continue;
+      const std::string line = class_line(plan_, key_of(b, r), values, ids, r);
+      records += str(b.index[static_cast<std::size_t>(r)], " ", line.size(), "\n", line);
+      ++written_;
+    }
+    std::lock_guard<std::mutex> lock(lines_mutex_);
+    if (!lines_) open_lines();
+    if (std::fwrite(records.data(), 1, records.size(), lines_) != records.size() || std::fflush(lines_) != 0)
+      throw InputError(str("export: cannot write ", lines_path(o_.dir, o_.rank), ": ", std::strerror(errno),
+                           " (disk full?)"));
+  }
+
+  // This rank's line file, opened at its first committed rows (after every rank's set-up): what an
+  // earlier attempt left of it is kept up to its last whole record, and appended to.
+  void open_lines() {
+    const std::string path = lines_path(o_.dir, o_.rank);
+    std::error_code ec;
+    if (fs::exists(path, ec)) {
+      const std::size_t whole = parse_lines(read_text(path), nullptr);
+      if (::truncate(path.c_str(), static_cast<off_t>(whole)) != 0)
+        throw InputError(str("export: cannot truncate ", path, ": ", std::strerror(errno)), kFolderHint);
+    }
+    lines_ = std::fopen(path.c_str(), "ab");
+    if (!lines_) throw InputError(str("export: cannot open ", path, ": ", std::strerror(errno)), kFolderHint);
   }
 
   // An export thread's failure ends the run on the writer's next call, with the thread's message.
@@ -224,9 +354,12 @@ class LiveExportFile final : public RankFile {
 
   std::unique_ptr<RankFile> inner_;
   LiveExportOptions o_;
-  StoredOutput out_;
-  std::size_t index_, row_bytes_, key_bytes_;
+  std::vector<Exported> outs_;
+  std::size_t key_bytes_;
   std::unique_ptr<RowFormat> format_;
+  ClassPlan plan_;
+  std::FILE* lines_ = nullptr;                     // classes: this rank's line file
+  std::mutex lines_mutex_;
   BoundedQueue<std::unique_ptr<Staged>> queue_;
   std::vector<WorkerThread> threads_;
   std::vector<std::unique_ptr<Staged>> pending_;  // appended since the last commit
@@ -297,7 +430,7 @@ void open_live_export_dir(const LiveExportOptions& o, const std::vector<std::str
       std::stringstream ss;
       ss << in.rdbuf();
       marker = ss.str();
-    } else if (!is_temp(name)) {
+    } else if (!is_temp(name) && !(o.resume && is_lines_file(name))) {
       others = true;
     }
   }
@@ -352,21 +485,32 @@ void open_live_export_dir(const LiveExportOptions& o, const std::vector<std::str
 std::unique_ptr<RankFile> make_live_export(std::unique_ptr<RankFile> inner, const LiveExportOptions& o,
                                            const std::vector<DatasetSpec>& specs, const std::string& source,
                                            std::size_t key_bytes) {
+  std::vector<StoredOutput> stored;
+  for (const DatasetSpec& d : specs) stored.push_back(StoredOutput{d.name, d.dtype, d.row_shape});
+  auto find = [&](const std::string& name) -> const StoredOutput* {
+    for (const StoredOutput& s : stored)
+      if (s.name == name) return &s;
+    return nullptr;
+  };
+  auto exported = [&](const std::string& name) {
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (specs[i].name == name) return Exported{i, stored[i], specs[i].row_bytes()};
+    throw Error(str("export: the job stores no output ", name));
+  };
   if (o.format == "classes") {
-    // One table, written when the job completes; a class table needs one score per class.
-    for (const DatasetSpec& d : specs)
-      if (d.name == source && (d.row_shape.empty() || shape_numel(d.row_shape) != d.row_shape[0]))
-        throw UsageError(str("--export classes: /outputs/", source, " has rows of shape ", shape_str(d.row_shape),
+    // A class table needs one score per class.
+    if (const StoredOutput* d = find(source))
+      if (d->row_shape.empty() || shape_numel(d->row_shape) != d->row_shape[0])
+        throw UsageError(str("--export classes: /outputs/", source, " has rows of shape ", shape_str(d->row_shape),
                              "; a class table needs one score per class ([C])"),
                          "export a segmentation model's outputs as masks (--export masks)");
-    return inner;
+    ClassPlan plan = class_plan(source, find, o.top_k);
+    std::vector<Exported> outs{exported(plan.data)};
+    if (!plan.ids.empty()) outs.push_back(exported(plan.ids));
+    return std::make_unique<LiveExportFile>(std::move(inner), o, std::move(outs), nullptr, std::move(plan), key_bytes);
   }
-  for (std::size_t i = 0; i < specs.size(); ++i)
-    if (specs[i].name == source) {
-      StoredOutput out{specs[i].name, specs[i].dtype, specs[i].row_shape};
-      return std::make_unique<LiveExportFile>(std::move(inner), o, out, i, specs[i].row_bytes(), key_bytes);
-    }
-  throw Error(str("export: the job stores no output ", source));
+  return std::make_unique<LiveExportFile>(std::move(inner), o, std::vector<Exported>{exported(source)},
+                                          make_row_format(o.format), ClassPlan{}, key_bytes);
 }
 
 namespace {
@@ -378,33 +522,43 @@ int64_t block_rows(const StoredOutput& s) {
   return static_cast<int64_t>(std::max<std::size_t>(1, kBlockBytes / std::max<std::size_t>(row, 1)));
 }
 
-// classes: the table sluice export writes by default (no labels, its default top-k), whole.
+// classes: the table sluice export writes by default (no labels, its default top-k), whole, from
+// the lines the ranks computed as the job ran; a line a kill kept from being computed is computed
+// here from outputs.h5.
 bool write_classes_table(const LiveExportOptions& o, const RunOutputs& r, const std::string& source) {
-  const bool stored_topk = !r.output(source) && r.output(source + "_values") && r.output(source + "_indices");
-  const bool softmax = !stored_topk && source != "softmax";
-  const std::string value_name = stored_topk && source != "topk_probs" ? "logit" : "prob";
-  const std::string data = stored_topk ? source + "_values" : source;
-  const StoredOutput& d = *r.output(data);
-  const std::size_t width = static_cast<std::size_t>(shape_numel(d.row_shape));
-  const std::size_t k = std::min<std::size_t>(static_cast<std::size_t>(o.top_k), stored_topk ? d.row_shape.at(0) : width);
   const fs::path target = fs::path(o.dir) / "classes.csv";
   std::error_code ec;
   if (fs::exists(target, ec)) return false;
+  const ClassPlan p = class_plan(source, [&](const std::string& n) { return r.output(n); }, o.top_k);
+  std::vector<std::pair<int64_t, std::string>> lines = read_lines(o.dir);
+  std::sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   const std::string tmp = temp_path(target, o.rank);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
   if (!f) throw InputError(str("export: cannot create ", tmp, ": ", std::strerror(errno)));
-  std::string text = csv_header(k, false, value_name);
-  const int64_t n = r.size(), step = block_rows(d);
+  std::string text = csv_header(p.k, false, p.value_name);
+  const int64_t n = r.size(), step = block_rows(*r.output(p.data));
+  std::size_t at = 0;  // the next line of `lines`
   for (int64_t first = 0; first < n; first += step) {
     const int64_t count = std::min(step, n - first);
-    const std::vector<std::string> keys = r.keys(first, count);
-    const Tensor values = r.read_rows(data, first, count);
-    const Tensor ids = stored_topk ? r.read_rows(source + "_indices", first, count) : Tensor();
+    std::vector<const std::string*> have(static_cast<std::size_t>(count), nullptr);
+    bool missing = false;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t row = first + i;
+      while (at < lines.size() && lines[at].first < row) ++at;
+      if (at < lines.size() && lines[at].first == row) have[static_cast<std::size_t>(i)] = &lines[at].second;
+      missing = missing || (r.status()[static_cast<std::size_t>(row)] == 0 && !have[static_cast<std::size_t>(i)]);
+    }
+    Tensor values, ids;
+    std::vector<std::string> keys;
+    if (missing) {
+      keys = r.keys(first, count);
+      values = r.read_rows(p.data, first, count);
+      if (!p.ids.empty()) ids = r.read_rows(p.ids, first, count);
+    }
     for (int64_t i = 0; i < count; ++i) {
       if (r.status()[static_cast<std::size_t>(first + i)] != 0) continue;
-      const TopK t = stored_topk ? stored_top_k(values, ids, i, k)
-                                 : top_k_of(values, static_cast<std::size_t>(i) * width, width, k, softmax);
-      text += csv_row(keys[static_cast<std::size_t>(i)], t, nullptr);
+      if (const std::string* line = have[static_cast<std::size_t>(i)]) text += *line;
+      else text += class_line(p, keys[static_cast<std::size_t>(i)], values, ids, i);
     }
     if (std::fwrite(text.data(), 1, text.size(), f.get()) != text.size()) {
       ::unlink(tmp.c_str());
@@ -415,6 +569,11 @@ bool write_classes_table(const LiveExportOptions& o, const RunOutputs& r, const 
   if (std::fclose(f.release()) != 0 || std::rename(tmp.c_str(), target.c_str()) != 0) {
     ::unlink(tmp.c_str());
     throw InputError(str("export: cannot write ", target.string(), ": ", std::strerror(errno)));
+  }
+  // The table is in place: the ranks' lines have served.
+  for (const auto& e : fs::directory_iterator(o.dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (is_lines_file(name)) fs::remove(e.path(), ec);
   }
   return true;
 }

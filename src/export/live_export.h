@@ -14,7 +14,10 @@
 // is ever under its final name half-written, so a kill at any moment leaves whole files and
 // temporaries (removed when the export folder is opened again).  Rows committed before a kill
 // whose files were not written yet are written by finish_live_export() when the job completes,
-// from outputs.h5.  A one-table format (classes) is written there too, whole, in sample order.
+// from outputs.h5.  The one-table format (classes) works the same way, by lines: the export
+// threads compute each committed row's line and append it to the rank's line file
+// (.classes.rN.sluice-lines); finish_live_export() puts the table together in sample order,
+// computing from outputs.h5 only the lines a kill kept from being written.
 //
 // Formats plug in as RowFormat (one file per row) or as a table at the end; make_row_format() and
 // live_export_source() name the existing ones.

@@ -136,9 +136,40 @@ def test_classes_table_equals_sluice_export(tmp_path, outputs, what):
     sluice("run", *BASE, "--model", model, "--samples", 40, "--outputs", outputs, "--top-k", 2, "--export", what,
            "--output", run, np_=2, check=True, timeout=TIMEOUT)
     got = files_of(os.path.join(run, "export"))
-    assert list(got) == ["classes.csv"]
+    assert list(got) == ["classes.csv"]  # the ranks' line files are gone once the table is in place
     assert got == reference_export(run, what, tmp_path)
     assert got["classes.csv"].count(b"\n") == 41
+
+
+def test_classes_lines_survive_kill_9_and_resume_as_sluice_export_writes_the_table(tmp_path):
+    model = classifier(str(tmp_path / "classifier.onnx"))
+    run = fresh_dir(str(tmp_path / "run"))
+    out = os.path.join(run, "export")
+    job = [*BASE, "--model", model, "--samples", 160, "--outputs", "logits", "--export", "classes", "--output", run]
+    cmd = ["mpirun", "-np", "2", "--oversubscribe", BIN, "run", *map(str, job), "--throttle-ms", "40",
+           "--throttle-ranks", "0,1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=MPI_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = [os.path.join(out, f".classes.r{r}.sluice-lines") for r in (0, 1)]
+    deadline = time.time() + TIMEOUT
+    while committed_samples(run) < 32 or not all(os.path.exists(p) and os.path.getsize(p) > 0 for p in lines):
+        assert proc.poll() is None, f"the job ended before the kill: {proc.communicate()}"
+        assert time.time() < deadline, "no progress to kill at"
+        time.sleep(0.02)
+    for pid in pids_of("sluice", run):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.communicate(timeout=TIMEOUT)
+    assert not os.path.exists(os.path.join(out, "classes.csv"))
+    with open(lines[0], "r+b") as f:  # a record cut short, as a kill in the middle of a write leaves it
+        f.truncate(os.path.getsize(lines[0]) - 3)
+    p = sluice("run", *job, "--resume", np_=2, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    got = files_of(out)
+    assert list(got) == ["classes.csv"]
+    assert got == reference_export(run, "classes", tmp_path)
+    assert got["classes.csv"].count(b"\n") == 161
 
 
 def test_an_export_folder_that_cannot_be_created_is_one_error_on_every_rank(tmp_path):
