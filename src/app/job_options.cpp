@@ -94,7 +94,7 @@ void visit_job(JobConfig& j, V& v) {
     "thread writes and more have nothing to do; at most 4 per core, or 8)", at_least(1));
   v("export", j.export_format,
     "Write the results as files while the job runs, as `sluice export` names them: masks (a PNG per sample) | npy (a "
-    ".npy per sample) | classes (classes.csv, when the job completes) | none", one_of({"none", "masks", "npy", "classes"}));
+    ".npy per sample) | classes (classes.csv: lines as rows commit, the table when the job completes) | none", one_of({"none", "masks", "npy", "classes"}));
   v("export-dir", j.export_dir, "The folder of --export's files (default: OUTPUT/export)", none);
   v("export-threads", j.export_threads,
     "Threads writing --export's files (0: all cores, shared among the node's ranks; at most 4 per core, or 8)",
