@@ -7,6 +7,7 @@ other formats, compressed rank files, and the error paths: one error line, a non
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import h5py
@@ -16,6 +17,11 @@ import pytest
 from onnx import TensorProto, helper
 
 from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, error_lines, fresh_dir, pids_of, rank_files, sluice
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+from test_export_geometry import identity_model  # noqa: E402
+
+Image = pytest.importorskip("PIL.Image")
 
 MARKER = ".sluice-run-export.json"
 BASE = ["--config", QUICKSTART, "--batch-size", 4, "--chunk-batches", 1, "--cpu-threads", 1, "--quiet"]
@@ -170,6 +176,24 @@ def test_classes_lines_survive_kill_9_and_resume_as_sluice_export_writes_the_tab
     assert list(got) == ["classes.csv"]
     assert got == reference_export(run, "classes", tmp_path)
     assert got["classes.csv"].count(b"\n") == 161
+
+
+def test_masks_of_image_files_in_subfolders_are_named_after_their_keys_and_bad_files_have_none(tmp_path):
+    """An encoded source: each row's key (a relative path) travels from the reader to the export."""
+    images = tmp_path / "photos"
+    rng = np.random.default_rng(3)
+    for rel in ("a/b/cat.jpg", "a/dog.png", "z.jpg", "a/b/c/owl.jpg", "m.png"):
+        (images / rel).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (20, 30, 3), dtype=np.uint8)).save(images / rel, format="PNG")
+    (images / "a" / "bad.jpg").write_bytes(b"not an image")
+    model = identity_model(str(tmp_path / "identity.onnx"))
+    run = fresh_dir(str(tmp_path / "run"))
+    sluice("run", "--input", images, "--model", model, "--output", run, "--outputs", "logits", "--resize", "32x32",
+           "--batch-size", 2, "--chunk-batches", 1, "--device", "cpu", "--quiet", "--export", "masks", np_=2,
+           check=True, timeout=TIMEOUT)
+    got = files_of(os.path.join(run, "export"))
+    assert sorted(got) == ["a/b/c/owl.png", "a/b/cat.png", "a/dog.png", "m.png", "z.png"]
+    assert got == reference_export(run, "masks", tmp_path)
 
 
 def test_an_export_folder_that_cannot_be_created_is_one_error_on_every_rank(tmp_path):
