@@ -4,6 +4,7 @@ then resumed, the export folder holds exactly the files `sluice export` writes f
 run, byte for byte; files already there are not rewritten, a temporary a kill left is removed, and
 the files of rows committed before the kill but not yet exported are written by the resume.  The
 other formats, compressed rank files, and the error paths: one error line, a non-zero status."""
+import json
 import os
 import signal
 import subprocess
@@ -122,6 +123,9 @@ def test_npy_from_compressed_rank_files_equal_sluice_export(tmp_path):
     assert got == reference_export(run, "logits", tmp_path)
     with h5py.File(os.path.join(run, "outputs.h5")) as f:
         np.testing.assert_array_equal(np.load(os.path.join(out, "7.npy")), f["outputs/logits"][7])
+    # The encoder threads compressed the chunks through the export's wrapper of the rank file.
+    with open(os.path.join(run, "report.json")) as f:
+        assert all(r["seconds"]["encode"] > 0 for r in json.load(f)["ranks"])
 
 
 def classifier(path):
