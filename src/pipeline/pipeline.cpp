@@ -91,7 +91,7 @@ struct Pipeline::Impl {
 
   std::vector<void*> in_slots, out_slots;
   std::vector<BatchMeta> in_meta, out_meta;
-  std::vector<BatchRows> in_rows, out_rows;     // per slot: row status, original sizes, bad reasons
+  std::vector<BatchRows> in_rows, out_rows;     // per slot: keys, row status, original sizes, bad reasons
   std::vector<std::vector<int64_t>> out_index;  // sample indices of each out-slot's rows
   std::vector<RowBatch> out_batch;              // each out-slot's rows as the file takes them
   std::size_t key_bytes = 0;                    // the source's key width (0: no keys)
@@ -198,7 +198,8 @@ void Pipeline::Impl::allocate() {
   for (std::size_t k = 0; k < out_batch.size(); ++k) {
     RowBatch& b = out_batch[k];
     b.sample_index = out_index[k].data();
-    for (std::size_t i = 0; i < outs.size(); ++i) b.data.push_back(static_cast<const uint8_t*>(out_slots[k]) + out_offsets[i]);
+    for (std::size_t i = 0; i < outs.size(); ++i)
+      b.data.push_back(static_cast<const uint8_t*>(out_slots[k]) + out_offsets[i]);
   }
   for (int i = 0; i < opt.egress_buffers; ++i) {
     SlotEvents e{};
