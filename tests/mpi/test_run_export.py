@@ -200,6 +200,21 @@ def test_masks_of_image_files_in_subfolders_are_named_after_their_keys_and_bad_f
     assert got == reference_export(run, "masks", tmp_path)
 
 
+def test_a_run_killed_while_setting_up_its_export_folder_resumes_and_exports_everything(tmp_path):
+    run = fresh_dir(str(tmp_path / "run"))
+    job = [*BASE, "--samples", 16, "--outputs", "argmax", "--export", "masks", "--output", run]
+    sluice("run", *job, np_=2, check=True, timeout=TIMEOUT)
+    out = os.path.join(run, "export")
+    for n in os.listdir(out):  # as a kill right after the folder was made leaves it: a temporary at most
+        os.remove(os.path.join(out, n))
+    open(os.path.join(out, f"{MARKER}.sluice-partial"), "w").close()
+    os.remove(os.path.join(run, "outputs.h5"))  # and the job not complete yet
+    p = sluice("run", *job, "--resume", np_=2, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    got = files_of(out)
+    assert len(got) == 16 and got == reference_export(run, "masks", tmp_path)
+
+
 def test_an_export_folder_that_cannot_be_created_is_one_error_on_every_rank(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")  # a regular file where the folder should go: even root cannot create under it
