@@ -180,10 +180,19 @@ std::vector<std::pair<int64_t, std::string>> read_lines(const std::string& dir) 
 // A batch's copy of the exported outputs' rows, indices, keys and status, waiting for its commit.
 struct Staged {
   int64_t rows = 0;
+  std::atomic<int64_t> units_left{0};            // export threads' shares not done yet
   std::vector<std::vector<unsigned char>> data;  // per exported output
   std::vector<int64_t> index;
   std::vector<char> keys;
   std::vector<uint8_t> status;
+};
+
+// An export thread's share of a committed batch: rows [begin, end).  A batch is cut into one
+// share per thread, so the threads write one batch together and the copies held stay a few
+// batches, whatever the number of threads (a batch of segmentation logits can take a gigabyte).
+struct Unit {
+  Staged* batch = nullptr;
+  int64_t begin = 0, end = 0;
 };
 
 // One exported output: where it is in the batch, and what it is.
@@ -213,7 +222,7 @@ class LiveExportFile final : public RankFile {
   int64_t append(const RowBatch& b) override {
     rethrow();
     const int64_t stored = inner_->append(b);
-    std::unique_ptr<Staged> s = take();
+    Staged* s = take();
     s->rows = b.rows;
     s->data.resize(outs_.size());
     for (std::size_t i = 0; i < outs_.size(); ++i) {
@@ -225,7 +234,7 @@ class LiveExportFile final : public RankFile {
     else s->keys.clear();
     if (b.meta.status) s->status.assign(b.meta.status, b.meta.status + b.rows);
     else s->status.assign(static_cast<std::size_t>(b.rows), 0);
-    pending_.push_back(std::move(s));
+    pending_.push_back(s);
     return stored;
   }
 
@@ -233,8 +242,17 @@ class LiveExportFile final : public RankFile {
     rethrow();
     inner_->commit(record);
     // Committed: from here on these rows are the output's, and their files may be written.
-    for (auto& s : pending_)
-      if (!queue_.push(std::move(s))) break;
+    const int64_t threads = std::max(o_.threads, 1);
+    for (Staged* s : pending_) {
+      const int64_t shares = std::max<int64_t>(1, std::min(threads, s->rows));
+      const int64_t per = (s->rows + shares - 1) / shares;
+      const int64_t units = (s->rows + per - 1) / per;
+      s->units_left = units;
+      bool queued = true;
+      for (int64_t u = 0; u < units && queued; ++u)
+        queued = queue_.push(Unit{s, u * per, std::min(s->rows, (u + 1) * per)});
+      if (!queued) break;
+    }
     pending_.clear();
     rethrow();
   }
@@ -263,21 +281,26 @@ class LiveExportFile final : public RankFile {
   }
 
  private:
-  std::unique_ptr<Staged> take() {
+  Staged* take() {
     std::lock_guard<std::mutex> lock(free_mutex_);
-    if (free_.empty()) return std::make_unique<Staged>();
-    std::unique_ptr<Staged> s = std::move(free_.back());
+    if (free_.empty()) {
+      pool_.push_back(std::make_unique<Staged>());
+      return pool_.back().get();
+    }
+    Staged* s = free_.back();
     free_.pop_back();
     return s;
   }
 
   void work() {
     try {
-      while (std::optional<std::unique_ptr<Staged>> s = queue_.pop()) {
-        if (format_) export_files(**s);
-        else export_lines(**s);
-        std::lock_guard<std::mutex> lock(free_mutex_);
-        free_.push_back(std::move(*s));
+      while (std::optional<Unit> u = queue_.pop()) {
+        if (format_) export_files(*u->batch, u->begin, u->end);
+        else export_lines(*u->batch, u->begin, u->end);
+        if (--u->batch->units_left == 0) {
+          std::lock_guard<std::mutex> lock(free_mutex_);
+          free_.push_back(u->batch);
+        }
       }
     } catch (...) {
       {
@@ -295,9 +318,9 @@ class LiveExportFile final : public RankFile {
     return std::string(k, std::find(k, k + key_bytes_, '\0'));
   }
 
-  void export_files(const Staged& b) {
+  void export_files(const Staged& b, int64_t begin, int64_t end) {
     const Exported& e = outs_.front();
-    for (int64_t r = 0; r < b.rows; ++r) {
+    for (int64_t r = begin; r < end; ++r) {
       if (b.status[static_cast<std::size_t>(r)] != 0) continue;  // no result: sluice export skips it too
       const fs::path target = fs::path(o_.dir) / export_path(key_of(b, r), format_->extension(), false);
       if (write_row_file(*format_, target, o_.rank, e.out,
@@ -307,20 +330,20 @@ class LiveExportFile final : public RankFile {
   }
 
   // classes: the batch's table lines, appended to this rank's line file in one write.
-  void export_lines(const Staged& b) {
-    auto tensor = [&](std::size_t i) {
-      Shape shape{b.rows};
+  void export_lines(const Staged& b, int64_t begin, int64_t end) {
+    auto tensor = [&](std::size_t i) {  // rows [begin, end) of exported output i
+      Shape shape{end - begin};
       shape.insert(shape.end(), outs_[i].out.row_shape.begin(), outs_[i].out.row_shape.end());
       Tensor t(outs_[i].out.dtype, shape);
-      std::memcpy(t.bytes.data(), b.data[i].data(), t.nbytes());
+      std::memcpy(t.bytes.data(), b.data[i].data() + static_cast<std::size_t>(begin) * outs_[i].row_bytes, t.nbytes());
       return t;
     };
     const Tensor values = tensor(0);
     const Tensor ids = outs_.size() > 1 ? tensor(1) : Tensor();
     std::string records;
-    for (int64_t r = 0; r < b.rows; ++r) {
+    for (int64_t r = begin; r < end; ++r) {
       if (b.status[static_cast<std::size_t>(r)] != 0) continue;
-      const std::string line = class_line(plan_, key_of(b, r), values, ids, r);
+      const std::string line = class_line(plan_, key_of(b, r), values, ids, r - begin);
       records += str(b.index[static_cast<std::size_t>(r)], " ", line.size(), "\n", line);
       ++written_;
     }
@@ -360,11 +383,12 @@ class LiveExportFile final : public RankFile {
   ClassPlan plan_;
   std::FILE* lines_ = nullptr;                     // classes: this rank's line file
   std::mutex lines_mutex_;
-  BoundedQueue<std::unique_ptr<Staged>> queue_;
+  BoundedQueue<Unit> queue_;                       // committed rows, in shares, to the export threads
   std::vector<WorkerThread> threads_;
-  std::vector<std::unique_ptr<Staged>> pending_;  // appended since the last commit
+  std::vector<Staged*> pending_;                   // appended since the last commit
   std::mutex free_mutex_;
-  std::vector<std::unique_ptr<Staged>> free_;      // copies to reuse
+  std::vector<std::unique_ptr<Staged>> pool_;      // every copy made, reused
+  std::vector<Staged*> free_;                      // copies no one holds
   std::atomic<int64_t> written_{0};
   std::atomic<bool> failed_{false};
   std::mutex error_mutex_;

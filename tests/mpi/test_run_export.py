@@ -117,7 +117,8 @@ def test_npy_from_compressed_rank_files_equal_sluice_export(tmp_path):
     run = fresh_dir(str(tmp_path / "run"))
     out = str(tmp_path / "arrays")
     sluice("run", *BASE, "--samples", 48, "--outputs", "logits", "--compression", 4, "--writer-threads", 2,
-           "--export", "npy", "--export-dir", out, "--output", run, np_=2, check=True, timeout=TIMEOUT)
+           "--export", "npy", "--export-threads", 3, "--export-dir", out, "--output", run, np_=2, check=True,
+           timeout=TIMEOUT)
     got = files_of(out)
     assert len(got) == 48
     assert got == reference_export(run, "logits", tmp_path)
