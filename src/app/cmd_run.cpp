@@ -76,6 +76,7 @@ int run_job(JobConfig job, const std::vector<std::pair<std::string, std::string>
     if (mpi.rank() == 0)
       log_info("--resume: all ", ctx.chunking().total, " samples of ", job.output,
                " are committed and outputs.h5 is written: nothing to do (no attempt recorded)");
+    agreed(mpi, [&] { ctx.export_complete_run(); });  // --export: the files a kill kept from being written
     return kExitOk;
   }
   try {

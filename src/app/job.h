@@ -36,6 +36,9 @@ struct JobConfig {
   int reader_threads = 2;
   int writer_threads = 1;
   int compression = 0;                     // deflate level of the stored outputs, 0..9 (0: none)
+  std::string export_format = "none";      // --export: none | masks | npy | classes (export/live_export.h)
+  std::string export_dir;                  // "" : OUTPUT/export
+  int export_threads = 0;                  // 0: all cores, shared among the node's ranks
   std::string sharding = "dynamic";        // dynamic | static
   int chunk_batches = 4;                   // batches per chunk (the unit of sharding and commit)
   uint64_t seed = 0;

@@ -92,6 +92,13 @@ void visit_job(JobConfig& j, V& v) {
   v("writer-threads", j.writer_threads,
     "Threads compressing output chunks in parallel for the HDF5 writer (with --compression; without it one "
     "thread writes and more have nothing to do; at most 4 per core, or 8)", at_least(1));
+  v("export", j.export_format,
+    "Write the results as files while the job runs, as `sluice export` names them: masks (a PNG per sample) | npy (a "
+    ".npy per sample) | classes (classes.csv: lines as rows commit, the table when the job completes) | none", one_of({"none", "masks", "npy", "classes"}));
+  v("export-dir", j.export_dir, "The folder of --export's files (default: OUTPUT/export)", none);
+  v("export-threads", j.export_threads,
+    "Threads writing --export's files (0: all cores, shared among the node's ranks; at most 4 per core, or 8)",
+    at_least(0));
   v("compression", j.compression, "Deflate level of the stored outputs, 0 (none) to 9", CLI::Range(0, 9));
   v("sharding", j.sharding, "dynamic (own range first, then steal from the slowest) | static (contiguous ranges)",
     one_of({"dynamic", "static"}));
@@ -175,7 +182,7 @@ std::string clean_path(const std::string& p) {
 }
 
 void clean_job_paths(JobConfig& job) {
-  for (std::string* p : {&job.model, &job.input, &job.output, &job.algo_cache}) *p = clean_path(*p);
+  for (std::string* p : {&job.model, &job.input, &job.output, &job.algo_cache, &job.export_dir}) *p = clean_path(*p);
 }
 
 std::string saved_job_path(const std::string& output_dir) { return output_dir + "/job.toml"; }
@@ -329,7 +336,7 @@ std::vector<std::string> typed_inputs(const JobEntry& e, const FieldType& t, con
 }  // namespace
 
 bool is_path_key(const std::string& key) {
-  return key == "model" || key == "input" || key == "output" || key == "algo-cache";
+  return key == "model" || key == "input" || key == "output" || key == "algo-cache" || key == "export-dir";
 }
 
 std::string job_file_path(const std::string& job_file, const std::string& key, const std::string& value) {
@@ -457,6 +464,10 @@ void validate_job(const JobConfig& j) {
   check_thread_count("--cpu-threads", j.cpu_threads);
   check_thread_count("--reader-threads", j.reader_threads);
   check_thread_count("--writer-threads", j.writer_threads);
+  check_thread_count("--export-threads", j.export_threads);
+  if (j.export_format != "none" && j.sink != "hdf5")
+    throw UsageError(str("--export ", j.export_format, " exports the stored rows; --sink ", j.sink, " stores none"),
+                     "drop --export, or store the outputs (--sink hdf5)");
   if (j.resume && j.overwrite) throw UsageError("--resume and --overwrite exclude each other",
                                                    "--resume finishes the run in the folder, --overwrite replaces it: keep one");
   check_image_options(image_options(j));

@@ -109,8 +109,13 @@ struct FolderContents {
   std::vector<std::string> records;     // attempts.json, failure notes, an export of the run: Sluice's
 };
 
+bool ends_with_text(const std::string& s, const char* suffix) {
+  const std::size_t k = std::strlen(suffix);
+  return s.size() >= k && s.compare(s.size() - k, k, suffix) == 0;
+}
+
 // The run's other records: the attempts (report/attempts.h), the saved job, the failure notes a
-// failing rank leaves, temporary files of an interrupted write, and `sluice export`'s default folder.
+// failing rank leaves, temporary files of an interrupted write, and the default export folder.
 bool is_run_record(const std::string& dir, const std::string& n) {
   auto ends_with = [&](const char* suffix) {
     const std::size_t k = std::strlen(suffix);
@@ -124,7 +129,16 @@ bool is_run_record(const std::string& dir, const std::string& n) {
     const std::size_t k = std::strlen(suffix);
     if (ends_with(suffix) && is_rank_file_name(n.substr(0, n.size() - k))) return true;
   }
+  // `sluice export`'s default folder, or `sluice run --export`'s (export/live_export.h marks it).
   if (n == "export" && fs::exists(dir + "/export/.sluice-export.json")) return true;
+  if (n == "export" && fs::exists(dir + "/export/.sluice-run-export.json")) return true;
+  if (n == "export" && fs::is_directory(dir + "/export")) {
+    // A run killed while it set up its export folder: nothing there yet but its temporaries.
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir + "/export", ec))
+      if (!ends_with_text(e.path().filename().string(), ".sluice-partial")) return false;
+    return !ec;
+  }
   return false;
 }
 

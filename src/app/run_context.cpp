@@ -11,6 +11,7 @@
 #include <exception>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "app/job_options.h"
 #include "app/job_plan.h"
@@ -319,6 +320,17 @@ void RunContext::build() {
     file_ = open_rank_file(path, specs_, job_.batch_size, meta, exists);
     file_created_ = !exists;
   }
+  if (file_ && job_.export_format != "none") {
+    // --export: the committed rows' files written from the writer side (export/live_export.h).
+    std::vector<std::string> names, keys;
+    for (const auto& sp : specs_) names.push_back(sp.name);
+    const std::string exported = live_export_source(job_.export_format, names);
+    if (mpi_.rank() == 0)
+      for (int64_t i = 0; i < chunking_.total; ++i) keys.push_back(source_->key(i));
+    const LiveExportOptions eo = live_export_options();
+    open_live_export_dir(eo, keys);
+    file_ = make_live_export(std::move(file_), eo, specs_, exported, source_->key_bytes());
+  }
 
   // An image input's slots hold file bytes (or decoded pixels), a tensor input's one batch of input.
   const std::size_t in_slot_bytes = input_ ? input_->slot_bytes() : graph_.inputs[0].bytes();
@@ -331,6 +343,27 @@ void RunContext::build() {
   });
   t_setup_ += seconds_since(t0);
   log_debug("engine: ", engine_->describe());
+}
+
+void RunContext::export_complete_run() {
+  if (job_.export_format == "none" || mpi_.rank() != 0) return;
+  LiveExportOptions eo = live_export_options();
+  eo.resume = true;  // the files there are this run's (the folder's marker says so)
+  open_live_export_dir(eo, {});
+  const int64_t n = finish_live_export(eo);
+  log_info("export: ", eo.dir, " complete (", n, " file(s) written now)");
+}
+
+LiveExportOptions RunContext::live_export_options() const {
+  LiveExportOptions o;
+  o.format = job_.export_format;
+  o.dir = job_.export_dir.empty() ? job_.output + "/export" : job_.export_dir;
+  o.run_dir = job_.output;
+  o.rank = mpi_.rank();
+  o.resume = job_.resume;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.threads = job_.export_threads > 0 ? job_.export_threads : std::max(1, cores / std::max(1, mpi_.local_size()));
+  return o;
 }
 
 void RunContext::run() {
@@ -459,6 +492,15 @@ void RunContext::report() {
       h5::File f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT));
       if (!f.valid()) throw Error(str("cannot reopen ", path, " to record the image geometry: ", h5::error_stack_text()));
       h5::write_attr(f, kPreprocessAttr, geometry_json(*preprocess_));
+    }
+    if (job_.export_format != "none") {
+      // What the run did not get to export (rows committed before a kill), and a table format's table.
+      const auto t_export = Clock::now();
+      const LiveExportOptions eo = live_export_options();
+      const int64_t late = finish_live_export(eo);
+      log_info("export: ", eo.dir, " complete (", job_.export_format,
+               job_.export_format == "classes" ? ", classes.csv" : str("; ", late, " file(s) written at the end"), ", ",
+               seconds_since(t_export), " s)");
     }
     int64_t runs = 0;
     for (const RankFileInfo& f : infos) runs += static_cast<int64_t>(f.chunks.size());

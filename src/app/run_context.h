@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/thread.h"
 #include "engine/engine.h"
+#include "export/live_export.h"
 #include "image/image.h"
 #include "io/rank_file.h"
 #include "io/source.h"
@@ -43,6 +44,7 @@ class RunContext {
   void set_plan(const std::string& serialized);
   void plan_resume();   // collective, --resume: recover and read the rank files, compute what is pending
   bool already_complete() const;
+  void export_complete_run();  // rank 0, --export of a complete run: what is not exported yet
   int64_t computed_samples() const;  // this rank's pipeline: samples computed so far (committed or not)  // collective, after plan_resume: --resume of a run that is finished
   void build();         // device, engine, rank file, pipeline (no collective)
   void abandon();       // collective, after build() failed somewhere: undo what set-up did to the folder
@@ -70,6 +72,7 @@ class RunContext {
   int mapped_gpu() const;   // --gpu-map's ordinal for this node-local rank (default: the node-local rank)
   int choose_gpu() const;
   void save_job() const;  // rank 0: OUTPUT/job.toml
+  LiveExportOptions live_export_options() const;  // --export
   void watch_set_aside();  // rank 0: delete the earlier run once this one committed a chunk
 
   JobConfig job_;

@@ -1,6 +1,7 @@
 // ChunkEncoder: the rank file's filter pipeline (shuffle, then deflate) run outside HDF5, so writer
 // threads can compress chunks in parallel and the file's owner thread stores the bytes with
-// H5Dwrite_chunk (rank_file_writer.cpp).
+// H5Dwrite_chunk (rank_file_writer.cpp); BatchEncoder: the encode stage built on it
+// (io/chunk_encoder.h).
 //
 // The bytes must be what HDF5's own filters would read back:
 //  - shuffle (H5Z_FILTER_SHUFFLE, element size = the stored type's size): byte j of element i moves
@@ -17,7 +18,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "io/rank_file.h"
+#include "io/chunk_encoder.h"
 
 namespace sluice {
 
@@ -89,6 +90,63 @@ std::size_t ChunkEncoder::encode(const ChunkLayout& layout, const void* rows, un
   // compressBound is enough room for one call to finish the stream.
   if (rc != Z_STREAM_END) SLUICE_THROW("zlib: deflate of a ", bytes, "-byte chunk did not finish (", rc, ")");
   return static_cast<std::size_t>(z.total_out);
+}
+
+BatchEncoder::BatchEncoder(std::vector<ChunkLayout> layouts, int64_t batch_rows, int slots, int threads)
+    : layouts_(std::move(layouts)) {
+  std::size_t bytes = 0, sizes = 0, largest = 0;
+  for (const ChunkLayout& L : layouts_) {
+    const int64_t n = L.deflate > 0 && L.rows > 0 ? batch_rows / L.rows : 0;
+    max_chunks_.push_back(n);
+    stride_.push_back(n > 0 ? ChunkEncoder::bound(L.chunk_bytes()) : 0);
+    offset_.push_back(bytes);
+    size_offset_.push_back(sizes);
+    bytes += static_cast<std::size_t>(n) * stride_.back();
+    sizes += static_cast<std::size_t>(n);
+    if (n > 0) largest = std::max(largest, L.chunk_bytes());
+  }
+  active_ = sizes > 0;
+  if (!active_) return;
+  const std::size_t k = static_cast<std::size_t>(std::max(slots, 1));
+  bytes_.assign(k, std::vector<unsigned char>(bytes));
+  sizes_.assign(k, std::vector<std::size_t>(sizes));
+  rows_.assign(k, std::vector<EncodedRows>(layouts_.size()));
+  data_.assign(k, std::vector<const void*>(layouts_.size(), nullptr));
+  for (std::size_t s = 0; s < k; ++s)
+    for (std::size_t i = 0; i < layouts_.size(); ++i) {
+      EncodedRows& e = rows_[s][i];
+      e.data = bytes_[s].data() + offset_[i];
+      e.stride = stride_[i];
+      e.sizes = sizes_[s].data() + size_offset_[i];
+    }
+  for (int t = 0; t < std::max(threads, 1); ++t) encoders_.emplace_back(largest);
+}
+
+int64_t BatchEncoder::plan(int slot, int64_t rows, const std::vector<const void*>& data) {
+  SLUICE_CHECK(data.size() == layouts_.size(), "chunk encoder: ", data.size(), " outputs for ", layouts_.size());
+  auto& enc = rows_.at(static_cast<std::size_t>(slot));
+  data_[static_cast<std::size_t>(slot)] = data;
+  int64_t units = 0;
+  for (std::size_t i = 0; i < enc.size(); ++i) {
+    const int64_t per = layouts_[i].rows;
+    int64_t n = 0;
+    if (max_chunks_[i] > 0 && rows % per == 0 && rows / per <= max_chunks_[i]) n = rows / per;
+    enc[i].chunks = n;
+    units += n;
+  }
+  return units;
+}
+
+void BatchEncoder::encode(int thread, int slot, int64_t unit) {
+  const std::size_t k = static_cast<std::size_t>(slot);
+  const auto& enc = rows_[k];
+  std::size_t i = 0;
+  while (unit >= enc[i].chunks) unit -= enc[i++].chunks;
+  const ChunkLayout& L = layouts_[i];
+  const auto* src = static_cast<const unsigned char*>(data_[k][i]) + static_cast<std::size_t>(unit) * L.chunk_bytes();
+  unsigned char* dst = bytes_[k].data() + offset_[i] + static_cast<std::size_t>(unit) * stride_[i];
+  sizes_[k][size_offset_[i] + static_cast<std::size_t>(unit)] =
+      encoders_.at(static_cast<std::size_t>(thread)).encode(L, src, dst, stride_[i]);
 }
 
 }  // namespace sluice

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "core/dtype.h"
+#include "io/chunk_encoder.h"
 
 namespace sluice {
 
@@ -73,73 +74,42 @@ struct RowMeta {
   const std::vector<std::pair<int64_t, std::string>>* bad = nullptr;  // (sample index, reason)
 };
 
-// Parallel compression (docs/architecture.md, "Writing": writer threads encode chunks, one owner thread of the file
-// writes and commits them).  With deflate, HDF5 would compress every chunk inside H5Dwrite, under
-// its global lock, one at a time; instead any thread can encode whole chunks with a ChunkEncoder
-// and the owner hands the bytes to RankFile::append_encoded(), which stores them as they are.
-
-// How the rows of one output are stored (RankFile::chunk_layout).
-struct ChunkLayout {
-  int deflate = 0;                 // 0: raw (or not encodable by callers): nothing to encode
-  int64_t rows = 0;                // rows per HDF5 chunk
-  std::size_t row_bytes = 0;
-  std::size_t element_bytes = 0;   // the shuffle filter's element size: the stored type's size
-  std::size_t chunk_bytes() const { return static_cast<std::size_t>(rows) * row_bytes; }
+// One append: `rows` consecutive rows of every output and the per-row data that travels with them.
+// The rows' keys, status and sizes are the batch's own (filled where the samples were read), so the
+// file never calls back into the input.
+struct RowBatch {
+  int64_t rows = 0;
+  const int64_t* sample_index = nullptr;       // rows: the global sample index of each row
+  std::vector<const void*> data;               // one per output: the raw rows (row-major, spec dtype)
+  RowMeta meta;                                // keys, status, original sizes, bad reasons
+  // BatchEncoder::encoded() of this batch (null: nothing encoded).  An output whose encoded chunks
+  // cover exactly these rows, starting on a chunk boundary, is stored as is; any other from `data`.
+  const std::vector<EncodedRows>* encoded = nullptr;
 };
 
-// One output's rows of one append, encoded chunk by chunk: chunk k is sizes[k] bytes at
-// data + k * stride.  chunks == 0: not encoded (the file compresses the raw rows itself).
-struct EncodedRows {
-  const unsigned char* data = nullptr;
-  std::size_t stride = 0;
-  const std::size_t* sizes = nullptr;
-  int64_t chunks = 0;
-};
-
-// Encodes whole chunks exactly as the rank file's filter pipeline would (byte shuffle, then zlib
-// deflate).  One per thread; it allocates in its constructor and never after.
-class ChunkEncoder {
- public:
-  // Room for chunks of up to `max_chunk_bytes` raw bytes.
-  explicit ChunkEncoder(std::size_t max_chunk_bytes);
-  ~ChunkEncoder();
-  ChunkEncoder(ChunkEncoder&&) noexcept;
-  ChunkEncoder& operator=(ChunkEncoder&&) noexcept;
-  // The most bytes one encoded chunk of `chunk_bytes` raw bytes can take (zlib's compressBound).
-  static std::size_t bound(std::size_t chunk_bytes);
-  // Encodes one whole chunk (layout.chunk_bytes() bytes at `rows`) into `out`, which has room for
-  // `capacity` >= bound(layout.chunk_bytes()) bytes; returns the encoded size.
-  std::size_t encode(const ChunkLayout& layout, const void* rows, unsigned char* out, std::size_t capacity);
-
- private:
-  struct State;
-  std::unique_ptr<State> s_;
-};
-
+// The chunked writer: rows go in batch by batch (append), become durable run by run (commit).  A
+// compressing file also hands out its encode stage (make_encoder), whose output append() stores.
 class RankFile {
  public:
   virtual ~RankFile() = default;
-  // Appends `rows` rows: sample indices and one pointer per dataset (row-major, spec dtype).
-  virtual void append(int64_t rows, const int64_t* sample_index, const std::vector<const void*>& data) = 0;
+  // Appends one batch of rows after the pending ones; returns how many chunks were stored as
+  // encoded (0 without an encoder).
+  virtual int64_t append(const RowBatch& batch) = 0;
   // Commits every row appended since the last commit as one record: `record` gives first_index
   // and count (samples [first_index, first_index + count) in append order); seq and first_row are
   // filled in.
   virtual void commit(ChunkRecord record) = 0;
   virtual int64_t committed_rows() const = 0;
-  // The storage of output `output` (see ChunkLayout); deflate 0 unless callers may encode it.
+  // The outputs, and how output `output` is stored (see ChunkLayout); deflate 0 unless callers may
+  // encode it.  A file that stores no chunks itself (a test's, a wrapper's) says 0 outputs.
+  virtual std::size_t outputs() const { return 0; }
   virtual ChunkLayout chunk_layout(std::size_t output) const { return {}; }
-  // append(), with some outputs already encoded (one EncodedRows per output).  An output whose
-  // encoded chunks cover exactly these rows, starting on a chunk boundary, is stored as is (no
-  // filter runs); any other output is written from its raw rows in `data`, which must always be
-  // given.  Returns how many chunks were stored as encoded.
-  virtual int64_t append_encoded(int64_t rows, const int64_t* sample_index, const std::vector<const void*>& data,
-                                 const std::vector<EncodedRows>& encoded) {
-    append(rows, sample_index, data);
-    return 0;
-  }
-  // The per-row data of the rows the next append() or append_encoded() call brings; kept with
-  // them through commit and recovery.  Files that store none ignore it.
-  virtual void set_row_meta(const RowMeta& meta) {}
+  // The encode stage for batches of up to `batch_rows` rows in `slots` slots on `threads` threads,
+  // from chunk_layout(); null when no output of such batches can be encoded.  `row_bytes` (one per
+  // output, when given): the bytes of the caller's rows; an output whose rows differ from the
+  // stored ones is left to the file.
+  std::unique_ptr<BatchEncoder> make_encoder(int64_t batch_rows, int slots, int threads,
+                                             const std::vector<std::size_t>& row_bytes = {}) const;
   // Writes the end time and closes the file cleanly.
   virtual void close() = 0;
 };

@@ -24,7 +24,7 @@
 //     own bytes.  Compressed chunks move instead (their size changes), and the space they free may
 //     be reused before the index on disk points elsewhere, so with deflate every commit starts on
 //     a fresh chunk boundary (the skipped rows are padding: sample index -1, never in the ledger).
-//     Chunks encoded by writer threads (ChunkEncoder, append_encoded) are whole, fresh chunks:
+//     Chunks encoded by writer threads (BatchEncoder, then append) are whole, fresh chunks:
 //     H5Dwrite_chunk stores each one once, at a chunk boundary past every committed row, and it
 //     joins the index like a chunk HDF5 compressed itself, so steps 3 and 4 hold unchanged.
 //  5. Attributes that change later (attempt, start and end time, host, device, world size) are
@@ -177,16 +177,9 @@ class Hdf5RankFile final : public RankFile {
     for (int64_t k = ledger_len_; k < slots; ++k) write_ledger_slot(k, ledger_fill());
   }
 
-  void append(int64_t rows, const int64_t* sample_index, const std::vector<const void*>& data) override {
-    write_rows(rows, sample_index, data, nullptr);
-  }
+  int64_t append(const RowBatch& batch) override { return write_rows(batch); }
 
-  int64_t append_encoded(int64_t rows, const int64_t* sample_index, const std::vector<const void*>& data,
-                         const std::vector<EncodedRows>& encoded) override {
-    SLUICE_CHECK(encoded.size() == datasets_.size(), "rank file ", path_, ": append got ", encoded.size(),
-                 " encoded outputs for ", datasets_.size());
-    return write_rows(rows, sample_index, data, &encoded);
-  }
+  std::size_t outputs() const override { return layouts_.size(); }
 
   ChunkLayout chunk_layout(std::size_t output) const override {
     SLUICE_CHECK(output < layouts_.size(), "rank file ", path_, ": no output ", output);
@@ -218,8 +211,6 @@ class Hdf5RankFile final : public RankFile {
   }
 
   int64_t committed_rows() const override { return committed_; }
-
-  void set_row_meta(const RowMeta& meta) override { row_meta_ = meta; }
 
   void close() override {
     if (closed_) return;
@@ -253,20 +244,23 @@ class Hdf5RankFile final : public RankFile {
 
   // Writes rows to every dataset after the pending ones; an output with whole encoded chunks that
   // start on a chunk boundary goes in as those bytes, any other from its raw rows.
-  int64_t write_rows(int64_t rows, const int64_t* sample_index, const std::vector<const void*>& data,
-                     const std::vector<EncodedRows>* encoded) {
+  int64_t write_rows(const RowBatch& batch) {
     h5::quiet_errors();  // the writer thread may not be the one that opened the file
+    const int64_t rows = batch.rows;
+    const std::vector<const void*>& data = batch.data;
     SLUICE_CHECK(!closed_, "rank file ", path_, ": append after close");
-    SLUICE_CHECK(rows > 0 && sample_index, "rank file ", path_, ": append of ", rows, " rows");
+    SLUICE_CHECK(rows > 0 && batch.sample_index, "rank file ", path_, ": append of ", rows, " rows");
     SLUICE_CHECK(data.size() == datasets_.size(), "rank file ", path_, ": append got ", data.size(),
                  " buffers for ", datasets_.size(), " outputs");
+    SLUICE_CHECK(!batch.encoded || batch.encoded->size() == datasets_.size(), "rank file ", path_, ": append got ",
+                 batch.encoded ? batch.encoded->size() : 0, " encoded outputs for ", datasets_.size());
     if (pending_rows_ == 0) pending_first_ = (committed_ + align_ - 1) / align_ * align_;
     const int64_t row = pending_first_ + pending_rows_;
     grow_to(row + rows, false);
     int64_t stored = 0;
     for (std::size_t i = 0; i < datasets_.size(); ++i) {
       const ChunkLayout& L = layouts_[i];
-      const EncodedRows* e = encoded ? &(*encoded)[i] : nullptr;
+      const EncodedRows* e = batch.encoded ? &(*batch.encoded)[i] : nullptr;
       if (e && e->chunks > 0 && L.deflate > 0 && row % L.rows == 0 && e->chunks * L.rows == rows) {
         SLUICE_CHECK(e->data && e->sizes, "rank file ", path_, ": no encoded bytes for output ", specs_[i].name);
         // Filter mask 0: every filter of the dataset (shuffle, deflate) was applied.
@@ -285,10 +279,9 @@ class Hdf5RankFile final : public RankFile {
     }
     h5::Space fspace = h5::select_rows(index_, row, rows);
     h5::Space mspace = h5::row_block_space(rows, {});
-    H5_CHECK(H5Dwrite(index_, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, sample_index));
-    // The per-row data of these rows (set_row_meta), then it is used up.
-    row_data_.write(row, rows, row_meta_);
-    row_meta_ = RowMeta{};
+    H5_CHECK(H5Dwrite(index_, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, batch.sample_index));
+    // The per-row data of these rows, committed with them.
+    row_data_.write(row, rows, batch.meta);
     pending_rows_ += rows;
     return stored;
   }
@@ -332,7 +325,6 @@ class Hdf5RankFile final : public RankFile {
   h5::Dataset index_, ledger_;
   h5::Type ledger_mem_;
   RowDatasets row_data_;       // keys, status, sizes, bad samples
-  RowMeta row_meta_;           // for the next append
   bool fsync_ = false;
   std::size_t key_stride_ = 0; // bytes per key in RowMeta::keys
   int64_t align_ = 1;          // a commit's first row is a multiple of this (chunk rows when compressed)
@@ -467,6 +459,18 @@ std::unique_ptr<RankFile> append_to(const std::string& path, const std::vector<D
 }
 
 }  // namespace
+
+std::unique_ptr<BatchEncoder> RankFile::make_encoder(int64_t batch_rows, int slots, int threads,
+                                                     const std::vector<std::size_t>& row_bytes) const {
+  std::vector<ChunkLayout> layouts;
+  for (std::size_t i = 0; i < outputs(); ++i) {
+    layouts.push_back(chunk_layout(i));
+    if (i < row_bytes.size() && row_bytes[i] != layouts.back().row_bytes) layouts.back().deflate = 0;
+  }
+  auto enc = std::make_unique<BatchEncoder>(std::move(layouts), batch_rows, slots, threads);
+  if (!enc->active()) return nullptr;
+  return enc;
+}
 
 std::unique_ptr<RankFile> open_rank_file(const std::string& path, const std::vector<DatasetSpec>& specs,
                                          int64_t chunk_rows, const RankFileMeta& meta, bool append_existing) {

@@ -9,8 +9,10 @@
 //
 // The pipeline records the h2d events around enqueue_copy and a decode event after
 // enqueue_decode, so the report shows decoding as a stage of its own.  A tensor input's decode
-// half is empty.  Every row of a batch also carries a status (and, for images, the original size),
-// which the writer stores beside the outputs (io/rank_file.h, RowMeta).
+// half is empty.  Every row of a batch also carries its key, a status (and, for images, the
+// original size), which travel with it to the writer and are stored beside the outputs
+// (io/rank_file.h, RowBatch).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +33,8 @@ enum RowStatus : uint8_t {
 
 // What a batch's rows carry beside the pixels.  Preallocated per slot; fill() resets it.
 struct BatchRows {
+  std::vector<char> keys;                               // per row key_bytes chars, NUL-padded (keyed sources)
+  std::size_t key_bytes = 0;
   std::vector<uint8_t> status;                          // per row (RowStatus)
   std::vector<int32_t> orig_hw;                         // per row: original height, width (images), else empty
   std::vector<std::pair<int64_t, std::string>> bad;     // (row in the batch, reason), rare
@@ -38,6 +42,26 @@ struct BatchRows {
     status.assign(static_cast<std::size_t>(rows), kRowOk);
     if (sizes) orig_hw.assign(static_cast<std::size_t>(rows) * 2, 0); else orig_hw.clear();
     bad.clear();
+  }
+  // Room for `rows` keys of `width` bytes, once (fill_keys then writes them without allocating).
+  void size_keys(int64_t rows, std::size_t width) {
+    key_bytes = width;
+    keys.assign(static_cast<std::size_t>(rows) * width, 0);
+  }
+  // The keys of samples [first, first + count) from `source`, the rest blank.
+  void fill_keys(const Source& source, int64_t first, int64_t count) {
+    if (key_bytes == 0) return;
+    std::fill(keys.begin(), keys.end(), 0);
+    for (int64_t r = 0; r < count; ++r) {
+      const std::string k = source.key(first + r);
+      std::copy_n(k.data(), std::min(k.size(), key_bytes), keys.data() + static_cast<std::size_t>(r) * key_bytes);
+    }
+  }
+  // Row `row`'s key ("" for a source without keys).
+  std::string key(int64_t row) const {
+    if (key_bytes == 0) return "";
+    const char* k = keys.data() + static_cast<std::size_t>(row) * key_bytes;
+    return std::string(k, std::find(k, k + key_bytes, '\0'));
   }
   void mark_bad(int64_t row, std::string reason) {
     status[static_cast<std::size_t>(row)] = kRowBad;

@@ -31,6 +31,7 @@ void add_to(std::atomic<double>& a, double v) { a.store(a.load(std::memory_order
 // Copies what the writer needs of a batch's rows (from the in-slot's BatchRows to the out-slot's),
 // without allocating once both have their full size.
 void copy_rows(const BatchRows& from, BatchRows& to) {
+  to.keys.assign(from.keys.begin(), from.keys.end());
   to.status.assign(from.status.begin(), from.status.end());
   to.orig_hw.assign(from.orig_hw.begin(), from.orig_hw.end());
   to.bad = from.bad;
@@ -71,7 +72,6 @@ struct Pipeline::Impl {
   void commit_run(WorkDistributor& work, std::atomic<int64_t>& committed);
   void encoder(int thread);
   int64_t plan_encoding(int slot);
-  void encode_unit(ChunkEncoder& enc, int slot, int64_t unit);
   void unit_done(int slot, int64_t units);
   std::optional<int> next_encoded();
   void abort_all();
@@ -91,10 +91,10 @@ struct Pipeline::Impl {
 
   std::vector<void*> in_slots, out_slots;
   std::vector<BatchMeta> in_meta, out_meta;
-  std::vector<BatchRows> in_rows, out_rows;     // per slot: row status, original sizes, bad reasons
+  std::vector<BatchRows> in_rows, out_rows;     // per slot: keys, row status, original sizes, bad reasons
   std::vector<std::vector<int64_t>> out_index;  // sample indices of each out-slot's rows
-  std::vector<std::vector<char>> out_keys;      // keys of each out-slot's rows (key_bytes each)
-  std::size_t key_bytes = 0;
+  std::vector<RowBatch> out_batch;              // each out-slot's rows as the file takes them
+  std::size_t key_bytes = 0;                    // the source's key width (0: no keys)
   std::vector<SlotEvents> events;               // per out-slot
   std::vector<int> set_last_d2h;                // per engine io set: the event its last D2H recorded
 
@@ -127,9 +127,8 @@ struct Pipeline::Impl {
 
   // A bad file said out loud as the run goes: one warning line each for the first few on this
   // rank, then one line for the rest; the report counts and names them.
-  void note_bad(int64_t index, const std::string& reason) {
+  void note_bad(int64_t index, const std::string& key, const std::string& reason) {
     const int64_t n = ++bad_samples;
-    const std::string key = source.key(index);
     if (n <= kWarnedBadSamples)
       log_warn("bad file '", key.empty() ? str("#", index) : key, "' (sample ", index, "): ", reason,
                "; fed as zeros, marked bad (/sample_status 1), the run goes on");
@@ -139,20 +138,14 @@ struct Pipeline::Impl {
     if (bad_named.size() < kNamedBadSamples) bad_named.push_back(str(key.empty() ? str("#", index) : key, ": ", reason));
   }
 
-  // Compression (docs/architecture.md, "Writing": writer threads encode chunks, one owner thread writes them).  When the
-  // file deflates an output, `writer_threads` encoder threads take the batches from write_q in
-  // order, split them into HDF5 chunks and deflate those in parallel into per-out-slot buffers;
-  // the writer thread, the file's only user, stores each batch's chunks in batch order and only
-  // then returns its out-slot.  Without compression the writer thread takes write_q itself.
+  // Compression (docs/architecture.md, "Writing").  When the file deflates an output, it hands out
+  // its encode stage (io/chunk_encoder.h BatchEncoder); `writer_threads` encoder threads take the
+  // batches from write_q in order and encode their chunks in parallel, each into its out-slot's
+  // room; the writer thread, the file's only user, appends each batch with its chunks in batch
+  // order and only then returns its out-slot.  Without compression the writer thread takes
+  // write_q itself.
   bool encode = false;
-  std::vector<ChunkLayout> layouts;                  // per output
-  std::vector<int64_t> max_chunks;                   // per output: chunks of a full batch (0: not encoded)
-  std::vector<std::size_t> enc_offset, size_offset;  // per output: where its chunks sit in a slot's buffers
-  std::vector<std::size_t> enc_stride;               // per output: room for one encoded chunk
-  std::vector<std::vector<unsigned char>> enc_bytes; // per out-slot, allocated once
-  std::vector<std::vector<std::size_t>> enc_sizes;   // per out-slot
-  std::vector<std::vector<EncodedRows>> enc_rows;    // per out-slot, per output
-  std::vector<ChunkEncoder> encoders;                // per encoder thread
+  std::unique_ptr<BatchEncoder> encoder_stage;
   BoundedQueue<int> encoded_q;                       // out-slots in batch order, to the writer
   std::mutex take_mutex;                             // encoders taking batches and chunks
   int take_slot = -1;
@@ -195,11 +188,19 @@ void Pipeline::Impl::allocate() {
   out_index.assign(static_cast<std::size_t>(opt.egress_buffers), std::vector<int64_t>(static_cast<std::size_t>(batch)));
   in_rows.resize(static_cast<std::size_t>(opt.prefetch));
   out_rows.resize(static_cast<std::size_t>(opt.egress_buffers));
-  for (auto& r : in_rows) r.reset(batch, input.has_sizes());
-  for (auto& r : out_rows) r.reset(batch, input.has_sizes());
   key_bytes = source.key_bytes();
-  out_keys.assign(static_cast<std::size_t>(opt.egress_buffers),
-                  std::vector<char>(static_cast<std::size_t>(batch) * std::max<std::size_t>(key_bytes, 1)));
+  for (auto* rows : {&in_rows, &out_rows})
+    for (auto& r : *rows) {
+      r.reset(batch, input.has_sizes());
+      r.size_keys(batch, key_bytes);
+    }
+  out_batch.resize(static_cast<std::size_t>(opt.egress_buffers));
+  for (std::size_t k = 0; k < out_batch.size(); ++k) {
+    RowBatch& b = out_batch[k];
+    b.sample_index = out_index[k].data();
+    for (std::size_t i = 0; i < outs.size(); ++i)
+      b.data.push_back(static_cast<const uint8_t*>(out_slots[k]) + out_offsets[i]);
+  }
   for (int i = 0; i < opt.egress_buffers; ++i) {
     SlotEvents e{};
     e.h2d_start = device.create_event(true);
@@ -274,6 +275,7 @@ void Pipeline::Impl::reader(const std::atomic<bool>& stop) {
       BatchRows& rows = in_rows[static_cast<std::size_t>(*slot)];
       rows.reset(batch, input.has_sizes());
       input.fill(m.first, m.count, in_slots[static_cast<std::size_t>(*slot)], rows);
+      rows.fill_keys(source, m.first, m.count);  // the keys travel with the rows to the writer
     }
     std::lock_guard<std::mutex> lock(ready_mutex);
     in_ready[static_cast<std::size_t>(*slot)] = 1;
@@ -369,73 +371,26 @@ void Pipeline::Impl::monitor() {
   write_q.close();
 }
 
-// Sizes the encoding buffers once: per out-slot, room for every chunk of a full batch of every
-// compressed output at zlib's bound, and one encoder (deflate state, shuffle buffer) per thread.
+// The file's encode stage for this pipeline's batches and out-slots (null: nothing to encode).
 void Pipeline::Impl::allocate_encoding() {
   if (!file) return;
-  std::size_t bytes = 0, sizes = 0, largest = 0;
-  for (std::size_t i = 0; i < out_bytes.size(); ++i) {
-    const ChunkLayout L = file->chunk_layout(i);
-    int64_t n = 0;
-    if (L.deflate > 0 && L.rows > 0 && L.row_bytes == out_row_bytes[i]) n = batch / L.rows;
-    layouts.push_back(L);
-    max_chunks.push_back(n);
-    enc_stride.push_back(n > 0 ? ChunkEncoder::bound(L.chunk_bytes()) : 0);
-    enc_offset.push_back(bytes);
-    size_offset.push_back(sizes);
-    bytes += static_cast<std::size_t>(n) * enc_stride.back();
-    sizes += static_cast<std::size_t>(n);
-    if (n > 0) largest = std::max(largest, L.chunk_bytes());
-  }
-  encode = sizes > 0;
+  encoder_stage = file->make_encoder(batch, opt.egress_buffers, opt.writer_threads, out_row_bytes);
+  encode = encoder_stage != nullptr;
   if (!encode) return;
   const std::size_t slots = static_cast<std::size_t>(opt.egress_buffers);
-  enc_bytes.assign(slots, std::vector<unsigned char>(bytes));
-  enc_sizes.assign(slots, std::vector<std::size_t>(sizes));
-  enc_rows.assign(slots, std::vector<EncodedRows>(out_bytes.size()));
-  for (std::size_t k = 0; k < slots; ++k)
-    for (std::size_t i = 0; i < out_bytes.size(); ++i) {
-      EncodedRows& e = enc_rows[k][i];
-      e.data = enc_bytes[k].data() + enc_offset[i];
-      e.stride = enc_stride[i];
-      e.sizes = enc_sizes[k].data() + size_offset[i];
-    }
   units_left.assign(slots, 0);
   slot_encoded.assign(slots, 0);
-  for (int t = 0; t < opt.writer_threads; ++t) encoders.emplace_back(largest);
 }
 
-// Decides which outputs of the batch in `slot` are encoded (whole chunks only; the file writes a
-// short last batch from its raw rows) and returns the number of chunks to encode.
+// Plans the encoding of the batch in `slot` and returns the number of chunks to encode.
 int64_t Pipeline::Impl::plan_encoding(int slot) {
   const BatchMeta& m = out_meta[static_cast<std::size_t>(slot)];
-  auto& rows = enc_rows[static_cast<std::size_t>(slot)];
-  int64_t units = 0;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    int64_t n = 0;
-    if (max_chunks[i] > 0 && m.count % layouts[i].rows == 0 && m.count / layouts[i].rows <= max_chunks[i])
-      n = m.count / layouts[i].rows;
-    rows[i].chunks = n;
-    units += n;
-  }
+  const int64_t units = encoder_stage->plan(slot, m.count, out_batch[static_cast<std::size_t>(slot)].data);
   std::lock_guard<std::mutex> lock(done_mutex);
   units_left[static_cast<std::size_t>(slot)] = units;
   slot_encoded[static_cast<std::size_t>(slot)] = units == 0;
   if (units == 0) done_cv.notify_all();
   return units;
-}
-
-void Pipeline::Impl::encode_unit(ChunkEncoder& enc, int slot, int64_t unit) {
-  const auto& rows = enc_rows[static_cast<std::size_t>(slot)];
-  std::size_t i = 0;
-  while (unit >= rows[i].chunks) unit -= rows[i++].chunks;
-  const ChunkLayout& L = layouts[i];
-  const auto* src = static_cast<const uint8_t*>(out_slots[static_cast<std::size_t>(slot)]) + out_offsets[i] +
-                    static_cast<std::size_t>(unit) * L.chunk_bytes();
-  unsigned char* dst = enc_bytes[static_cast<std::size_t>(slot)].data() + enc_offset[i] +
-                       static_cast<std::size_t>(unit) * enc_stride[i];
-  enc_sizes[static_cast<std::size_t>(slot)][size_offset[i] + static_cast<std::size_t>(unit)] =
-      enc.encode(L, src, dst, enc_stride[i]);
 }
 
 void Pipeline::Impl::unit_done(int slot, int64_t units) {
@@ -448,7 +403,6 @@ void Pipeline::Impl::unit_done(int slot, int64_t units) {
 
 void Pipeline::Impl::encoder(int thread) {
   device.bind_thread();
-  ChunkEncoder& enc = encoders[static_cast<std::size_t>(thread)];
   for (;;) {
     int slot = -1;
     int64_t unit = 0;
@@ -474,7 +428,7 @@ void Pipeline::Impl::encoder(int thread) {
     {
       NvtxRange range("encode", Stage::Write);
       ScopedTime busy(encode_time);
-      encode_unit(enc, slot, unit);
+      encoder_stage->encode(thread, slot, unit);
     }
     unit_done(slot, 1);
   }
@@ -493,7 +447,7 @@ std::optional<int> Pipeline::Impl::next_encoded() {
 
 void Pipeline::Impl::writer(WorkDistributor& work, std::atomic<int64_t>& committed) {
   device.bind_thread();
-  std::vector<const void*> rows(out_bytes.size());
+  std::vector<std::pair<int64_t, std::string>> bad;  // a batch's bad rows (sample index, reason), rare
   for (;;) {
     std::optional<int> out = encode ? next_encoded() : write_q.pop();
     if (!out) break;
@@ -505,34 +459,24 @@ void Pipeline::Impl::writer(WorkDistributor& work, std::atomic<int64_t>& committ
       NvtxRange range("write", Stage::Write);
       ScopedTime busy(write_time);
       if (file) {
-        auto& index = out_index[static_cast<std::size_t>(*out)];
+        const std::size_t k = static_cast<std::size_t>(*out);
+        auto& index = out_index[k];
         for (int64_t r = 0; r < m.count; ++r) index[static_cast<std::size_t>(r)] = m.first + r;
-        const BatchRows& br = out_rows[static_cast<std::size_t>(*out)];
-        RowMeta meta;
-        if (key_bytes > 0) {
-          char* keys = out_keys[static_cast<std::size_t>(*out)].data();
-          std::memset(keys, 0, static_cast<std::size_t>(m.count) * key_bytes);
-          for (int64_t r = 0; r < m.count; ++r) {
-            const std::string k = source.key(m.first + r);
-            std::memcpy(keys + static_cast<std::size_t>(r) * key_bytes, k.data(), std::min(k.size(), key_bytes));
-          }
-          meta.keys = keys;
+        const BatchRows& br = out_rows[k];
+        RowBatch& b = out_batch[k];
+        b.rows = m.count;
+        b.meta = RowMeta{};
+        if (key_bytes > 0) b.meta.keys = br.keys.data();
+        b.meta.status = br.status.data();
+        if (!br.orig_hw.empty()) b.meta.orig_hw = br.orig_hw.data();
+        bad.clear();
+        for (const auto& r : br.bad) {
+          bad.emplace_back(m.first + r.first, r.second);
+          note_bad(m.first + r.first, br.key(r.first), r.second);
         }
-        meta.status = br.status.data();
-        if (!br.orig_hw.empty()) meta.orig_hw = br.orig_hw.data();
-        std::vector<std::pair<int64_t, std::string>> bad;
-        for (const auto& b : br.bad) {
-          bad.emplace_back(m.first + b.first, b.second);
-          note_bad(m.first + b.first, b.second);
-        }
-        if (!bad.empty()) meta.bad = &bad;
-        file->set_row_meta(meta);
-        const auto* base = static_cast<const uint8_t*>(out_slots[static_cast<std::size_t>(*out)]);
-        for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = base + out_offsets[i];
-        if (encode)
-          file->append_encoded(m.count, index.data(), rows, enc_rows[static_cast<std::size_t>(*out)]);
-        else
-          file->append(m.count, index.data(), rows);
+        if (!bad.empty()) b.meta.bad = &bad;
+        b.encoded = encode ? &encoder_stage->encoded(*out) : nullptr;
+        file->append(b);
       }
     }
     const BatchRows& status_rows = out_rows[static_cast<std::size_t>(*out)];

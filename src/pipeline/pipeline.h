@@ -11,10 +11,13 @@
 //   and D2H copies into a free out-slot (egress stream), ordered by events; never waits for the
 //   device in the steady state.
 // - monitor: waits for each batch's events, returns its in-slot to the pool, passes the out-slot on.
-// - writer: appends the batch's rows to the rank file, returns the out-slot, and commits the rows
+// - writer: appends each batch to the rank file in one call (RowBatch: the rows, and the keys,
+//   status and sizes the batch carried from its reader), returns the out-slot, and commits the rows
 //   written since the last commit (one ledger record: a contiguous run of samples) every
-//   `commit_batches` batches, before a batch that does not continue the run, and at the end.  With compression, writer_threads encoder threads deflate
-//   the batches' chunks in parallel before the writer (the file's only user) stores them in order.
+//   `commit_batches` batches, before a batch that does not continue the run, and at the end.
+//   With compression the file hands out its encode stage (RankFile::make_encoder), and
+//   writer_threads encoder threads encode the batches' chunks with it in parallel before the
+//   writer (the file's only user) appends them in order.
 // All slots are allocated in the constructor; the steady state allocates nothing.
 #include <atomic>
 #include <memory>

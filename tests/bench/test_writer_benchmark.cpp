@@ -84,8 +84,10 @@ class ReplayEngine final : public Engine {
 class FilterInsideHdf5 final : public RankFile {
  public:
   explicit FilterInsideHdf5(RankFile& f) : f_(f) {}
-  void append(int64_t rows, const int64_t* index, const std::vector<const void*>& data) override {
-    f_.append(rows, index, data);
+  int64_t append(const RowBatch& b) override {
+    RowBatch raw = b;
+    raw.encoded = nullptr;
+    return f_.append(raw);
   }
   void commit(ChunkRecord r) override { f_.commit(r); }
   int64_t committed_rows() const override { return f_.committed_rows(); }

@@ -1,5 +1,5 @@
 // Compressed rank files written from chunks that other threads encoded (ChunkEncoder and
-// RankFile::append_encoded): the bytes are exactly HDF5's shuffle + deflate, the rows read back
+// RankFile::append with a RowBatch's encoded chunks): the bytes are exactly HDF5's shuffle + deflate, the rows read back
 // exactly through HDF5, the file is smaller, and a kill -9 while encoded chunks are being stored
 // loses no committed chunk.
 #include <signal.h>
@@ -37,6 +37,14 @@ struct EncodedBatch {
   std::vector<EncodedRows> encoded;
   std::vector<const void*> data;
   std::vector<int64_t> index;
+  RowBatch batch() const {
+    RowBatch b;
+    b.rows = static_cast<int64_t>(index.size());
+    b.sample_index = index.data();
+    b.data = data;
+    b.encoded = &encoded;
+    return b;
+  }
 };
 
 EncodedBatch encode_batch(const RankFile& f, const std::vector<DatasetSpec>& specs, int64_t first, int64_t rows,
@@ -81,14 +89,14 @@ EncodedBatch encode_batch(const RankFile& f, const std::vector<DatasetSpec>& spe
   return b;
 }
 
-// write_chunk (test_io_util.h) through append_encoded; returns the chunks stored as encoded.
+// write_chunk (test_io_util.h) with encoded chunks; returns the chunks stored as encoded.
 int64_t write_chunk_encoded(RankFile& f, const std::vector<DatasetSpec>& specs, int64_t chunk_id, int64_t first,
                             int64_t count, int64_t batch, int threads, bool commit = true) {
   int64_t stored = 0;
   for (int64_t b = first; b < first + count; b += batch) {
     const int64_t rows = std::min(batch, first + count - b);
     EncodedBatch e = encode_batch(f, specs, b, rows, threads);
-    stored += f.append_encoded(rows, e.index.data(), e.data, e.encoded);
+    stored += f.append(e.batch());
   }
   if (commit) f.commit(ChunkRecord{chunk_id, first, count, -1});
   return stored;
@@ -190,7 +198,7 @@ TEST(RankFileCompression, ChunksEncodedOnSeveralThreadsReadBackExactly) {
   write_chunk(*f, specs, 3, 60, 3, 3, /*commit=*/false);
   EncodedBatch late = encode_batch(*f, specs, 63, 8, 2);
   EXPECT_EQ(late.encoded[0].chunks, 1);
-  EXPECT_EQ(f->append_encoded(8, late.index.data(), late.data, late.encoded), 0);
+  EXPECT_EQ(f->append(late.batch()), 0);
   f->commit(ChunkRecord{3, 60, 11, -1});
   f->close();
 

@@ -57,8 +57,7 @@ void write_chunk_rows(RankFile& f, int64_t chunk_id, int64_t first, int64_t coun
     m.status = status.data();
     m.orig_hw = hw.data();
     m.bad = &bad;
-    f.set_row_meta(m);
-    write_chunk(f, specs(), chunk_id, b, rows, rows, false);
+    write_chunk(f, specs(), chunk_id, b, rows, rows, false, &m);
   }
   if (commit) f.commit(ChunkRecord{chunk_id, first, count, -1});
 }
@@ -217,8 +216,7 @@ TEST(RowMeta, PaddingRowsOfCompressedFilesReadAsBlanks) {
       rm.keys = keys.data();
       rm.status = &st;
       rm.orig_hw = hw;
-      f->set_row_meta(rm);
-      write_chunk(*f, specs(true), k, s, 1, 1, false);
+      write_chunk(*f, specs(true), k, s, 1, 1, false, &rm);
     }
     f->commit(ChunkRecord{k, k * 3, 3, -1});
   }

@@ -68,9 +68,10 @@ inline std::vector<unsigned char> make_rows(const DatasetSpec& spec, int64_t fir
   return buf;
 }
 
-// Appends samples [first, first + count) in batches of `batch` rows, then commits them as `chunk_id`.
+// Appends samples [first, first + count) in batches of `batch` rows (each with `meta`, when given:
+// per-row data of `batch` rows), then commits them as `chunk_id`.
 inline void write_chunk(RankFile& f, const std::vector<DatasetSpec>& specs, int64_t chunk_id, int64_t first,
-                        int64_t count, int64_t batch, bool commit = true) {
+                        int64_t count, int64_t batch, bool commit = true, const RowMeta* meta = nullptr) {
   for (int64_t b = first; b < first + count; b += batch) {
     const int64_t rows = std::min(batch, first + count - b);
     std::vector<std::vector<unsigned char>> bufs;
@@ -79,7 +80,12 @@ inline void write_chunk(RankFile& f, const std::vector<DatasetSpec>& specs, int6
     for (const auto& b2 : bufs) ptrs.push_back(b2.data());
     std::vector<int64_t> idx(static_cast<std::size_t>(rows));
     for (int64_t i = 0; i < rows; ++i) idx[static_cast<std::size_t>(i)] = b + i;
-    f.append(rows, idx.data(), ptrs);
+    RowBatch rb;
+    rb.rows = rows;
+    rb.sample_index = idx.data();
+    rb.data = ptrs;
+    if (meta) rb.meta = *meta;
+    f.append(rb);
   }
   if (commit) f.commit(ChunkRecord{chunk_id, first, count, -1});
 }

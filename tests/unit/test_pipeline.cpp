@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -74,7 +75,18 @@ class SumEngine final : public Engine {
 class MemoryFile : public RankFile {
  public:
   explicit MemoryFile(int delay_ms = 0) : delay_ms_(delay_ms) {}
-  void append(int64_t rows, const int64_t* index, const std::vector<const void*>& data) override {
+  int64_t append(const RowBatch& b) override {
+    store(b.rows, b.sample_index, b.data);
+    // The keys travel in the batch, key_bytes_ each, NUL-padded.
+    for (int64_t r = 0; key_bytes_ > 0 && r < b.rows; ++r) {
+      EXPECT_NE(b.meta.keys, nullptr);
+      if (!b.meta.keys) break;
+      const char* k = b.meta.keys + static_cast<std::size_t>(r) * key_bytes_;
+      rows_[b.sample_index[r]].key = std::string(k, std::find(k, k + key_bytes_, '\0'));
+    }
+    return 0;
+  }
+  void store(int64_t rows, const int64_t* index, const std::vector<const void*>& data) {
     if (delay_ms_) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
     for (int64_t r = 0; r < rows; ++r) {
       Row row;
@@ -102,7 +114,9 @@ class MemoryFile : public RankFile {
     float sum;
     int32_t first;
     bool committed;
+    std::string key;
   };
+  std::size_t key_bytes_ = 0;  // > 0: check and keep the keys each batch carries
   std::map<int64_t, Row> rows_;
   std::vector<int64_t> pending_;
   std::vector<ChunkRecord> chunks_;
@@ -115,10 +129,16 @@ class CodecFile final : public MemoryFile {
  public:
   explicit CodecFile(std::vector<ChunkLayout> layouts, int fail_at = -1, int delay_ms = 0)
       : MemoryFile(delay_ms), layouts_(std::move(layouts)), fail_at_(fail_at) {}
+  std::size_t outputs() const override { return layouts_.size(); }
   ChunkLayout chunk_layout(std::size_t i) const override { return layouts_.at(i); }
-  int64_t append_encoded(int64_t rows, const int64_t* index, const std::vector<const void*>& data,
-                         const std::vector<EncodedRows>& encoded) override {
+  int64_t append(const RowBatch& b) override {
     if (appends_++ == fail_at_) throw std::runtime_error("file failure on purpose");
+    const int64_t rows = b.rows;
+    const int64_t* index = b.sample_index;
+    const std::vector<const void*>& data = b.data;
+    EXPECT_NE(b.encoded, nullptr);
+    if (!b.encoded) return 0;
+    const std::vector<EncodedRows>& encoded = *b.encoded;
     EXPECT_EQ(encoded.size(), layouts_.size());
     int64_t stored = 0;
     for (std::size_t i = 0; i < encoded.size(); ++i) {
@@ -136,7 +156,7 @@ class CodecFile final : public MemoryFile {
       }
       stored += e.chunks;
     }
-    append(rows, index, data);
+    store(rows, index, data);
     first_rows_.push_back(index[0]);
     encoded_chunks_ += stored;
     return stored;
@@ -207,9 +227,9 @@ class ListWork final : public WorkDistributor {
 class StoppingFile final : public MemoryFile {
  public:
   StoppingFile(int at, std::function<void()> stop) : at_(at), stop_(std::move(stop)) {}
-  void append(int64_t rows, const int64_t* index, const std::vector<const void*>& data) override {
+  int64_t append(const RowBatch& b) override {
     if (++appends_ == at_) stop_();
-    MemoryFile::append(rows, index, data);
+    return MemoryFile::append(b);
   }
   int at_, appends_ = 0;
   std::function<void()> stop_;
@@ -228,12 +248,14 @@ PipelineStats run_stopped_after(Pipeline& p, WorkDistributor& work, int ms) {
 
 }  // namespace
 
-TEST(Pipeline, WritesEverySampleOnceWithTheRightValues) {
+TEST(Pipeline, WritesEverySampleOnceWithTheRightValuesAndKeys) {
   const Shape sample{2, 3};
   auto source = make_synthetic_source(203, sample, DType::F32, 11);  // 203: a short last batch
   auto device = create_host_device();
   SumEngine engine(8, sample, 2);
   MemoryFile file;
+  file.key_bytes_ = source->key_bytes();
+  ASSERT_GT(file.key_bytes_, 0u);
   ListWork work(203, 16);
   PipelineOptions o;
   o.commit_batches = 2;
@@ -256,6 +278,7 @@ TEST(Pipeline, WritesEverySampleOnceWithTheRightValues) {
     EXPECT_EQ(row.sum, sum) << "sample " << i;
     EXPECT_EQ(row.first, static_cast<int32_t>(x[0] * 1000));
     EXPECT_TRUE(row.committed);
+    EXPECT_EQ(row.key, source->key(i));  // read with the sample, carried to the file in its batch
   }
   EXPECT_EQ(p.committed_samples(), 203);
 }
