@@ -2,6 +2,9 @@
 //   masks    one palette PNG per sample (export/masks.h), optionally at the image's original size
 //   classes  one CSV table: key, top-k class ids (and names), probabilities (export/classes.h)
 //   logits   one .npy per sample
+//   detections  detections.json (COCO results) and detections.csv, boxes in the original image's
+//            pixels (export/detections.h)
+//   embeddings  embeddings.npy [N, D] float16 and embeddings.keys.txt, in the same order
 // Samples whose status is not ok (unreadable images, non-finite inputs) have no result and are
 // skipped, and listed.  The export folder's manifest (export/journal.h) makes a rerun finish an
 // interrupted export and keeps the command from replacing files it did not write.  The run folder's
@@ -32,6 +35,7 @@
 #include "core/sha256.h"
 #include "core/thread.h"
 #include "export/classes.h"
+#include "export/detections.h"
 #include "export/geometry.h"
 #include "export/journal.h"
 #include "export/masks.h"
@@ -48,7 +52,7 @@ using nlohmann::json;
 struct ExportOptions {
   std::string run_dir;
   std::string out;                  // default RUN_DIR/export
-  std::string what = "auto";        // auto | masks | classes | logits
+  std::string what = "auto";        // auto | masks | classes | logits | detections | embeddings
   std::string output;               // the /outputs dataset (or topk prefix) to read; default by `what`
   bool original_size = false;       // masks: back to each image's size, undoing the run's geometry
   int64_t outside = 255;            // masks, --original-size: the class of pixels a center crop cut off
@@ -115,6 +119,10 @@ Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
       const StoredOutput* s = r.output(o.output);
       p.what = topk_prefix(o.output) ? "classes" : !s ? "" : (s->dtype == DType::U8 || s->dtype == DType::I32) ? "masks"
                : is_vector_row(*s) ? "classes" : "masks";
+    } else if (has(r, "detections") && has(r, "detections_count")) {
+      p.what = "detections";
+    } else if (has(r, "embedding")) {
+      p.what = "embeddings";
     } else if (has(r, "argmax")) {
       p.what = "masks";
     } else if (topk_prefix("topk_probs") || topk_prefix("topk")) {
@@ -136,6 +144,8 @@ Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
     return "";
   };
   if (p.what == "masks") p.source = first_of({"argmax", "softmax", "logits"});
+  else if (p.what == "detections") p.source = first_of({"detections"});
+  else if (p.what == "embeddings") p.source = first_of({"embedding"});
   else if (p.what == "classes") p.source = first_of({"topk_probs", "softmax", "logits", "topk"});
   else p.source = first_of({"logits", "softmax"});
   if (p.source.empty() && p.what == "logits" && !r.outputs().empty()) p.source = r.outputs().front().name;
@@ -145,6 +155,17 @@ Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
     throw InputError(str("export: ", r.path(), " has no output to export as ", p.what,
                          o.output.empty() ? "" : " named '" + o.output + "'", " (it has: ", names, ")"));
   }
+  if (p.what == "detections") {
+    const StoredOutput& d = *r.output(p.source);
+    const StoredOutput* c = r.output(p.source + "_count");
+    if (d.row_shape.size() != 2 || d.row_shape[1] != 6 || !c || !c->row_shape.empty())
+      throw InputError(str("export: /outputs/", p.source, " has rows of shape ", shape_str(d.row_shape),
+                           c ? "" : str(" and there is no /outputs/", p.source, "_count"),
+                           "; detections are rows [K, 6] with a count per sample (sluice run --outputs detections)"));
+  }
+  if (p.what == "embeddings" && r.output(p.source)->row_shape.size() != 1)
+    throw InputError(str("export: /outputs/", p.source, " has rows of shape ", shape_str(r.output(p.source)->row_shape),
+                         "; embeddings are one vector [D] per sample (sluice run --outputs embedding)"));
   if (p.what == "classes") {
     p.stored_topk = !has(r, p.source) && topk_prefix(p.source);
     if (!p.stored_topk && !is_vector_row(*r.output(p.source)))
@@ -177,6 +198,8 @@ class Exporter {
 
   void run() {
     if (p_.what == "classes") classes();
+    else if (p_.what == "detections") detections();
+    else if (p_.what == "embeddings") embeddings();
     else per_sample();
   }
   const std::vector<int64_t>& bad() const { return bad_; }
@@ -344,6 +367,99 @@ class Exporter {
     j_.commit(rel, "");
   }
 
+  // Detections: detections.json (COCO results) and detections.csv, written whole.
+  void detections() {
+    const Categories cats = read_categories(o_.labels);
+    const int64_t n = r_.size();
+    for (int64_t row = 0; row < n; ++row)
+      if (r_.status()[static_cast<std::size_t>(row)] != 0) bad_.push_back(row);
+    if (j_.done("detections.json") && j_.done("detections.csv")) return;
+    maybe_stop();
+    // Boxes are in model-input pixels; with image sizes they go back to the original image.
+    std::optional<PreprocessSpec> spec;
+    if (r_.preprocess()) spec = geometry_from_json(*r_.preprocess());
+    const int64_t k = r_.output(p_.source)->row_shape[0];
+    std::string json = "[", csv = detection_csv_header();
+    bool first_entry = true;
+    const int64_t step = block_rows(p_.source);
+    for (int64_t first = 0; first < n; first += step) {
+      const int64_t count = std::min(step, n - first);
+      const std::vector<std::string> keys = r_.keys(first, count);
+      const Tensor dets = r_.read_rows(p_.source, first, count);
+      const Tensor counts = r_.read_rows(p_.source + "_count", first, count);
+      const std::vector<float> v = dets.as_float();
+      const std::vector<int64_t> stored = counts.as_int64();
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t row = first + i;
+        if (r_.status()[static_cast<std::size_t>(row)] != 0) continue;
+        const std::string& key = keys[static_cast<std::size_t>(i)];
+        const int32_t m = std::min<int32_t>(static_cast<int32_t>(stored[static_cast<std::size_t>(i)]), static_cast<int32_t>(k));
+        std::pair<int32_t, int32_t> size{0, 0};
+        if (r_.has_sizes()) size = r_.original_size(row);
+        for (int32_t d = 0; d < m; ++d) {
+          const float* x = v.data() + (i * k + d) * 6;
+          float box[4] = {x[0], x[1], x[2], x[3]};
+          if (size.first > 0 && size.second > 0)
+            box_to_original(box, size.first, size.second, spec, spec ? spec->out_h : 0, spec ? spec->out_w : 0);
+          const int64_t cls = static_cast<int64_t>(x[5]);
+          json += str(first_entry ? "\n" : ",\n", coco_entry(coco_image_id(key, row), key, cats.id(cls), box, x[4]));
+          first_entry = false;
+          csv += detection_csv_row(key, cats.id(cls), cats.name(cls), x[4], box);
+        }
+      }
+    }
+    json += "\n]\n";
+    j_.write("detections.json", "", json);
+    j_.write("detections.csv", "", csv);
+  }
+
+  // Embeddings: one float16 .npy [N, D] of the good samples, and their keys in the same order.
+  void embeddings() {
+    const int64_t n = r_.size();
+    const int64_t d = r_.output(p_.source)->row_shape[0];
+    int64_t good = 0;
+    for (int64_t row = 0; row < n; ++row) {
+      if (r_.status()[static_cast<std::size_t>(row)] != 0) bad_.push_back(row);
+      else ++good;
+    }
+    if (j_.done("embeddings.npy") && j_.done("embeddings.keys.txt")) return;
+    maybe_stop();
+    const std::string tmp = j_.begin("embeddings.npy");
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
+    if (!f) throw Error(str("export: cannot create ", tmp));
+    // .npy 1.0: magic, version, header length, then the header padded with spaces to 64 bytes.
+    std::string header = str("{'descr': '<f2', 'fortran_order': False, 'shape': (", good, ", ", d, "), }");
+    header.append(64 - (10 + header.size() + 1) % 64, ' ');
+    header += '\n';
+    std::string bytes = "\x93NUMPY\x01";
+    bytes += '\0';
+    bytes += static_cast<char>(header.size() & 0xff);
+    bytes += static_cast<char>(header.size() >> 8);
+    bytes += header;
+    std::string keys_text;
+    const int64_t step = block_rows(p_.source);
+    for (int64_t first = 0; first < n; first += step) {
+      const int64_t count = std::min(step, n - first);
+      const std::vector<std::string> keys = r_.keys(first, count);
+      const std::vector<float> v = r_.read_rows(p_.source, first, count).as_float();
+      for (int64_t i = 0; i < count; ++i) {
+        if (r_.status()[static_cast<std::size_t>(first + i)] != 0) continue;
+        for (int64_t j = 0; j < d; ++j) {
+          const uint16_t h = f32_to_f16(v[static_cast<std::size_t>(i * d + j)]);
+          bytes += static_cast<char>(h & 0xff);
+          bytes += static_cast<char>(h >> 8);
+        }
+        keys_text += keys[static_cast<std::size_t>(i)] + "\n";
+      }
+      if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
+        throw Error(str("export: cannot write ", tmp, " (disk full?)"));
+      bytes.clear();
+    }
+    if (std::fclose(f.release()) != 0) throw Error(str("export: cannot write ", tmp));
+    j_.commit("embeddings.npy", "");
+    j_.write("embeddings.keys.txt", "", keys_text);
+  }
+
   const ExportOptions& o_;
   const RunOutputs& r_;
   const Plan& p_;
@@ -369,6 +485,7 @@ std::string header_of(const ExportOptions& o, const RunOutputs& r, const Plan& p
          {"keep_extension", o.keep_extension}};
   if (p.what == "masks") h["original_size"] = o.original_size;
   if (p.what == "masks" && o.original_size) h["outside"] = o.outside;
+  if (p.what == "detections") h["labels_sha256"] = o.labels.empty() ? "" : sha256_file(o.labels);
   if (p.what == "classes") {
     h["top_k"] = o.top_k;
     h["csv"] = o.csv;
@@ -436,13 +553,14 @@ void export_command(const ExportOptions& o) {
   const RunOutputs r(o.run_dir);
   const Plan p = make_plan(r, opts);
   if (p.what != "masks" && o.original_size) throw UsageError("--original-size applies to masks only");
-  if (p.what != "classes" && !o.labels.empty()) throw UsageError("--labels applies to classes only");
+  if (p.what != "classes" && p.what != "detections" && !o.labels.empty())
+    throw UsageError("--labels applies to classes and detections only");
   const std::string out = o.out.empty() ? (fs::path(o.run_dir) / "export").string() : o.out;
   ExportJournal journal(out, header_of(o, r, p), o.overwrite, o.run_dir);
   Exporter e(opts, r, p, journal);
   e.run();
 
-  const std::string unit = p.what == "classes" ? "table" : p.what == "masks" ? "masks" : "arrays";
+  const std::string unit = p.what == "classes" ? "table" : p.what == "masks" ? "masks" : "files";
   std::string line = str("export: ", p.what == "classes" ? out + "/" + o.csv : out, ": ", journal.written(), " ", unit,
                          " written, ", journal.skipped(), " already there");
   line += str(", ", r.size() - static_cast<int64_t>(e.bad().size()), " of ", r.size(), " samples from /outputs/",
@@ -485,9 +603,11 @@ void add_export_command(CLI::App& app) {
                                                "PNG masks, a CSV of top-k classes, or .npy arrays");
   sub->add_option("RUN_DIR", o->run_dir, "the run's output folder (with outputs.h5)")->required();
   sub->add_option("--out", o->out, "the export folder (default RUN_DIR/export)");
-  sub->add_option("--what", o->what, "masks | classes | logits | auto (by the stored outputs)")
+  sub->add_option("--what", o->what,
+                  "masks | classes | logits | detections (COCO JSON and CSV) | embeddings (float16 .npy and keys) | "
+                  "auto (by the stored outputs)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "masks", "classes", "logits"}));
+      ->check(CLI::IsMember({"auto", "masks", "classes", "logits", "detections", "embeddings"}));
   sub->add_option("--output", o->output, "the stored output to read (e.g. argmax, logits, topk_probs)");
   sub->add_flag("--original-size", o->original_size,
                 "masks: each mask at its image's original size, undoing the run's resize, center crop or letterbox "
@@ -496,7 +616,9 @@ void add_export_command(CLI::App& app) {
                   "masks with --original-size: the class of the pixels a --center-crop cut off (the model never saw them)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  sub->add_option("--labels", o->labels, "classes: a text file with one class name per line (line i: class i)");
+  sub->add_option("--labels", o->labels,
+                  "classes, detections: a text file with one class name per line (line i: class i); detections also "
+                  "take \"ID NAME\" lines, ID being the COCO category_id of class i");
   sub->add_option("--top-k", o->top_k, "classes: how many classes per row (at most what a topk output holds)")
       ->capture_default_str();
   sub->add_option("--csv", o->csv, "classes: the table's file name in the export folder")->capture_default_str();

@@ -152,6 +152,12 @@ bool Tracer::visit(const Node& n, std::vector<int>& out) {
   for (const auto& in : n.inputs) any = any || (!in.empty() && axis_of(in) != kNone);
   if (!any) return true;
   if (op == "Constant") return true;
+  if (op == "Detections") {  // every input [B, ...] on axis 0, both outputs too
+    for (const auto& in : n.inputs)
+      if (axis_of(in) != 0) return fail("a detector output does not carry the batch on axis 0");
+    std::fill(out.begin(), out.end(), 0);
+    return true;
+  }
   if (is_unary_elementwise(op)) return same(1);
   if (is_broadcasting_elementwise(op)) return broadcast(n, out);
   if (op == "LayerNormalization") {

@@ -125,6 +125,11 @@ class Tracker {
     const std::string& x = n.input(first);
     const std::string y = n.outputs.empty() ? std::string() : n.outputs[0];
 
+    if (op == "Detections") {  // per sample: every input and both outputs [B, ...]
+      for (const auto& [i, s] : data)
+        if (s.axis != 0) return mixed(n, "reads a detector output whose batch is not on axis 0");
+      return axis(n, 0);
+    }
     if (is_unary_elementwise(op) || op == "Normalize") {
       if (first != 0) return mixed(n, "takes a parameter from the input data");
       return axis(n, a);

@@ -11,6 +11,7 @@
 //               channel of axis 1, or one for all): y = (float(x) * scale - mean[c]) / std[c]
 //   ArgMaxCast  input X, attributes axis, to (onnx dtype of the index output: uint8 or int32):
 //               ArgMax with keepdims=0 whose indices are written in the narrow type
+//   Detections  a detector's outputs to boxes, scores and classes per sample (model/detections.h)
 #include <cstdint>
 #include <map>
 #include <memory>
