@@ -6,6 +6,8 @@ keys file's order.  And a model whose outputs do not fit the detection format is
 batch, on 2 and 3 ranks, with one line naming the shapes."""
 import json
 import os
+import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -96,6 +98,14 @@ def test_embeddings_from_photos_to_one_float16_npy_and_keys(photos, tmp_path):
     assert order == keys
     np.testing.assert_allclose(got.astype(np.float32), emb, atol=2.0 ** -11)
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "emb.parquet"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "data_tools", "export_parquet.py"), run, "--out", str(out)],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    table = pq.read_table(out).to_pydict()
+    assert table["key"] == keys
+    np.testing.assert_array_equal(np.array(table["embedding"], np.float32), emb)
 
 
 def test_depth_maps_from_photos_to_npy(photos, tmp_path):
