@@ -130,3 +130,14 @@ def test_a_classifier_asked_for_detections_is_refused_on_every_rank(ranks, tmp_p
     assert len(lines) == 1, p.stderr
     assert "[B, Q, C+1]" in lines[0] and "[32,8,64,64]" in lines[0], lines[0]
     assert not os.path.exists(tmp_path / "out" / "outputs.h5")
+
+
+def test_a_resume_with_another_score_threshold_is_refused(photos, tmp_path):
+    run = fresh_dir(str(tmp_path / "run"))
+    job = ["--model", YOLO, "--input", photos, "--letterbox", "--outputs", "detections", "--batch-size", 2, "--device",
+           "cpu", "--cpu-threads", 1, "--output", run, "--quiet"]
+    sluice("run", *job, "--score-threshold", 0.5, np_=2, check=True, timeout=TIMEOUT)
+    p = sluice("run", *job, "--score-threshold", 0.6, "--resume", np_=2, timeout=TIMEOUT)
+    assert p.returncode == 3, p.stderr
+    lines = error_lines(p.stderr)
+    assert len(lines) == 1 and "score-threshold = 0.5" in lines[0] and "0.6" in lines[0], p.stderr

@@ -26,20 +26,20 @@ Node& detections(GraphBuilder& gb, std::vector<std::string> in, const std::strin
 }
 
 TEST(Detections, YoloSuppressesOverlapsOfTheSameClassOnly) {
-  // [1, 4+2, 4] channels first: candidate i is column i.
+  // [1, 4+2, 8] channels first (N > 4+C tells the layout): candidate i is column i.
   //   0: box (10,10,20,20) class 0, score 0.9
   //   1: box (11,10,21,20) class 0, score 0.8 -> IoU with 0 is 90/110 > 0.45: suppressed
   //   2: box (11,10,21,20) class 1, score 0.7 -> another class: kept
-  //   3: score 0.2, below the threshold
+  //   3: score 0.2, below the threshold; 4-7: score 0
   const std::vector<float> x = {
-      15, 16, 16, 50,     // cx
-      15, 15, 15, 50,     // cy
-      10, 10, 10, 4,      // w
-      10, 10, 10, 4,      // h
-      0.9f, 0.8f, 0.1f, 0.2f,  // class 0
-      0.1f, 0.2f, 0.7f, 0.1f,  // class 1
+      15, 16, 16, 50, 0, 0, 0, 0,           // cx
+      15, 15, 15, 50, 0, 0, 0, 0,           // cy
+      10, 10, 10, 4, 1, 1, 1, 1,            // w
+      10, 10, 10, 4, 1, 1, 1, 1,            // h
+      0.9f, 0.8f, 0.1f, 0.2f, 0, 0, 0, 0,   // class 0
+      0.1f, 0.2f, 0.7f, 0.1f, 0, 0, 0, 0,   // class 1
   };
-  GraphBuilder gb({1, 6, 4});
+  GraphBuilder gb({1, 6, 8});
   detections(gb, {"x"}, "yolo", 1, 3);
   const auto out = run_bytes(gb.g, x.data());
   EXPECT_EQ(as<int32_t>(out[1]), (std::vector<int32_t>{2}));
