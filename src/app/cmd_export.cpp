@@ -5,6 +5,8 @@
 //   detections  detections.json (COCO results) and detections.csv, boxes in the original image's
 //            pixels (export/detections.h)
 //   embeddings  embeddings.npy [N, D] float16 and embeddings.keys.txt, in the same order
+//   dense    dense float maps (depth): one 16-bit grayscale PNG per sample, and dense_scale.csv with
+//            each map's range (value = min + pixel / 65535 * (max - min))
 // Samples whose status is not ok (unreadable images, non-finite inputs) have no result and are
 // skipped, and listed.  The export folder's manifest (export/journal.h) makes a rerun finish an
 // interrupted export and keeps the command from replacing files it did not write.  The run folder's
@@ -15,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -40,6 +43,7 @@
 #include "export/journal.h"
 #include "export/masks.h"
 #include "export/run_outputs.h"
+#include "image/image.h"
 #include "io/npy.h"
 
 namespace sluice {
@@ -52,7 +56,7 @@ using nlohmann::json;
 struct ExportOptions {
   std::string run_dir;
   std::string out;                  // default RUN_DIR/export
-  std::string what = "auto";        // auto | masks | classes | logits | detections | embeddings
+  std::string what = "auto";        // auto | masks | classes | logits | detections | embeddings | dense
   std::string output;               // the /outputs dataset (or topk prefix) to read; default by `what`
   bool original_size = false;       // masks: back to each image's size, undoing the run's geometry
   int64_t outside = 255;            // masks, --original-size: the class of pixels a center crop cut off
@@ -60,6 +64,7 @@ struct ExportOptions {
   int top_k = 5;                    // classes from scores: how many
   std::string csv = "classes.csv";  // classes: the table's file name in the export folder
   bool keep_extension = false;      // name files <key>.png instead of replacing the key's extension
+  bool draw = false;                // detections: draw/<key>.png previews, boxes over the photos
   bool overwrite = false;           // replace files the export did not write
   int threads = 0;                  // PNG encoding threads (0: the machine's cores)
   int64_t test_kill_after = -1;     // test only: SIGKILL in the middle of the file after this many
@@ -90,6 +95,28 @@ std::string job_text_of_report(const std::string& run_dir) {
   if (!in) return "";
   const json j = json::parse(in, nullptr, false);
   return j.is_object() && j.contains("job_toml") && j["job_toml"].is_string() ? j["job_toml"].get<std::string>() : "";
+}
+
+// The string value of `option` in the job's TOML ("" when absent), its escapes undone.
+std::string job_string(const std::string& toml, const std::string& option) {
+  std::istringstream lines(toml);
+  for (std::string line; std::getline(lines, line);) {
+    const std::string lead = option + " = \"";
+    if (line.rfind(lead, 0) != 0 || line.size() < lead.size() + 1 || line.back() != '"') continue;
+    const std::string body = line.substr(lead.size(), line.size() - lead.size() - 1);
+    std::string out;
+    for (std::size_t i = 0; i < body.size(); ++i) {
+      if (body[i] == '\\' && i + 1 < body.size() && (body[i + 1] == '"' || body[i + 1] == '\\')) ++i;
+      else if (body[i] == '\\' && i + 5 < body.size() && body[i + 1] == 'u') {
+        out += static_cast<char>(std::stoi(body.substr(i + 2, 4), nullptr, 16));
+        i += 5;
+        continue;
+      }
+      out += body[i];
+    }
+    return out;
+  }
+  return "";
 }
 
 // Whether the job's TOML gives `option` a value other than false or "".
@@ -146,6 +173,7 @@ Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
   if (p.what == "masks") p.source = first_of({"argmax", "softmax", "logits"});
   else if (p.what == "detections") p.source = first_of({"detections"});
   else if (p.what == "embeddings") p.source = first_of({"embedding"});
+  else if (p.what == "dense") p.source = first_of({"logits", "softmax"});
   else if (p.what == "classes") p.source = first_of({"topk_probs", "softmax", "logits", "topk"});
   else p.source = first_of({"logits", "softmax"});
   if (p.source.empty() && p.what == "logits" && !r.outputs().empty()) p.source = r.outputs().front().name;
@@ -162,6 +190,14 @@ Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
       throw InputError(str("export: /outputs/", p.source, " has rows of shape ", shape_str(d.row_shape),
                            c ? "" : str(" and there is no /outputs/", p.source, "_count"),
                            "; detections are rows [K, 6] with a count per sample (sluice run --outputs detections)"));
+  }
+  if (p.what == "dense") {
+    const StoredOutput& d = *r.output(p.source);
+    const bool float_map = d.dtype == DType::F32 || d.dtype == DType::F16 || d.dtype == DType::BF16;
+    const Shape& rs = d.row_shape;
+    if (!float_map || !(rs.size() == 2 || (rs.size() == 3 && rs[0] == 1)))
+      throw InputError(str("export: /outputs/", p.source, " holds ", dtype_name(d.dtype), " rows of shape ", shape_str(rs),
+                           "; a dense map is one float value per pixel ([H, W] or [1, H, W])"));
   }
   if (p.what == "embeddings" && r.output(p.source)->row_shape.size() != 1)
     throw InputError(str("export: /outputs/", p.source, " has rows of shape ", shape_str(r.output(p.source)->row_shape),
@@ -198,8 +234,12 @@ class Exporter {
 
   void run() {
     if (p_.what == "classes") classes();
-    else if (p_.what == "detections") detections();
+    else if (p_.what == "detections") {
+      detections();
+      if (o_.draw) draw();
+    }
     else if (p_.what == "embeddings") embeddings();
+    else if (p_.what == "dense") dense();
     else per_sample();
   }
   const std::vector<int64_t>& bad() const { return bad_; }
@@ -409,8 +449,54 @@ class Exporter {
       }
     }
     json += "\n]\n";
-    j_.write("detections.json", "", json);
-    j_.write("detections.csv", "", csv);
+    if (!j_.done("detections.json")) j_.write("detections.json", "", json);
+    if (!j_.done("detections.csv")) j_.write("detections.csv", "", csv);
+  }
+
+  // Previews: each good photo with its boxes drawn (2 px, the class's palette colour), as
+  // draw/<key>.png.  The photos are read again from the run's input folder.
+  void draw() {
+    const std::string input = job_string(job_text_of_report(o_.run_dir), "input");
+    std::error_code ec;
+    if (input.empty() || !fs::is_directory(input, ec))
+      throw InputError(str("export --draw reads the photos from the run's input folder, and this run's input ('", input,
+                           "') is not a folder"), "export without --draw");
+    std::optional<PreprocessSpec> spec;
+    if (r_.preprocess()) spec = geometry_from_json(*r_.preprocess());
+    const int64_t n = r_.size(), k = r_.output(p_.source)->row_shape[0];
+    const int64_t step = block_rows(p_.source);
+    const auto& palette = class_palette();
+    for (int64_t first = 0; first < n; first += step) {
+      const int64_t count = std::min(step, n - first);
+      const std::vector<std::string> keys = r_.keys(first, count);
+      const std::vector<float> v = r_.read_rows(p_.source, first, count).as_float();
+      const std::vector<int64_t> stored = r_.read_rows(p_.source + "_count", first, count).as_int64();
+      for (int64_t i = 0; i < count; ++i) {
+        if (r_.status()[static_cast<std::size_t>(first + i)] != 0) continue;
+        const std::string& key = keys[static_cast<std::size_t>(i)];
+        const std::string rel = "draw/" + export_path(key, ".png", o_.keep_extension, nullptr);
+        if (j_.done(rel)) continue;
+        std::ifstream in(fs::path(input) / key, std::ios::binary);
+        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::vector<uint8_t> rgb;
+        int h = 0, w = 0;
+        std::string why;
+        if (!in.good() && !in.eof()) why = "cannot read it";
+        if (why.empty() && !decode_image_rgb(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), rgb, &h, &w, &why))
+          why = why.empty() ? "cannot decode it" : why;
+        if (!why.empty())
+          throw InputError(str("export --draw: ", (fs::path(input) / key).string(), ": ", why,
+                               " (the photo changed since the run?)"));
+        for (int64_t d = 0; d < std::min<int64_t>(stored[static_cast<std::size_t>(i)], k); ++d) {
+          const float* x = v.data() + (i * k + d) * 6;
+          float box[4] = {x[0], x[1], x[2], x[3]};
+          box_to_original(box, h, w, spec, spec ? spec->out_h : h, spec ? spec->out_w : w);
+          const std::size_t c = static_cast<std::size_t>((static_cast<int64_t>(x[5]) + 1) % 256);
+          draw_box(rgb, h, w, box, &palette[3 * c], 2);
+        }
+        j_.write(rel, key, encode_rgb_png(h, w, rgb));
+      }
+    }
   }
 
   // Embeddings: one float16 .npy [N, D] of the good samples, and their keys in the same order.
@@ -460,6 +546,65 @@ class Exporter {
     j_.write("embeddings.keys.txt", "", keys_text);
   }
 
+  // Dense maps: each map scaled to its own range, as 16-bit PNG, and the ranges in one table.
+  void dense() {
+    const StoredOutput& s = *r_.output(p_.source);
+    const int64_t h = s.row_shape[s.row_shape.size() - 2], w = s.row_shape.back();
+    std::string table = "key,file,min,max\n";
+    const int64_t n = r_.size(), step = block_rows(p_.source);
+    std::unordered_map<std::string, std::string> owner;
+    maybe_stop();
+    for (int64_t first = 0; first < n; first += step) {
+      const int64_t count = std::min(step, n - first);
+      const std::vector<std::string> keys = r_.keys(first, count);
+      const std::vector<float> v = r_.read_rows(p_.source, first, count).as_float();
+      for (int64_t i = 0; i < count; ++i) {
+        if (r_.status()[static_cast<std::size_t>(first + i)] != 0) {
+          bad_.push_back(first + i);
+          continue;
+        }
+        const std::string& key = keys[static_cast<std::size_t>(i)];
+        bool up = false;
+        const std::string rel = export_path(key, ".png", o_.keep_extension, &up);
+        if (up && ++went_up_ == 1) first_up_ = {key, rel};
+        auto [it, fresh] = owner.emplace(rel, key);
+        if (!fresh) throw InputError(str("export: keys '", it->second, "' and '", key, "' would both be written to ", rel));
+        const float* m = v.data() + i * h * w;
+        // The range of the finite values; a non-finite pixel is written as 0.
+        float lo = INFINITY, hi = -INFINITY;
+        for (int64_t j = 0; j < h * w; ++j)
+          if (std::isfinite(m[j])) {
+            lo = std::min(lo, m[j]);
+            hi = std::max(hi, m[j]);
+          }
+        if (!(lo <= hi)) lo = hi = 0.f;
+        table += str(csv_field(key), ",", csv_field(rel), ",", str_float(lo), ",", str_float(hi), "\n");
+        if (j_.done(rel)) continue;
+        Mask q;
+        q.height = h;
+        q.width = w;
+        q.classes.resize(static_cast<std::size_t>(h * w));
+        const double span = static_cast<double>(hi) - static_cast<double>(lo);
+        for (int64_t j = 0; j < h * w; ++j)
+          q.classes[static_cast<std::size_t>(j)] =
+              !std::isfinite(m[j]) || span <= 0 ? 0u
+                                                : static_cast<uint32_t>(std::lround((static_cast<double>(m[j]) - lo) / span * 65535.0));
+        j_.write(rel, key, encode_gray16_png(q));
+      }
+    }
+    if (!j_.done("dense_scale.csv")) j_.write("dense_scale.csv", "", table);
+  }
+
+  // The shortest decimal text that reads back as the same float.
+  static std::string str_float(float v) {
+    char buf[32];
+    for (int digits = 6; digits <= 9; ++digits) {
+      std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
+      if (std::strtof(buf, nullptr) == v) break;
+    }
+    return buf;
+  }
+
   const ExportOptions& o_;
   const RunOutputs& r_;
   const Plan& p_;
@@ -485,7 +630,10 @@ std::string header_of(const ExportOptions& o, const RunOutputs& r, const Plan& p
          {"keep_extension", o.keep_extension}};
   if (p.what == "masks") h["original_size"] = o.original_size;
   if (p.what == "masks" && o.original_size) h["outside"] = o.outside;
-  if (p.what == "detections") h["labels_sha256"] = o.labels.empty() ? "" : sha256_file(o.labels);
+  if (p.what == "detections") {
+    h["labels_sha256"] = o.labels.empty() ? "" : sha256_file(o.labels);
+    h["draw"] = o.draw;
+  }
   if (p.what == "classes") {
     h["top_k"] = o.top_k;
     h["csv"] = o.csv;
@@ -553,6 +701,7 @@ void export_command(const ExportOptions& o) {
   const RunOutputs r(o.run_dir);
   const Plan p = make_plan(r, opts);
   if (p.what != "masks" && o.original_size) throw UsageError("--original-size applies to masks only");
+  if (p.what != "detections" && o.draw) throw UsageError("--draw applies to detections only");
   if (p.what != "classes" && p.what != "detections" && !o.labels.empty())
     throw UsageError("--labels applies to classes and detections only");
   const std::string out = o.out.empty() ? (fs::path(o.run_dir) / "export").string() : o.out;
@@ -605,9 +754,9 @@ void add_export_command(CLI::App& app) {
   sub->add_option("--out", o->out, "the export folder (default RUN_DIR/export)");
   sub->add_option("--what", o->what,
                   "masks | classes | logits | detections (COCO JSON and CSV) | embeddings (float16 .npy and keys) | "
-                  "auto (by the stored outputs)")
+                  "dense (float maps as 16-bit PNGs and their ranges) | auto (by the stored outputs)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "masks", "classes", "logits", "detections", "embeddings"}));
+      ->check(CLI::IsMember({"auto", "masks", "classes", "logits", "detections", "embeddings", "dense"}));
   sub->add_option("--output", o->output, "the stored output to read (e.g. argmax, logits, topk_probs)");
   sub->add_flag("--original-size", o->original_size,
                 "masks: each mask at its image's original size, undoing the run's resize, center crop or letterbox "
@@ -622,6 +771,8 @@ void add_export_command(CLI::App& app) {
   sub->add_option("--top-k", o->top_k, "classes: how many classes per row (at most what a topk output holds)")
       ->capture_default_str();
   sub->add_option("--csv", o->csv, "classes: the table's file name in the export folder")->capture_default_str();
+  sub->add_flag("--draw", o->draw,
+                "detections: also draw/<key>.png, each photo with its boxes (read again from the run's input folder)");
   sub->add_flag("--keep-extension", o->keep_extension, "name files <key>.png instead of replacing the key's extension");
   sub->add_flag("--overwrite", o->overwrite, "replace files in the export folder that this command did not write");
   sub->add_option("--threads", o->threads, "masks: PNG encoding threads (0: all cores; at most 4 per core, or 8)")

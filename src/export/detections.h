@@ -36,6 +36,10 @@ Categories read_categories(const std::string& path);
 // 000000397133.jpg is image 397133), else the sample's row.
 int64_t coco_image_id(const std::string& key, int64_t row);
 
+// Draws the outline of box (x1, y1, x2, y2, in the image's pixels) `thickness` pixels wide, inside
+// the box, clipped to the image, into interleaved RGB.
+void draw_box(std::vector<uint8_t>& rgb, int height, int width, const float* xyxy, const uint8_t colour[3], int thickness);
+
 // One COCO result entry (no trailing comma) and one CSV line.
 std::string coco_entry(int64_t image_id, const std::string& key, int64_t category, const float* xyxy, float score);
 std::string detection_csv_header();

@@ -59,7 +59,7 @@ def test_detections_from_photos_to_coco_json_and_csv(photos, tmp_path):
            "--cpu-threads", 1, "--output", run, "--quiet", np_=2, check=True, timeout=TIMEOUT)
     labels = tmp_path / "labels.txt"
     labels.write_text("1 person\n3 car\n18 dog\n")
-    p = sluice("export", run, "--what", "detections", "--labels", labels, np_=2, check=True, timeout=TIMEOUT)
+    p = sluice("export", run, "--what", "detections", "--labels", labels, "--draw", np_=2, check=True, timeout=TIMEOUT)
     assert p.stdout.count("files written") == 1, p.stdout  # rank 0 alone
     keys, (dets, count) = stored(run, "detections", "detections_count")
     assert dets.shape == (len(SIZES), 100, 6) and count.sum() > 0
@@ -80,6 +80,14 @@ def test_detections_from_photos_to_coco_json_and_csv(photos, tmp_path):
             assert e["score"] == pytest.approx(float(row[4]), abs=1e-6)
             x1, y1, x2, y2 = letterbox_back(row[:4].astype(np.float64), w, h)
             np.testing.assert_allclose(e["bbox"], [x1, y1, x2 - x1, y2 - y1], atol=1e-3)
+        # The preview: the photo at its size, the last (lowest-scored, drawn last) box's corner in
+        # its class's VOC colour (class c: palette entry c + 1).
+        with Image.open(os.path.join(run, "export", "draw", os.path.splitext(key)[0] + ".png")) as im:
+            assert im.mode == "RGB" and im.size == (w, h)
+            if n:
+                x, y = (min(int(np.floor(v)), lim - 1) for v, lim in zip(got[-1]["bbox"][:2], (w, h)))
+                colour = {0: (128, 0, 0), 1: (0, 128, 0), 2: (128, 128, 0)}[int(d[n - 1][5])]
+                assert im.getpixel((x, y)) == colour, (key, x, y)
     lines = open(os.path.join(run, "export", "detections.csv")).read().splitlines()
     assert lines[0] == "key,category_id,label,score,x1,y1,x2,y2" and len(lines) == 1 + count.sum()
     assert {ln.split(",")[2] for ln in lines[1:]} <= {"person", "car", "dog"}
@@ -108,7 +116,7 @@ def test_embeddings_from_photos_to_one_float16_npy_and_keys(photos, tmp_path):
     np.testing.assert_array_equal(np.array(table["embedding"], np.float32), emb)
 
 
-def test_depth_maps_from_photos_to_npy(photos, tmp_path):
+def test_depth_maps_from_photos_to_npy_and_16_bit_png(photos, tmp_path):
     run = fresh_dir(str(tmp_path / "run"))
     sluice("run", "--model", os.path.join(ZOO, "hf_dpt.torchscript.onnx"), "--input", photos, "--resize", "32x32",
            "--scale", 1 / 255, "--outputs", "logits", "--batch-size", 2, "--device", "cpu", "--cpu-threads", 1,
@@ -118,6 +126,18 @@ def test_depth_maps_from_photos_to_npy(photos, tmp_path):
     assert depth.shape == (len(SIZES), 64, 64)  # DPT upsamples its 32 x 32 input x2
     for key, d in zip(keys, depth):
         np.testing.assert_array_equal(np.load(os.path.join(run, "export", os.path.splitext(key)[0] + ".npy")), d)
+    # 16-bit PNGs, each map over its own range, the range in dense_scale.csv.
+    sluice("export", run, "--what", "dense", "--out", tmp_path / "png", np_=2, check=True, timeout=TIMEOUT)
+    rows = [ln.split(",") for ln in open(tmp_path / "png" / "dense_scale.csv").read().splitlines()]
+    assert rows[0] == ["key", "file", "min", "max"] and [r[0] for r in rows[1:]] == keys
+    for (key, file, lo, hi), d in zip(rows[1:], depth):
+        lo, hi = float(lo), float(hi)
+        assert lo == d.min() and hi == d.max()
+        with Image.open(tmp_path / "png" / file) as im:
+            assert im.mode.startswith("I") and im.size == (64, 64)
+            px = np.array(im).astype(np.float64)
+        back = lo + px / 65535 * (hi - lo)
+        assert np.abs(back - d).max() <= (hi - lo) / 65535 * 0.5 + 1e-6 * max(abs(lo), abs(hi))
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
