@@ -4,7 +4,12 @@
 // suppression all run) and a K that cuts the list.  At fp32 the counts and every row agree (the
 // decode is the same code, the IoU is rounded step by step on both).  Not compared at fp16/bf16:
 // the GPU rounds the scores first, and near-equal scores then swap rows the CPU keeps in order.
+#include <cstdlib>
+#include <filesystem>
+
 #include "gpu_test_util.h"
+#include "model/onnx_loader.h"
+#include "model/prepare.h"
 
 using namespace sluice;
 using namespace sluice::gputest;
@@ -58,6 +63,42 @@ TEST(CudaDetections, DetrDecodeMatchesCpu) {
   c.lo = -1.f;
   c.hi = 1.f;
   expect_matches_cpu(b.g, Precision::FP32, c);
+}
+
+// Whole prepared models with the heads prepare_graph puts behind them, at fp32: the tiny
+// YOLO-style detector of tests/data/detect and the zoo's CLIP (a batch-1 export re-specialized to
+// batch 3) with its normalised embedding.  (The zoo's random-weight DETR gives all its queries
+// scores within 1e-7 of each other, so its row order is rounding; DetrDecodeMatchesCpu above
+// spreads the scores instead.)
+std::string repo_file(const std::string& rel) {
+  const char* root = std::getenv("SLUICE_ROOT");
+  return (std::filesystem::path(root ? root : SLUICE_SOURCE_DIR) / rel).string();
+}
+
+Graph prepared(const std::string& rel, int64_t size, OutputSpec spec) {
+  PrepareOptions po;
+  po.batch_size = 3;
+  po.sample_shape = {3, size, size};
+  po.outputs = {spec};
+  return prepare_graph(load_onnx(repo_file(rel)), po);
+}
+
+TEST(CudaDetections, PreparedYoloDetectorMatchesCpu) {
+  OutputSpec s;
+  s.name = "detections";
+  s.kind = OutputSpec::Kind::Detections;
+  s.detection.format = "yolo";
+  s.detection.score_threshold = 0.5f;
+  expect_matches_cpu(prepared("tests/data/detect/yolo_v8.onnx", 64, s), Precision::FP32, unit_range());
+}
+
+TEST(CudaEmbedding, PreparedClipEmbeddingMatchesCpu) {
+  OutputSpec s;
+  s.name = "embedding";
+  s.kind = OutputSpec::Kind::Embedding;
+  CompareOptions c = unit_range();
+  c.tol = 1e-4;
+  expect_matches_cpu(prepared("tests/data/zoo/hf_clip_vision.torchscript.onnx", 32, s), Precision::FP32, c);
 }
 
 }  // namespace
