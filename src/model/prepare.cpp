@@ -143,7 +143,7 @@ std::size_t head_source(const Graph& g, const std::string& wanted) {
     if (g.outputs[i].name == wanted) return i;
   throw InputError(str(g.source, ": --model-output '", wanted, "' is not an output of the model; its outputs are ",
                        outputs_text(g)),
-                   "give one of those names (sluice inspect MODEL lists them)");
+                   "give one of those names");
 }
 
 // The shape of a model output before the heads; folding has inferred it wherever the input's shape fixes it.
