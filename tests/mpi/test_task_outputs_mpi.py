@@ -161,3 +161,21 @@ def test_a_resume_with_another_score_threshold_is_refused(photos, tmp_path):
     assert p.returncode == 3, p.stderr
     lines = error_lines(p.stderr)
     assert len(lines) == 1 and "score-threshold = 0.5" in lines[0] and "0.6" in lines[0], p.stderr
+
+
+def test_a_failed_detection_run_resumes_to_the_rows_of_an_unbroken_one(tmp_path):
+    rng = np.random.default_rng(1)
+    x = (np.kron(rng.random((16, 3, 8, 8)), np.ones((8, 8))) + 0.02 * rng.random((16, 3, 64, 64))).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    job = ["--model", YOLO, "--input", tmp_path / "x.npy", "--outputs", "detections", "--score-threshold", 0.55,
+           "--batch-size", 2, "--chunk-batches", 1, "--device", "cpu", "--cpu-threads", 1, "--quiet"]
+    whole, broken = str(tmp_path / "whole"), str(tmp_path / "broken")
+    sluice("run", *job, "--output", whole, np_=2, check=True, timeout=TIMEOUT)
+    p = sluice("run", *job, "--output", broken, "--fail-ranks", 1, "--fail-at-batch", 2, np_=2, timeout=TIMEOUT)
+    assert p.returncode != 0 and not os.path.exists(os.path.join(broken, "outputs.h5")), p.stderr
+    sluice("run", "--resume", "--output", broken, "--quiet", np_=2, check=True, timeout=TIMEOUT)
+    _, (d0, c0) = stored(whole, "detections", "detections_count")
+    _, (d1, c1) = stored(broken, "detections", "detections_count")
+    assert c0.sum() > 0
+    np.testing.assert_array_equal(c0, c1)
+    np.testing.assert_array_equal(d0, d1)

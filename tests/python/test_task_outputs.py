@@ -11,6 +11,8 @@
   levels keeps all of one sample's queries and none of another's;
 - embedding: hf_clip_vision's first token, L2-normalised, against onnxruntime's reference, and
   --model-output picking the pooled output, --no-normalize, --output-dtype float16.
+
+SLUICE_TASK_DEVICE=cuda runs the same checks on the CUDA engine (at fp32) on a GPU host.
 """
 import os
 import subprocess
@@ -27,6 +29,7 @@ from support.sluice_test import BIN, ROOT, error_lines, sluice, torch_available 
 ZOO = os.path.join(ROOT, "tests", "data", "zoo")
 DETECT = os.path.join(ROOT, "tests", "data", "detect")
 TORCH_PY = os.environ.get("SLUICE_TORCH_PYTHON", "/usr/bin/python3")
+DEVICE = os.environ.get("SLUICE_TASK_DEVICE", "cpu")
 
 if not os.access(BIN, os.X_OK):
     pytest.skip(f"no sluice binary at {BIN} (set SLUICE_BIN)", allow_module_level=True)
@@ -54,7 +57,7 @@ np.savez(out, *rows)
 def run_heads(tmp_path, model, x, *args, batch=4):
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "out"
-    p = sluice("run", "--model", model, "--input", tmp_path / "x.npy", "--batch-size", batch, "--device", "cpu",
+    p = sluice("run", "--model", model, "--input", tmp_path / "x.npy", "--batch-size", batch, "--device", DEVICE,
                "--cpu-threads", 2, "--output", out, "--quiet", *args)
     assert p.returncode == 0, p.stderr.strip()
     with h5py.File(out / "outputs.h5", "r") as f:
