@@ -2,6 +2,7 @@
 // the passes until every tensor has a static shape.
 #include "model/prepare.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
@@ -164,9 +165,15 @@ std::string add_embedding(Graph& g, const std::string& y, const OutputSpec& s, c
     Node n = make_node(g, "Gather", "", {y, zero}, {v});
     n.attrs["axis"] = Attribute::of_int(1);
     g.nodes.push_back(std::move(n));
+  } else if (shape.size() > 2 && std::all_of(shape.begin() + 2, shape.end(), [](int64_t d) { return d == 1; })) {
+    // A CNN's pooled features [B, D, 1, 1].
+    v = unique_tensor_name(g, s.name + "_flat");
+    Node n = make_node(g, "Flatten", "", {y}, {v});
+    n.attrs["axis"] = Attribute::of_int(1);
+    g.nodes.push_back(std::move(n));
   } else if (shape.size() != 2) {
     throw InputError(str(g.source, ": --outputs embedding reads the model's output '", y, "' of shape ", shape_str(shape),
-                         "; it needs [B, D] (a pooled vector) or [B, T, D] (tokens: the first is taken)"),
+                         "; it needs [B, D] (a pooled vector), [B, D, 1, 1] or [B, T, D] (tokens: the first is taken)"),
                      "pick the output that holds the vector with --model-output");
   }
   if (!s.normalize) {

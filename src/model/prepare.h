@@ -17,7 +17,8 @@ namespace sluice {
 //   TopK       the k largest logits and their class indices, largest first ("<name>_values" are
 //              logits, not probabilities; "<name>_indices" int32)
 //   TopKProbs  Softmax then TopK: the k largest probabilities and their class indices
-//   Embedding  the vector per sample: [B, D] as is, [B, T, D] its first token; L2-normalised unless
+//   Embedding  the vector per sample: [B, D] as is ([B, D, 1, 1] flattened), [B, T, D] its first
+//              token; L2-normalised unless
 //              `normalize` is off (y / max(|y|, 1e-12), as torch.nn.functional.normalize)
 //   Detections sluice.Detections over the model's detection outputs (format `detection.format`):
 //              "<name>" float32 [B, K, 6] (x1, y1, x2, y2 in input pixels, score, class; by score,

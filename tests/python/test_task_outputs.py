@@ -180,3 +180,28 @@ def test_an_unknown_model_output_is_refused_naming_the_outputs(tmp_path):
     assert p.returncode == 3, p.stderr
     lines = error_lines(p.stderr)
     assert len(lines) == 1 and "'pooled'" in lines[0] and "'237' [" in lines[0], p.stderr
+
+
+def test_pooled_cnn_features_are_flattened_and_a_feature_map_is_refused(tmp_path):
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array(rng.normal(0, 0.3, (16, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["f"], pads=[1, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["f"], ["pooled"])]
+    g = helper.make_graph(nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 3, 16, 16])],
+                          [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("f", TensorProto.FLOAT, None)], [w])
+    path = str(tmp_path / "pool.onnx")
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8  # what the onnxruntime of CI reads
+    onnx.save(m, path)
+    x = rng.random((5, 3, 16, 16)).astype(np.float32)
+    import onnxruntime as ort
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(["pooled"], {"x": x})[0].reshape(5, 16)
+    outs = run_heads(tmp_path, path, x, "--outputs", "embedding", batch=2)
+    np.testing.assert_allclose(outs["embedding"], ref / np.linalg.norm(ref, axis=1, keepdims=True), atol=1e-5)
+    p = sluice("run", "--model", path, "--input", tmp_path / "x.npy", "--device", "cpu", "--outputs", "embedding",
+               "--model-output", "f", "--output", tmp_path / "refused", "--quiet")
+    assert p.returncode == 3, p.stderr
+    lines = error_lines(p.stderr)
+    assert len(lines) == 1 and "'f' of shape [32,16,16,16]" in lines[0] and "[B, T, D]" in lines[0], p.stderr
