@@ -7,16 +7,14 @@
 
 #include "core/error.h"
 #include "model/graph_util.h"
-#include "model/shape_inference.h"
 #include "model/canonicalize.h"
 #include "model/op_arity.h"
+#include "model/shape_inference.h"
+#include "model/shape_math.h"
 
 namespace sluice {
 
 namespace {
-
-// Folding must not turn a model into gigabytes of constants (ConstantOfShape/Expand of a big shape).
-constexpr int64_t kMaxFoldedElements = int64_t(1) << 25;
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64; }
 
@@ -177,26 +175,6 @@ Tensor reshaped(const Tensor& x, Shape shape) {
 }
 
 }  // namespace
-
-int64_t slice_length(int64_t dim, int64_t& start, int64_t end, int64_t step) {
-  // dim >= 0 and start, end end up within [-1, dim], so the differences below cannot overflow; the
-  // step can be anything (INT64_MIN included), hence the unsigned division.
-  if (start < 0) start += dim;
-  if (end < 0) end += dim;
-  if (step > 0) {
-    start = std::clamp<int64_t>(start, 0, dim);
-    end = std::clamp<int64_t>(end, 0, dim);
-    return end > start ? static_cast<int64_t>(static_cast<uint64_t>(end - start - 1) / static_cast<uint64_t>(step)) + 1 : 0;
-  }
-  if (dim == 0) {
-    start = 0;
-    return 0;
-  }
-  start = std::clamp<int64_t>(start, 0, dim - 1);
-  end = std::clamp<int64_t>(end, -1, dim - 1);
-  const uint64_t down = 0 - static_cast<uint64_t>(step);  // |step|, also for INT64_MIN
-  return start > end ? static_cast<int64_t>(static_cast<uint64_t>(start - end - 1) / down) + 1 : 0;
-}
 
 Tensor cast_tensor(const Tensor& t, DType to) {
   Tensor out(to, t.shape);
@@ -634,13 +612,9 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
   }
   if (op == "Range") {
     const Tensor& s = need(0);
-    for (std::size_t i = 0; i < 3; ++i)
-      if (need(i).numel() != 1) throw InputError(str(node_context(g, n), "start, limit and delta must be scalars"));
-    const double start = to_double(s)[0], limit = to_double(need(1))[0], delta = to_double(need(2))[0];
-    if (delta == 0) throw InputError(str(node_context(g, n), "delta 0"));
-    const double length = std::ceil((limit - start) / delta);
-    if (!(length <= static_cast<double>(kMaxFoldedElements))) return false;  // also NaN
-    const int64_t count = length > 0 ? static_cast<int64_t>(length) : 0;  // a huge negative length is empty
+    const int64_t count = range_length(g, n, s, need(1), need(2));
+    if (count < 0) return false;  // too long to keep as a constant
+    const double start = to_double(s)[0], delta = to_double(need(2))[0];
     Tensor o(s.dtype, {count});
     for (int64_t k = 0; k < count; ++k) store(o, k, start + static_cast<double>(k) * delta);
     out.push_back(std::move(o));

@@ -2,7 +2,8 @@
 // Evaluating a node on host tensors, for constant folding.  Covers the ops exporters use for shape
 // arithmetic (Shape, Gather, Slice, Concat, Cast, Unsqueeze, arithmetic, Floor, Range, ...) and the
 // cheap data movements applied to weights (Transpose, Reshape, ...).  Heavy ops (Conv, MatMul, pools)
-// are left to the engines even when their inputs are constant.
+// are left to the engines even when their inputs are constant.  An evaluated value takes the shape
+// that shape inference (model/shape_inference.h) gives the node; inference never evaluates.
 #include <vector>
 
 #include "model/graph.h"
@@ -18,9 +19,5 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
 
 // Cast of a whole tensor to another element type (float -> int truncates toward zero).
 Tensor cast_tensor(const Tensor& t, DType to);
-
-// Gather/Slice-style helpers exposed for shape inference, which needs the same index arithmetic.
-// Clamped [start, end) with step for one axis of size `dim`; returns the number of elements taken.
-int64_t slice_length(int64_t dim, int64_t& start, int64_t end, int64_t step);
 
 }  // namespace sluice

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "model/const_eval.h"
 #include "model/graph_util.h"
-#include "model/prepare.h"
+#include "model/passes.h"
 #include "model/shape_inference.h"
 
 namespace sluice {

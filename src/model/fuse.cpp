@@ -10,8 +10,7 @@
 #include "core/error.h"
 #include "model/const_eval.h"
 #include "model/graph_util.h"
-#include "model/prepare.h"
-#include "model/shape_inference.h"
+#include "model/passes.h"
 
 namespace sluice {
 

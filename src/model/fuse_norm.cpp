@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "model/graph_util.h"
-#include "model/prepare.h"
+#include "model/passes.h"
 
 namespace sluice {
 

@@ -26,4 +26,6 @@ bool is_per_sample_op(const std::string& op) {
   return ops.count(op) != 0;
 }
 
+bool is_reduction(const std::string& op) { return op.rfind("Reduce", 0) == 0; }
+
 }  // namespace sluice

@@ -1,7 +1,6 @@
 #pragma once
-// Classes of ops that the batch-axis passes (model/batch_axis.cpp checks a prepared graph,
-// model/batch_adapt.cpp re-specializes a static batch) treat alike, kept in one place so that a new
-// op is taught to both at once.
+// Families of ops that the batch-axis trace (model/batch_trace.cpp, which both the batch-axis check
+// and static-batch re-specialization use) treats alike, named in one place.
 #include <string>
 
 namespace sluice {
@@ -13,5 +12,7 @@ bool is_broadcasting_elementwise(const std::string& op);
 // Works on each sample of an [N, C, ...] tensor on its own: the batch must be axis 0 of input 0 and
 // the other inputs are weights (Conv, pools, Group/InstanceNormalization, Col2Im).
 bool is_per_sample_op(const std::string& op);
+// ReduceSum, ReduceMean, ReduceMax, ...: over the axes of input 1 (model/canonicalize.h moves them there).
+bool is_reduction(const std::string& op);
 
 }  // namespace sluice

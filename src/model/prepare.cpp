@@ -11,6 +11,7 @@
 #include "model/canonicalize.h"
 #include "model/detections.h"
 #include "model/graph_util.h"
+#include "model/passes.h"
 
 namespace sluice {
 

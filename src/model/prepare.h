@@ -61,18 +61,10 @@ struct PrepareOptions {
 // graph output per OutputSpec, named as the spec.  Runs: input shape fixing, constant folding
 // (including the exporters' Shape/Gather/... subgraphs), Identity removal, BatchNorm folding,
 // Conv fusion, dead-node elimination, batch adaptation of a static-batch model (re-specialization or
-// sub-batches, model/batch_adapt.h) and shape inference.  Throws InputError when the model does not
-// fit the job (e.g. the input shape does not match, an op is unsupported).
+// sub-batches, model/batch_adapt.h) and shape inference: the passes of model/passes.h.  Throws
+// InputError when the model does not fit the job (e.g. the input shape does not match, an op is
+// unsupported).
 Graph prepare_graph(Graph model, const PrepareOptions& options);
-
-// The individual passes, exposed for tests.
-void fold_constants(Graph& g);
-void remove_identities(Graph& g);
-void fold_batchnorm(Graph& g);
-void fuse_convolutions(Graph& g);
-void fuse_transformer_patterns(Graph& g);  // LayerNormalization and Gelu from their element-wise spellings
-void eliminate_dead_nodes(Graph& g);
-void infer_shapes(Graph& g);   // fills g.values for every tensor; throws on inconsistent shapes
 
 // The ops the engines implement (default domain, plus the sluice domain ones of graph.h).
 const std::vector<std::string>& supported_ops();

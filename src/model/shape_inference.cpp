@@ -5,11 +5,10 @@
 
 #include "core/error.h"
 #include "model/canonicalize.h"
-#include "model/const_eval.h"
 #include "model/detections.h"
 #include "model/einsum.h"
 #include "model/graph_util.h"
-#include "model/prepare.h"
+#include "model/shape_math.h"
 
 namespace sluice {
 
@@ -510,11 +509,9 @@ bool infer_misc(Ctx& c) {
     }
   } else if (op == "Range") {
     for (std::size_t i = 0; i < 3; ++i) if (!c.value(i)) return c.not_constant(i, "start/limit/delta");
-    std::vector<const Tensor*> ins = {c.value(0), c.value(1), c.value(2)};
-    std::vector<const Shape*> shapes(3, nullptr);
-    std::vector<Tensor> outs;
-    if (!evaluate_node(c.g, c.n, ins, shapes, outs)) { c.why = "the range is too long to fold"; return false; }
-    c.set(0, outs[0].dtype, outs[0].shape);
+    const int64_t count = range_length(c.g, c.n, *c.value(0), *c.value(1), *c.value(2));
+    if (count < 0) { c.why = "the range is too long to fold"; return false; }
+    c.set(0, c.value(0)->dtype, {count});
   } else {
     c.why = str("Sluice cannot infer the shape of op ", op);
     return false;

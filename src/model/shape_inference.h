@@ -1,6 +1,6 @@
 #pragma once
-// Type and shape inference, one node at a time (model/ internal; the pass is infer_shapes() in
-// prepare.h).
+// Type and shape inference, one node at a time (model/ internal; the passes are infer_shapes() and
+// infer_known_shapes() in model/passes.h).
 #include <string>
 #include <vector>
 
@@ -14,9 +14,5 @@ namespace sluice {
 // throws InputError, naming the node, when the shapes are inconsistent.
 bool infer_node(const Graph& g, const Node& n, const std::vector<const ValueInfo*>& inputs,
                 std::vector<ValueInfo>& outputs, std::string& why);
-
-// Best-effort inference: fills g.values with every tensor whose type and static shape can be known
-// now, and skips the rest (used between rounds of constant folding).
-void infer_known_shapes(Graph& g);
 
 }  // namespace sluice

@@ -14,12 +14,13 @@ using testsupport::f32;
 using testsupport::GraphBuilder;
 using testsupport::set_int;
 using testsupport::set_ints;
+using testsupport::typed;
 
 constexpr int64_t B = 4;
 
-std::string refusal(const Graph& g) {
+std::string refusal(const Graph& g, int64_t batch = B) {
   try {
-    check_batch_axis(g, B);
+    check_batch_axis(g, batch);
   } catch (const InputError& e) {
     return e.what();
   }
@@ -85,7 +86,7 @@ TEST(BatchAxis, ReshapesKeepTheBatchOnlyWhenItStaysItsOwnAxis) {
   bad.constant_i("s", {2}, {B * 3, 4});
   bad.node("Reshape", {"x", "s"}, {f32("y", {B * 3, 4})});
   bad.output("y");
-  EXPECT_NE(refusal(bad.g).find("merges the batch axis"), std::string::npos) << refusal(bad.g);
+  EXPECT_NE(refusal(bad.g).find("merges or splits the batch axis"), std::string::npos) << refusal(bad.g);
 }
 
 TEST(BatchAxis, ConcatAndGatherAlongTheBatchAreRefused) {
@@ -105,6 +106,34 @@ TEST(BatchAxis, MatMulByWeightsKeepsTheBatch) {
   GraphBuilder b({B, 6});
   b.random_f("w", {6, 3}, 3);
   b.node("MatMul", {"x", "w"}, {f32("y", {B, 3})});
+  b.output("y");
+  EXPECT_EQ(refusal(b.g), "");
+}
+
+TEST(BatchAxis, SubBatchesOfOneThatAreAddedTogetherMixTwoSamples) {
+  // Two windows of one sample each stay single samples through any op, but adding one to the other
+  // gives every row of the output two samples' data.
+  GraphBuilder b({2, 3});
+  b.constant_i("s0", {1}, {0}).constant_i("s1", {1}, {1}).constant_i("s2", {1}, {2}).constant_i("a0", {1}, {0});
+  b.node("Slice", {"x", "s0", "s1", "a0"}, {f32("p0", {1, 3})});
+  b.node("Slice", {"x", "s1", "s2", "a0"}, {f32("p1", {1, 3})});
+  b.node("Relu", {"p0"}, {f32("r0", {1, 3})});
+  b.node("Relu", {"p1"}, {f32("r1", {1, 3})});
+  b.node("Add", {"r0", "r1"}, {f32("m", {1, 3})});
+  set_int(b.node("Concat", {"m", "r1"}, {f32("y", {2, 3})}), "axis", 0);
+  b.output("y");
+  Graph joined = b.g;
+  joined.nodes.back().inputs = {"r0", "r1"};  // the two sub-batches in order: the batch again
+  EXPECT_EQ(refusal(joined, 2), "");
+  EXPECT_NE(refusal(b.g, 2).find("combines rows of different samples"), std::string::npos) << refusal(b.g, 2);
+}
+
+TEST(BatchAxis, IndicesFromTheInputIntoAConstantTableKeepTheBatch) {
+  // An embedding lookup: the batch of indices selects rows of a weight table, one per sample.
+  GraphBuilder b({B, 5});
+  b.random_f("table", {10, 8}, 4);
+  set_int(b.node("Cast", {"x"}, {typed("ids", DType::I64, {B, 5})}), "to", 7);
+  b.node("Gather", {"table", "ids"}, {f32("y", {B, 5, 8})});
   b.output("y");
   EXPECT_EQ(refusal(b.g), "");
 }

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "model/prepare.h"
+#include "model/passes.h"
 #include "test_model_util.h"
 
 using namespace sluice;

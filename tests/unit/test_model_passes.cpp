@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "model/prepare.h"
+#include "model/passes.h"
 #include "test_model_util.h"
 
 using namespace sluice;

@@ -1,0 +1,55 @@
+#pragma once
+// Where the input's batch axis goes, tensor by tensor: one forward pass over a graph with static
+// shapes, with one rule per op saying how the op moves the batch axis and when it would mix samples
+// (model/ internal).  Two questions are asked of it:
+//
+//   Check         (model/batch_axis.h) a prepared graph at the job's batch: does every tensor keep
+//                 each row depending on its own sample only?  A data tensor also knows which samples
+//                 its batch axis holds (rows 0.. hold samples first..): a Slice along the batch takes
+//                 a window of them and a Concat along the batch may join consecutive windows again,
+//                 which is how a fixed-batch model runs as sub-batches without mixing samples.
+//   Respecialize  (model/batch_adapt.h) a static-batch graph at the model's batch b0: is every op
+//                 batch-equivariant along the axis its input carries the batch on, i.e. op(samples
+//                 stacked on that axis) == the op on each sample, stacked, at any batch?  That is
+//                 stricter (no windows, every operand without the batch broadcasts over it), and the
+//                 constants that carry b0 (Reshape targets, Resize sizes, ...) are collected as
+//                 rewrites to the new batch.  The first node that fails ends the trace.
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "model/graph.h"
+
+namespace sluice {
+
+enum class BatchQuestion { Check, Respecialize };
+
+constexpr int kNoBatch = -1;  // independent of the input (weights, shape values)
+constexpr int kMixed = -2;    // rows mixed or the batch axis dropped (Check; the reason is kept)
+constexpr int kSingle = -3;   // computed from one sample only (a sub-batch of one), any layout (Check)
+
+struct BatchState {
+  int axis = kNoBatch;  // >= 0: the axis that holds the batch, one row per sample
+  std::string why;      // kMixed: the node and what it did
+  int64_t first = 0;    // a data tensor: the sample its batch axis' row 0 holds
+};
+
+// A constant input of a node to replace so that the graph computes at the new batch (Respecialize).
+struct BatchRewrite {
+  std::size_t node;
+  std::size_t input;
+  Tensor value;
+};
+
+struct BatchTrace {
+  std::unordered_map<std::string, BatchState> states;  // every tensor computed from the input
+  std::vector<BatchRewrite> rewrites;                  // Respecialize
+  std::string why;  // Respecialize: the first node that is not equivariant, and why; empty when all are
+  BatchState of(const Graph& g, const std::string& name) const;
+};
+
+// Traces `g` from its first input's axis 0.  Respecialize needs the model's batch `b0` and the new
+// `batch` (for the rewrites); Check ignores them.
+BatchTrace trace_batch(const Graph& g, BatchQuestion q, int64_t b0 = 0, int64_t batch = 0);
+
+}  // namespace sluice
