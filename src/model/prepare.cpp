@@ -204,7 +204,7 @@ void add_detections(Graph& g, std::size_t source, const OutputSpec& s, const std
   if (!(d.iou_threshold >= 0.f && d.iou_threshold <= 1.f))
     throw UsageError(str("--iou-threshold ", d.iou_threshold, " is outside [0, 1]"));
   std::vector<std::string> ins = {g.outputs[source].name};
-  // DETR's pair: the chosen output is the class logits, the boxes are the next other output.
+  // DETR's pair: the chosen output is the class logits, the boxes the first other output.
   for (std::size_t i = 0; i < g.outputs.size() && ins.size() < 2; ++i)
     if (i != source && d.format != "yolo") ins.push_back(g.outputs[i].name);
   std::vector<Shape> shapes = {known_shape(g, ins[0], "detections")};
