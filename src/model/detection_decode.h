@@ -39,6 +39,20 @@ SLUICE_HD void decode_detr(GetLogit logit, GetBox box, int64_t classes, float wi
   out_box[3] = (cy + 0.5f * h) * height;
 }
 
+// RT-DETR, Deformable DETR: candidate (query, class) of logit x scores sigmoid(x); the box is the
+// query's, as DETR's.
+template <typename GetBox>
+SLUICE_HD void decode_query_sigmoid(float logit, int32_t cls, GetBox box, float width, float height, float* out_box,
+                                    float* score, int32_t* out_cls) {
+  *score = 1.f / (1.f + expf(-logit));
+  *out_cls = cls;
+  const float cx = box(0), cy = box(1), w = box(2), h = box(3);
+  out_box[0] = (cx - 0.5f * w) * width;
+  out_box[1] = (cy - 0.5f * h) * height;
+  out_box[2] = (cx + 0.5f * w) * width;
+  out_box[3] = (cy + 0.5f * h) * height;
+}
+
 // YOLO: value(j) is the candidate's j-th field (cx, cy, w, h in input pixels, then [objectness,]
 // class scores).  Score: the best class score, times the objectness when there is one.
 template <typename Get>

@@ -42,6 +42,7 @@ const char* detection_kind_name(DetectionLayout::Kind k) {
     case DetectionLayout::Kind::Detr: return "detr";
     case DetectionLayout::Kind::YoloChannelsFirst: return "yolo [B, 4+C, N]";
     case DetectionLayout::Kind::YoloObjectness: return "yolo [B, N, 5+C]";
+    case DetectionLayout::Kind::QuerySigmoid: return "rtdetr";
   }
   return "?";
 }
@@ -49,11 +50,19 @@ const char* detection_kind_name(DetectionLayout::Kind k) {
 DetectionLayout detection_layout(const std::string& format, const std::vector<Shape>& in) {
   DetectionLayout l;
   const bool detr = (format == "detr" || format == "auto") && detr_fits(in);
+  // Sigmoid-scored queries have no "no object" class: C >= 1 rather than C+1 >= 2.
+  const bool sigmoid = format == "rtdetr" && in.size() >= 2 && in[0].size() == 3 && in[1].size() == 3 &&
+                       in[0][0] == in[1][0] && in[0][1] == in[1][1] && in[0][1] >= 1 && in[0][2] >= 1 && in[1][2] == 4;
   DetectionLayout::Kind yk{};
   const bool yolo = !detr && (format == "yolo" || format == "auto") && yolo_fits(in, &yk);
-  if (format != "detr" && format != "yolo" && format != "auto")
-    throw UsageError(str("--detection-format '", format, "' is not one of detr, yolo, auto"));
-  if (detr) {
+  if (format != "detr" && format != "rtdetr" && format != "yolo" && format != "auto")
+    throw UsageError(str("--detection-format '", format, "' is not one of detr, rtdetr, yolo, auto"));
+  if (sigmoid) {
+    l.kind = DetectionLayout::Kind::QuerySigmoid;
+    l.batch = in[0][0];
+    l.classes = in[0][2];
+    l.candidates = in[0][1] * in[0][2];
+  } else if (detr) {
     l.kind = DetectionLayout::Kind::Detr;
     l.batch = in[0][0];
     l.candidates = in[0][1];
@@ -67,7 +76,11 @@ DetectionLayout detection_layout(const std::string& format, const std::vector<Sh
   } else {
     const char* detr_need = "two outputs [B, Q, C+1] (class logits, last = no object) and [B, Q, 4] (boxes)";
     const char* yolo_need = "one output [B, 4+C, N] (N > 4+C) or [B, N, 5+C]";
-    const std::string need = format == "detr" ? detr_need : format == "yolo" ? yolo_need : str(detr_need, " (detr), or ", yolo_need, " (yolo)");
+    const char* rtdetr_need = "two outputs [B, Q, C] (class logits, sigmoid-scored) and [B, Q, 4] (boxes)";
+    const std::string need = format == "detr"     ? std::string(detr_need)
+                             : format == "rtdetr" ? std::string(rtdetr_need)
+                             : format == "yolo"   ? std::string(yolo_need)
+                                                  : str(detr_need, " (detr), or ", yolo_need, " (yolo)");
     throw InputError(str("--outputs detections --detection-format ", format, ": the model's outputs have shape(s) ",
                          shapes_text(in), "; the format needs ", need),
                      "pick the format the detector was exported in (--detection-format), or the output it reads (--model-output)");

@@ -212,11 +212,12 @@ void add_detections(Graph& g, std::size_t source, const OutputSpec& s, const std
   if (second && !second->shape.empty()) shapes.push_back(second->shape);
   else ins.resize(1);
   const DetectionLayout l = detection_layout(d.format, shapes);
-  const bool detr = l.kind == DetectionLayout::Kind::Detr;
-  if (!detr) ins.resize(1);
+  const bool two = !l.nms();  // detr, rtdetr: logits and boxes
+  if (!two) ins.resize(1);
   const Shape& in = g.inputs.at(0).shape;  // [B, C, H, W]: DETR's boxes are fractions of it
   Node n = make_node(g, "Detections", "sluice", ins, {dets, count});
-  n.attrs["format"] = Attribute::of_string(detr ? "detr" : "yolo");
+  n.attrs["format"] = Attribute::of_string(l.kind == DetectionLayout::Kind::Detr ? "detr"
+                                           : l.kind == DetectionLayout::Kind::QuerySigmoid ? "rtdetr" : "yolo");
   n.attrs["score_threshold"] = Attribute::of_float(d.score_threshold);
   n.attrs["iou_threshold"] = Attribute::of_float(d.iou_threshold);
   n.attrs["max_detections"] = Attribute::of_int(d.max_detections);

@@ -1,9 +1,10 @@
 // sluice.Detections on the CUDA engine against the CPU engine: the DETR decode (softmax, best real
-// class, boxes to pixels) and the YOLO decode with class-aware NMS, in both YOLO layouts, with
-// thousands of overlapping candidates (the selection loop, its block-wide arg-max and the
-// suppression all run) and a K that cuts the list.  At fp32 the counts and every row agree (the
-// decode is the same code, the IoU is rounded step by step on both).  Not compared at fp16/bf16:
-// the GPU rounds the scores first, and near-equal scores then swap rows the CPU keeps in order.
+// class, boxes to pixels), RT-DETR's sigmoid over queries x classes, and the YOLO decode with
+// class-aware NMS in both YOLO layouts, with thousands of overlapping candidates (the selection
+// loop, its block-wide arg-max and the suppression all run) and a K that cuts the list.  At fp32
+// the counts and every row agree (the decode is the same code, the IoU is rounded step by step on
+// both).  Not compared at fp16/bf16: the GPU rounds the scores first, and near-equal scores then
+// swap rows the CPU keeps in order.
 #include <cstdlib>
 #include <filesystem>
 
@@ -59,6 +60,23 @@ TEST(CudaDetections, DetrDecodeMatchesCpu) {
   b.node("Slice", {"x", "s1", "e1", "ax"}, {f32("raw_boxes", {2, 300, 4})});
   b.node("Sigmoid", {"raw_boxes"}, {f32("boxes", {2, 300, 4})});
   add_detections(b, {"logits", "boxes"}, "detr", 2, 50, 0.05f, 0.45f);
+  CompareOptions c;
+  c.lo = -1.f;
+  c.hi = 1.f;
+  expect_matches_cpu(b.g, Precision::FP32, c);
+}
+
+TEST(CudaDetections, RtDetrSigmoidQueriesMatchCpu) {
+  // x [2, 300, 84]: logits [.., 0:80) (sigmoid-scored), boxes sigmoid([80, 84)): 24,000 candidates.
+  GraphBuilder b({2, 300, 84});
+  b.constant_i("s0", {1}, {0}).constant_i("e0", {1}, {80}).constant_i("s1", {1}, {80}).constant_i("e1", {1}, {84});
+  b.constant_i("ax", {1}, {2});
+  b.constant_f("four", {1}, {4.f});
+  b.node("Slice", {"x", "s0", "e0", "ax"}, {f32("raw_logits", {2, 300, 80})});
+  b.node("Mul", {"raw_logits", "four"}, {f32("logits", {2, 300, 80})});
+  b.node("Slice", {"x", "s1", "e1", "ax"}, {f32("raw_boxes", {2, 300, 4})});
+  b.node("Sigmoid", {"raw_boxes"}, {f32("boxes", {2, 300, 4})});
+  add_detections(b, {"logits", "boxes"}, "rtdetr", 2, 100, 0.9f, 0.45f);
   CompareOptions c;
   c.lo = -1.f;
   c.hi = 1.f;

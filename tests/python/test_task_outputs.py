@@ -149,6 +149,56 @@ def test_detr_detections_match_the_transformers_post_processing(name, thr, tmp_p
             unmatched.remove(hit[0])
 
 
+def rtdetr_reference(logits, boxes, width, height, thr, k):
+    """transformers' RT-DETR post-processing (use_focal_loss): sigmoid, the top k over queries x
+    classes, then the threshold."""
+    scores = 1 / (1 + np.exp(-logits))
+    classes = logits.shape[2]
+    cx, cy, w, h = np.moveaxis(boxes, -1, 0)
+    xyxy = np.stack([cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h], -1) * [width, height, width, height]
+    rows = []
+    for b in range(len(logits)):
+        flat = scores[b].reshape(-1)
+        top = np.argsort(-flat, kind="stable")[:k]
+        top = top[flat[top] > thr]
+        q, c = top // classes, top % classes
+        rows.append(np.concatenate([xyxy[b][q], flat[top, None], c[:, None]], 1))
+    return rows, scores
+
+
+def match_as_sets(dets, count, rows, atol):
+    for b, ref in enumerate(rows):
+        assert count[b] == len(ref), f"sample {b}: {count[b]} detections, the reference has {len(ref)}"
+        got = dets[b, :count[b]]
+        assert np.all(np.diff(got[:, 4]) <= 0), got[:, 4]
+        assert not dets[b, count[b]:].any()
+        unmatched = list(range(len(got)))
+        for row in ref:
+            hit = [i for i in unmatched if np.abs(got[i] - row).max() <= atol]
+            assert hit, f"sample {b}: reference row {row} not among {got}"
+            unmatched.remove(hit[0])
+
+
+@pytest.mark.parametrize("name", ["hf_detr.torchscript", "hf_yolos.torchscript"])
+@pytest.mark.parametrize("thr,k", [(0.0, 10), (0.5, 15)])
+def test_rtdetr_format_matches_the_transformers_focal_post_processing(name, thr, k, tmp_path):
+    # The zoo's DETR outputs read as sigmoid-scored: every (query, class) pair is a candidate.  Its
+    # random weights give each class nearly one score over all queries, so K and the threshold are
+    # chosen between the classes' levels (asserted below).
+    model = os.path.join(ZOO, f"{name}.onnx")
+    x = np.load(os.path.join(ZOO, name.split(".")[0] + ".input.npy"))
+    ref = np.load(os.path.join(ZOO, f"{name}.ref.npz"))
+    logits, boxes = (ref[o.name].astype(np.float64) for o in onnx.load(model).graph.output)
+    height, width = x.shape[2:]
+    rows, scores = rtdetr_reference(logits, boxes, width, height, thr, k)
+    for s in scores.reshape(len(scores), -1):
+        srt = np.sort(s)[::-1]
+        assert srt[k - 1] - srt[k] > 1e-3 and np.abs(s - thr).min() > 1e-4, srt
+    outs = run_heads(tmp_path, model, x, "--outputs", "detections", "--detection-format", "rtdetr",
+                     "--score-threshold", thr, "--max-detections", k, batch=2)
+    match_as_sets(outs["detections"], outs["detections_count"], rows, 1e-3)
+
+
 CLIP = os.path.join(ZOO, "hf_clip_vision.torchscript.onnx")
 
 

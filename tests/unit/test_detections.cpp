@@ -84,6 +84,30 @@ TEST(Detections, DetrTakesTheBestRealClassAndScalesBoxesToPixels) {
   for (int j = 6; j < 12; ++j) EXPECT_EQ(d[j], 0);
 }
 
+TEST(Detections, RtDetrScoresEveryQueryAndClassBySigmoid) {
+  // Two queries x two classes, logits (2, -1 | 0, 3): candidates in score order (q1 c1) 0.9526,
+  // (q0 c0) 0.8808, (q1 c0) 0.5, (q0 c1) 0.2689; K = 3 and the threshold 0.4 keep the first three.
+  const std::vector<float> x = {2, -1, 0.5f, 0.5f, 0.2f, 0.2f,  //
+                                0, 3, 0.25f, 0.5f, 0.1f, 0.4f};
+  GraphBuilder gb({1, 2, 6});
+  gb.constant_i("s0", {1}, {0}).constant_i("e0", {1}, {2}).constant_i("s1", {1}, {2}).constant_i("e1", {1}, {6});
+  gb.constant_i("ax", {1}, {2});
+  gb.node("Slice", {"x", "s0", "e0", "ax"}, {f32("logits", {1, 2, 2})});
+  gb.node("Slice", {"x", "s1", "e1", "ax"}, {f32("boxes", {1, 2, 4})});
+  detections(gb, {"logits", "boxes"}, "rtdetr", 1, 3, 0.4f);
+  const auto out = run_bytes(gb.g, x.data());
+  EXPECT_EQ(as<int32_t>(out[1]), (std::vector<int32_t>{3}));
+  const std::vector<float> d = as<float>(out[0]);
+  EXPECT_NEAR(d[4], 1 / (1 + std::exp(-3.0)), 1e-6);
+  EXPECT_EQ(d[5], 1);
+  EXPECT_NEAR(d[0], (0.25 - 0.05) * 200, 1e-4);  // query 1's box, 200 x 100 input
+  EXPECT_NEAR(d[10], 1 / (1 + std::exp(-2.0)), 1e-6);
+  EXPECT_EQ(d[11], 0);
+  EXPECT_NEAR(d[16], 0.5, 1e-6);
+  EXPECT_EQ(d[17], 0);
+  EXPECT_NEAR(d[12], (0.25 - 0.05) * 200, 1e-4);  // (q1 c0): query 1's box again
+}
+
 TEST(Detections, ShapesThatDoNotFitAFormatAreRefusedNamingBoth) {
   try {
     detection_layout("detr", {{8, 1000}});
@@ -98,6 +122,10 @@ TEST(Detections, ShapesThatDoNotFitAFormatAreRefusedNamingBoth) {
   EXPECT_EQ(detection_layout("auto", {{2, 25200, 85}}).kind, DetectionLayout::Kind::YoloObjectness);
   EXPECT_EQ(detection_layout("auto", {{2, 100, 92}, {2, 100, 4}}).kind, DetectionLayout::Kind::Detr);
   EXPECT_EQ(detection_layout("auto", {{2, 100, 92}, {2, 100, 4}}).classes, 91);
+  // Sigmoid-scored queries only when asked: their shapes are DETR's minus the no-object class.
+  EXPECT_EQ(detection_layout("rtdetr", {{2, 300, 80}, {2, 300, 4}}).kind, DetectionLayout::Kind::QuerySigmoid);
+  EXPECT_EQ(detection_layout("rtdetr", {{2, 300, 80}, {2, 300, 4}}).candidates, 300 * 80);
+  EXPECT_THROW(detection_layout("rtdetr", {{2, 84, 8400}}), InputError);
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ std::unique_ptr<Kernel> make_detections(const KernelInit& init) {
   if (init.output(0).shape != Shape{l.batch, k, 6}) init.fail("detections output ", shape_str(init.output(0).shape), " is not [B, K, 6]");
   return lambda_kernel([=](const KernelArgs& a) {
     const float* x0 = static_cast<const float*>(a.in[0]);
-    const float* x1 = l.kind == DetectionLayout::Kind::Detr ? static_cast<const float*>(a.in[1]) : nullptr;
+    const float* x1 = l.nms() ? nullptr : static_cast<const float*>(a.in[1]);
     float* dets = static_cast<float*>(a.out[0]);
     int32_t* count = static_cast<int32_t*>(a.out[1]);
     const int64_t n = l.candidates, c = l.classes;
@@ -35,7 +35,12 @@ std::unique_ptr<Kernel> make_detections(const KernelInit& init) {
       std::vector<DetectionCandidate> cand(static_cast<std::size_t>(n));
       for (int64_t i = 0; i < n; ++i) {
         DetectionCandidate& d = cand[static_cast<std::size_t>(i)];
-        if (l.kind == DetectionLayout::Kind::Detr) {
+        if (l.kind == DetectionLayout::Kind::QuerySigmoid) {
+          const int64_t q = i / c;
+          const float* bx = x1 + (b * (n / c) + q) * 4;
+          decode_query_sigmoid(x0[b * n + i], static_cast<int32_t>(i % c), [bx](int64_t j) { return bx[j]; }, width,
+                               height, d.box, &d.score, &d.cls);
+        } else if (l.kind == DetectionLayout::Kind::Detr) {
           const float* lg = x0 + (b * n + i) * (c + 1);
           const float* bx = x1 + (b * n + i) * 4;
           decode_detr([lg](int64_t j) { return lg[j]; }, [bx](int64_t j) { return bx[j]; }, c, width, height, d.box,
@@ -49,7 +54,7 @@ std::unique_ptr<Kernel> make_detections(const KernelInit& init) {
         }
       }
       const std::vector<int64_t> kept =
-          select_detections(cand, thr, l.kind != DetectionLayout::Kind::Detr, iou, k);
+          select_detections(cand, thr, l.nms(), iou, k);
       float* out = dets + b * k * 6;
       std::memset(out, 0, static_cast<std::size_t>(k) * 6 * sizeof(float));
       for (std::size_t r = 0; r < kept.size(); ++r) {

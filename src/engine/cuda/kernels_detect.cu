@@ -20,7 +20,12 @@ __global__ void decode_kernel(DetectArgs a, const T* x0, const T* x1, float* can
     const int64_t b = idx / n, i = idx - b * n;
     float box[4], score;
     int32_t cls;
-    if (a.kind == 0) {
+    if (a.kind == 3) {  // (query, class) pairs of [B, Q, C] logits
+      const int64_t q = i / c;
+      const T* bx = x1 + (b * (n / c) + q) * 4;
+      decode_query_sigmoid(to_f(x0[idx]), static_cast<int32_t>(i % c), [bx](int64_t j) { return to_f(bx[j]); },
+                           a.width, a.height, box, &score, &cls);
+    } else if (a.kind == 0) {
       const T* lg = x0 + idx * (c + 1);
       const T* bx = x1 + idx * 4;
       decode_detr([lg](int64_t j) { return to_f(lg[j]); }, [bx](int64_t j) { return to_f(bx[j]); }, c, a.width, a.height,
@@ -94,7 +99,7 @@ __global__ void select_kernel(DetectArgs a, float* cand, T* dets, int32_t* count
     }
     __syncthreads();
     if (chosen_i < 0) break;
-    if (a.kind != 0) {  // yolo: class-aware suppression
+    if (a.kind == 1 || a.kind == 2) {  // yolo: class-aware suppression
       for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         float* ci = cs + i * 6;
         if (ci[4] > -INFINITY && ci[5] == chosen[5] && iou_of(chosen, ci) > a.iou_threshold) ci[4] = -INFINITY;

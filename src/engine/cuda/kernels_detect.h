@@ -9,7 +9,8 @@
 namespace sluice::cuda {
 
 struct DetectArgs {
-  int kind = 0;              // DetectionLayout::Kind as an int: 0 detr, 1 yolo [B, 4+C, N], 2 yolo [B, N, 5+C]
+  int kind = 0;              // DetectionLayout::Kind as an int: 0 detr, 1 yolo [B, 4+C, N], 2 yolo [B, N, 5+C], 3 rtdetr
+  // candidates: per sample (rtdetr: queries x classes)
   int64_t batch = 0, candidates = 0, classes = 0, k = 0;
   float score_threshold = 0.25f, iou_threshold = 0.45f;
   float width = 1.f, height = 1.f;  // detr: the input's size in pixels
