@@ -128,7 +128,8 @@ void visit_job(JobConfig& j, V& v) {
   v("on-nan", j.on_nan, "Float samples holding NaN or Inf: warn (compute them, mark them in /sample_status, count "
     "them in the report) | fail (stop the job, naming the sample)", one_of({"warn", "fail"}));
   v("cuda-graphs", j.cuda_graphs, "Capture the forward pass once as a CUDA graph and replay it", none);
-  v("algo-cache", j.algo_cache, "Folder of the cuDNN algorithm cache (default: ~/.cache/sluice)", none);
+  v("algo-cache", j.algo_cache,
+    "Folder of the cuDNN algorithm cache (default: $XDG_CACHE_HOME/sluice or ~/.cache/sluice; none: no cache)", none);
   v("cpu-threads", j.cpu_threads,
     "CPU engine threads (0: all cores, shared among the node's ranks; at most 4 per core, or 8)", at_least(0));
   v("gpu-map", j.gpu_map, "GPU of each node-local rank, comma list (default: the node-local rank)", none);
@@ -256,7 +257,8 @@ struct TomlWriter {
   void operator()(const char* key, std::string& field, const char* help, const CLI::Validator&) {
     if (!*help) return;
     // Paths are echoed absolute, so the echo means the same job wherever it is saved.
-    os << key << " = " << toml_value(is_path_key(key) ? absolute_path(field) : field) << "\n";
+    const bool path = is_path_key(key) && !(std::string(key) == "algo-cache" && field == "none");
+    os << key << " = " << toml_value(path ? absolute_path(field) : field) << "\n";
   }
 };
 
@@ -344,7 +346,9 @@ bool is_path_key(const std::string& key) {
 }
 
 std::string job_file_path(const std::string& job_file, const std::string& key, const std::string& value) {
-  if (!is_path_key(key) || value.empty() || value[0] == '/' || value == "synthetic") return value;
+  if (!is_path_key(key) || value.empty() || value[0] == '/' || value == "synthetic" ||
+      (key == "algo-cache" && value == "none"))
+    return value;
   const std::size_t slash = job_file.rfind('/');
   if (slash == std::string::npos) return value;  // the job file is in the working directory
   std::string rel = value;

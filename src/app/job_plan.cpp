@@ -9,6 +9,7 @@
 #include "app/job_options.h"
 #include "core/error.h"
 #include "core/sha256.h"
+#include "core/thread.h"
 #include "core/timer.h"
 #include "model/batch_axis.h"
 #include "model/onnx_loader.h"
@@ -101,7 +102,8 @@ JobPlan plan_job(const JobConfig& job, int rank) {
   p.engine.precision = precision_from_name(job.precision);
   p.engine.cuda_graphs = job.cuda_graphs;
   p.engine.threads = job.cpu_threads;
-  p.engine.cache_dir = job.algo_cache.empty() ? default_cache_dir() : job.algo_cache;
+  // "none": no cache file at all (every start measures); "": the user's cache folder.
+  p.engine.cache_dir = job.algo_cache == "none" ? "" : job.algo_cache.empty() ? default_cache_dir() : job.algo_cache;
 
   p.pipeline.prefetch = job.prefetch;
   p.pipeline.egress_buffers = job.egress_buffers;
@@ -202,8 +204,11 @@ PreparedModel load_prepared_model(JobPlan& plan, const Source& source) {
   if (!file_readable(plan.model))
     throw InputError(str("cannot read the model file ", plan.model, access(plan.model.c_str(), F_OK) == 0 ? " (permission)" : " (no such file)"),
                      str("--model names an ONNX file; ", kPathsHint));
+  // The file's digest (the run's identity for --resume) is a second read of the file: hash it on a
+  // thread of its own while the model is parsed and prepared.
+  std::string digest;
+  WorkerThread hashing("model-sha256", [&] { digest = sha256_file(plan.model); });
   Graph model = load_onnx(plan.model);
-  m.sha256 = sha256_file(plan.model);
   m.load_s = seconds_since(t0);
   plan.set_model_input(source, model.inputs.empty() ? Shape{} : model.inputs[0].shape);
 
@@ -224,6 +229,8 @@ PreparedModel load_prepared_model(JobPlan& plan, const Source& source) {
     throw Error(str("cannot allocate the model's tensors for --batch-size ", plan.batch_size, ": ", e.what()),
                 kExitFailure, "a smaller --batch-size fits (batch 1 does)");
   }
+  hashing.join();
+  m.sha256 = digest;
   check_batch_axis(m.graph, plan.batch_size);
   // Here, on rank 0 in an agreed step, rather than when every rank plans its datasets: one error
   // line, and before any rank allocates an engine for it.

@@ -82,7 +82,8 @@ void RunContext::open_source() {
   job_plan_.check_batch_bytes(*source_);
   chunking_.batch = job_.batch_size;
   chunking_.chunk_samples = job_.batch_size * job_.chunk_batches;
-  t_setup_ += seconds_since(t0);
+  setup_parts_.input_s = seconds_since(t0);
+  t_setup_ += setup_parts_.input_s;
 }
 
 void RunContext::load_model() {
@@ -92,11 +93,14 @@ void RunContext::load_model() {
   graph_ = std::move(m.graph);
   model_sha256_ = m.sha256;
   t_model_load_ = m.load_s;
-  t_setup_ += seconds_since(t0);
+  setup_parts_.model_load_s = seconds_since(t0);
+  t_setup_ += setup_parts_.model_load_s;
 }
 
 void RunContext::share_model() {
   const auto t0 = Clock::now();
+  // The warm-up overlapped the model load; the weights' NCCL broadcast and the engine come next.
+  if (warm_up_.joinable()) (void)warm_up_.join_noexcept();
   if (mpi_.world_size() > 1) {
     const std::string structure = mpi_.broadcast_string(mpi_.rank() == 0 ? serialize_structure(graph_) : std::string());
     model_sha256_ = mpi_.broadcast_string(model_sha256_);
@@ -108,7 +112,8 @@ void RunContext::share_model() {
   }
   specs_ = job_plan_.dataset_specs(graph_);
   hosts_ = mpi_.gather_strings(mpi_.host());
-  t_setup_ += seconds_since(t0);
+  setup_parts_.share_s = seconds_since(t0);
+  t_setup_ += setup_parts_.share_s;
 }
 
 std::string RunContext::plan_on_root() {
@@ -223,7 +228,13 @@ void RunContext::watch_set_aside() {
 
 void RunContext::choose_device() {
   backend_ = choose_backend(job_.device);
-  if (backend_ == "cuda") gpu_ = choose_gpu();
+  if (backend_ == "cuda") {
+    gpu_ = choose_gpu();
+#ifdef SLUICE_HAVE_CUDA
+    const int gpu = gpu_;
+    warm_up_ = WorkerThread("cuda-warm-up", [gpu] { warm_up_cuda(gpu); });
+#endif
+  }
 }
 
 int RunContext::mapped_gpu() const {
@@ -264,7 +275,14 @@ void RunContext::build() {
                  " (the model's tensors for one batch of ", shape_str(graph_.inputs[0].shape), ")"),
              [&] {
                try {
+                 const auto t_engine = Clock::now();
                  engine_ = create_engine(backend_, graph_, eo);
+                 const EngineSetupTimes e = engine_->setup_times();
+                 setup_parts_.autotune_s = e.autotune_s;
+                 setup_parts_.capture_s = e.capture_s;
+                 setup_parts_.algos_measured = e.algos_measured;
+                 setup_parts_.algos_cached = e.algos_cached;
+                 setup_parts_.engine_build_s = std::max(0.0, seconds_since(t_engine) - e.autotune_s - e.capture_s);
                } catch (const Error& e) {  // the engines' own "cannot allocate N bytes"
                  throw Error(str(e.what(), " (for --batch-size ", job_.batch_size, ": the model's tensors for one batch of ",
                                  shape_str(graph_.inputs[0].shape), ")"),
@@ -359,6 +377,7 @@ void RunContext::report() {
   me.device = device_->describe();
   me.engine = engine_->describe();
   me.setup_s = t_setup_;
+  me.setup = setup_parts_;
   me.stats = stats_;
   me.reader_threads = job_.reader_threads;
   me.writer_threads = job_.writer_threads;

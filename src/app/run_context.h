@@ -78,6 +78,7 @@ class RunContext {
   std::optional<PreprocessSpec> preprocess_;  // image inputs: how they become the model input
   const MpiContext& mpi_;
   double t_setup_ = 0;
+  SetupParts setup_parts_;   // t_setup_, part by part
   double t_model_load_ = 0;  // rank 0: reading and parsing the model file
   std::string started_;
 
@@ -112,6 +113,7 @@ class RunContext {
   std::condition_variable aside_cv_;
   bool aside_done_ = false;
   WorkerThread aside_thread_;
+  WorkerThread warm_up_;     // cuda: the context and libraries, while the model loads (choose_device)
 };
 
 }  // namespace sluice

@@ -30,6 +30,14 @@ struct EngineOptions {
   int threads = 0;             // cpu engine: compute threads (0: all cores)
 };
 
+// Where an engine's construction spent its time, for the report's set-up parts (the rest of the
+// construction is the engine build proper).  Zeros for an engine that does neither.
+struct EngineSetupTimes {
+  double autotune_s = 0;   // choosing algorithms: measuring them, or reading them from the cache
+  double capture_s = 0;    // the first pass of each io set and capturing it as a CUDA graph
+  int algos_measured = 0, algos_cached = 0;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -45,6 +53,7 @@ class Engine {
   // (engine/profile.h).  Synchronous; uses io set 0, whose buffers it overwrites.  Not while the
   // pipeline runs.
   virtual EngineProfile profile(const ProfileOptions& o);
+  virtual EngineSetupTimes setup_times() const { return {}; }
 };
 
 // backend: "cpu" or "cuda".  The graph must come from prepare_graph().  Weights may be replaced
@@ -54,6 +63,10 @@ std::unique_ptr<Engine> create_engine(const std::string& backend, const Graph& g
 std::unique_ptr<Engine> create_cpu_engine(const Graph& graph, const EngineOptions& options);
 #ifdef SLUICE_HAVE_CUDA
 std::unique_ptr<Engine> create_cuda_engine(const Graph& graph, const EngineOptions& options);
+// Makes `device`'s context and loads cuDNN and cuBLAS (a first handle of each, destroyed), so that a
+// later create_cuda_engine does not wait for them; meant for a thread of its own while the model
+// loads.  Never throws: a failure shows again, with its message, when the engine is built.
+void warm_up_cuda(int device);
 #endif
 
 }  // namespace sluice

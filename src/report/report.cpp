@@ -17,6 +17,12 @@ double RankReport::steady_images_per_s() const {
   return (static_cast<double>(stats.samples) - per_batch) / (stats.wall_s - stats.first_batch_s);
 }
 
+double RankReport::setup_other_s() const {
+  const SetupParts& p = setup;
+  const double named = p.input_s + p.model_load_s + p.share_s + p.engine_build_s + p.autotune_s + p.capture_s;
+  return std::max(0.0, setup_s - named);
+}
+
 nlohmann::json RankReport::to_json() const {
   const auto& s = stats;
   const double w = s.wall_s > 0 ? s.wall_s : 1;
@@ -26,6 +32,15 @@ nlohmann::json RankReport::to_json() const {
   j["device"] = device;
   j["engine"] = engine;
   j["setup_s"] = setup_s;
+  j["setup"] = {{"input_s", setup.input_s},
+                {"model_load_s", setup.model_load_s},
+                {"share_s", setup.share_s},
+                {"engine_build_s", setup.engine_build_s},
+                {"autotune_s", setup.autotune_s},
+                {"graph_capture_s", setup.capture_s},
+                {"other_s", setup_other_s()},
+                {"algorithms_measured", setup.algos_measured},
+                {"algorithms_cached", setup.algos_cached}};
   j["samples"] = s.samples;
   j["batches"] = s.batches;
   j["chunks"] = s.chunks;
@@ -127,6 +142,17 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
   r.device = j.at("device").get<std::string>();
   r.engine = j.at("engine").get<std::string>();
   r.setup_s = j.at("setup_s").get<double>();
+  if (const auto it = j.find("setup"); it != j.end()) {   // older reports have the total alone
+    const auto& p = *it;
+    r.setup.input_s = p.value("input_s", 0.0);
+    r.setup.model_load_s = p.value("model_load_s", 0.0);
+    r.setup.share_s = p.value("share_s", 0.0);
+    r.setup.engine_build_s = p.value("engine_build_s", 0.0);
+    r.setup.autotune_s = p.value("autotune_s", 0.0);
+    r.setup.capture_s = p.value("graph_capture_s", 0.0);
+    r.setup.algos_measured = p.value("algorithms_measured", 0);
+    r.setup.algos_cached = p.value("algorithms_cached", 0);
+  }
   auto& s = r.stats;
   s.samples = j.at("samples").get<int64_t>();
   s.batches = j.at("batches").get<int64_t>();
@@ -284,6 +310,28 @@ std::string resume_command(const JobReport& r) {
   return cmd;
 }
 
+std::string format_setup_line(const JobReport& r) {
+  // The rank whose set-up took longest: the job's pipeline started when it was ready.
+  const RankReport* rr = nullptr;
+  for (const auto& x : r.ranks)
+    if (!rr || x.setup_s > rr->setup_s) rr = &x;
+  if (!rr) return "";
+  const SetupParts& p = rr->setup;
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(2);
+  os << "set-up: " << rr->setup_s << " s";
+  if (r.ranks.size() > 1) os << " (rank " << rr->rank << ", the longest)";
+  os << ": input " << p.input_s << " s, model load " << p.model_load_s << " s";
+  if (r.world_size > 1) os << ", model to the ranks " << p.share_s << " s";
+  os << ", engine build " << p.engine_build_s << " s";
+  if (p.autotune_s > 0 || p.algos_measured + p.algos_cached > 0)
+    os << ", autotune " << p.autotune_s << " s (" << p.algos_measured << " measured, " << p.algos_cached << " cached)";
+  if (p.capture_s > 0) os << ", graph capture " << p.capture_s << " s";
+  os << ", other " << rr->setup_other_s() << " s; then the first batch " << rr->stats.first_batch_s << " s\n";
+  return os.str();
+}
+
 std::string format_report_table(const JobReport& r) {
   std::ostringstream os;
   char line[512];
@@ -336,6 +384,7 @@ std::string format_report_table(const JobReport& r) {
     os << "slowest: rank " << slow->rank << " on " << slow->host << ": " << slow->limit() << "\n";
   else if (slow)
     os << "limit: " << slow->limit() << "\n";
+  os << format_setup_line(r);
   if (r.attempts.size() > 1) {
     os << "attempts:\n";
     for (const auto& a : r.attempts) {

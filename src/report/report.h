@@ -22,10 +22,23 @@
 
 namespace sluice {
 
+// Where a rank's set-up went, part by part (seconds).  The parts add up to at most setup_s; what is
+// left is other_s().  The first batch, which follows set-up, is PipelineStats::first_batch_s.
+struct SetupParts {
+  double input_s = 0;          // opening the input: listing the files, their fingerprint
+  double model_load_s = 0;     // reading and preparing the model (rank 0; the others receive it)
+  double share_s = 0;          // the model's structure and weights to the other ranks
+  double engine_build_s = 0;   // the engine's construction, autotune and capture apart
+  double autotune_s = 0;       // choosing convolution algorithms (measured, or read from the cache)
+  double capture_s = 0;        // each io set's first pass and its CUDA graph capture
+  int algos_measured = 0, algos_cached = 0;
+};
+
 struct RankReport {
   int rank = 0;
   std::string host, device, engine;
   double setup_s = 0;   // model load, engine build and autotuning, before the pipeline starts
+  SetupParts setup;
   int reader_threads = 1, writer_threads = 1;
   double start_unix = 0;        // when the pipeline started (unix seconds): places the series in time
   int local_rank = 0, local_size = 1;   // among the ranks of its node (host)
@@ -34,6 +47,8 @@ struct RankReport {
   PipelineStats stats;
   nlohmann::json series;        // SeriesRecorder::to_json(), or null
 
+  // Set-up not in a named part: the image input, the rank file, the pipeline's slots.
+  double setup_other_s() const;
   double images_per_s() const { return stats.wall_s > 0 ? static_cast<double>(stats.samples) / stats.wall_s : 0; }
   // What limited this rank, in words: "compute-bound: compute 98 % busy", "input-bound: read 97 %
   // busy (2 reader threads)", ... (the stage with the highest busy fraction per thread).
@@ -72,6 +87,8 @@ struct JobReport {
 
 // The table printed at the end of a run (stdout).
 std::string format_report_table(const JobReport& r);
+// Its "set-up:" line: the parts of the longest set-up among the ranks ("" without ranks).
+std::string format_setup_line(const JobReport& r);
 // `sluice run --resume --output DIR`, the command that finishes the run of `r`.
 std::string resume_command(const JobReport& r);
 void write_report_json(const JobReport& r, const std::string& path);

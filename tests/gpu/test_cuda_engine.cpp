@@ -72,63 +72,10 @@ TEST(MemoryPlan, ReadBeforeWriteIsAnError) {
   EXPECT_THROW(cuda::plan_memory({{100, 3, 2}}, 256), Error);
 }
 
-// ---- algorithm cache file (no GPU needed) --------------------------------------------------------
-
 fs::path temp_dir(const std::string& tag) {
   const fs::path p = fs::temp_directory_path() / str("sluice-gpu-test-", tag, "-", ::getpid());
   fs::remove_all(p);
   return p;
-}
-
-TEST(AlgoCacheFile, EntriesSurviveASaveAndReload) {
-  const fs::path dir = temp_dir("cache-file");
-  {
-    cuda::AlgoCache c(dir.string());
-    EXPECT_EQ(c.size(), 0u);
-    c.put("gpu|conv|a", "1 2 0");
-    c.put("gpu|conv|b", "6 1 1");
-    c.save();
-  }
-  cuda::AlgoCache again(dir.string());
-  EXPECT_EQ(again.size(), 2u);
-  EXPECT_EQ(again.get("gpu|conv|a").value_or(""), "1 2 0");
-  EXPECT_EQ(again.get("gpu|conv|b").value_or(""), "6 1 1");
-  EXPECT_FALSE(again.get("gpu|conv|c").has_value());
-  fs::remove_all(dir);
-}
-
-TEST(AlgoCacheFile, ConcurrentWritersKeepEachOthersEntries) {
-  const fs::path dir = temp_dir("cache-merge");
-  cuda::AlgoCache a(dir.string()), b(dir.string());
-  a.put("k1", "1 0 0");
-  b.put("k2", "2 0 0");
-  a.save();
-  b.save();   // b loaded before a saved: the merge keeps k1
-  cuda::AlgoCache c(dir.string());
-  EXPECT_EQ(c.get("k1").value_or(""), "1 0 0");
-  EXPECT_EQ(c.get("k2").value_or(""), "2 0 0");
-  fs::remove_all(dir);
-}
-
-TEST(AlgoCacheFile, DamagedLinesAreIgnored) {
-  const fs::path dir = temp_dir("cache-damaged");
-  fs::create_directories(dir);
-  {
-    cuda::AlgoCache c(dir.string());
-    std::ofstream(c.path()) << "# header\nno tab here\nkey\t5 1 0\n\tvalue without key\n";
-  }
-  cuda::AlgoCache c(dir.string());
-  EXPECT_EQ(c.size(), 1u);
-  EXPECT_EQ(c.get("key").value_or(""), "5 1 0");
-  fs::remove_all(dir);
-}
-
-TEST(AlgoCacheFile, DisabledCacheWritesNothing) {
-  cuda::AlgoCache c("");
-  c.put("k", "v");
-  c.save();
-  EXPECT_FALSE(c.enabled());
-  EXPECT_EQ(c.path(), "");
 }
 
 // ---- the engine ----------------------------------------------------------------------------------
@@ -238,6 +185,38 @@ TEST(CudaEngine, AlgorithmCacheRoundTrip) {
   o.precision = Precision::BF16;
   auto third = create_cuda_engine(g, o);
   EXPECT_EQ(cuda::engine_stats(*third)->algos_measured, a.algos_measured);
+  fs::remove_all(dir);
+}
+
+TEST(CudaEngine, ASecondBf16BuildOfASegmentationModelMeasuresNothing) {
+  SLUICE_REQUIRE_GPU();
+  // Dilated convolutions (space-to-batch), channels-last cuDNN graphs at bf16: the W4 model's kinds.
+  const fs::path dir = temp_dir("algos-seg");
+  const Graph g = deeplab_like(2, 64, /*argmax=*/true);
+  EngineOptions o;
+  o.precision = Precision::BF16;
+  o.cache_dir = dir.string();
+  o.io_sets = 2;
+  auto cold = create_cuda_engine(g, o);
+  const EngineSetupTimes a = cold->setup_times();
+  EXPECT_GT(a.algos_measured, 0);
+  EXPECT_EQ(a.algos_measured, cuda::engine_stats(*cold)->algos_measured);
+  EXPECT_GT(a.autotune_s, 0);
+  EXPECT_GT(a.capture_s, 0);
+  auto warm = create_cuda_engine(g, o);
+  const EngineSetupTimes b = warm->setup_times();
+  EXPECT_EQ(b.algos_measured, 0) << "the warm cache must answer every convolution";
+  EXPECT_EQ(cuda::engine_stats(*warm)->algos_measured, 0);
+  EXPECT_GT(b.algos_cached, 0);
+  EXPECT_LT(b.autotune_s, a.autotune_s);
+  // A cache file damaged meanwhile is ignored (measured again) and rewritten whole.
+  { std::ofstream(dir / cuda::AlgoCache::kFileName, std::ios::app) << "damaged line\n"; }
+  auto again = create_cuda_engine(g, o);
+  EXPECT_EQ(again->setup_times().algos_measured, a.algos_measured);
+  EXPECT_FALSE(cuda::AlgoCache(dir.string()).discarded());
+  // No cache (--algo-cache none): everything measured again.
+  o.cache_dir = "";
+  EXPECT_EQ(create_cuda_engine(g, o)->setup_times().algos_measured, a.algos_measured);
   fs::remove_all(dir);
 }
 

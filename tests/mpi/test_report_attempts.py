@@ -2,6 +2,7 @@
 record with its samples and why it ended, each rank has a time series, the slowest rank's limit is
 named in words, and plot_reports.py draws it all.  Also: --dry-run explains without writing, job-file
 paths are relative to the job file, and --sink null without --output writes nothing."""
+import hashlib
 import json
 import os
 import re
@@ -149,3 +150,33 @@ def test_sink_null_without_output_writes_nothing(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "status: complete" in p.stdout
     assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_set_up_is_split_into_parts_that_add_up_to_at_most_the_whole(tmp_path, np_):
+    out = tmp_path / "o"
+    p = sluice("run", *JOB, "--samples", 256, "--output", out, "--quiet", np_=np_, timeout=120)
+    assert p.returncode == 0, p.stderr
+    r = report(out)
+    for k in r["ranks"]:
+        parts = k["setup"]
+        seconds = {name: v for name, v in parts.items() if name.endswith("_s")}
+        assert set(seconds) == {"input_s", "model_load_s", "share_s", "engine_build_s", "autotune_s",
+                                "graph_capture_s", "other_s"}
+        assert all(v >= 0 for v in seconds.values()), parts
+        assert sum(seconds.values()) <= k["setup_s"] + 1e-6, (parts, k["setup_s"])
+        assert sum(seconds.values()) >= k["setup_s"] - 1e-6, "other_s is the rest of the set-up"
+        # The CPU engine measures no algorithms and captures no graphs; rank 0 reads the model, the
+        # others receive it.
+        assert parts["autotune_s"] == parts["graph_capture_s"] == 0
+        assert parts["algorithms_measured"] == parts["algorithms_cached"] == 0
+        assert parts["engine_build_s"] > 0
+        assert (parts["model_load_s"] > 0) == (k["rank"] == 0)
+    # The model's digest (hashed while the model is prepared) is the file's.
+    model = r["model"] if os.path.isabs(r["model"]) else os.path.join(ROOT, r["model"])
+    assert r["model_sha256"] == hashlib.sha256(open(model, "rb").read()).hexdigest()
+    # The printed line shows the parts that exist here, and the first batch after them.
+    line = next(x for x in p.stdout.splitlines() if x.startswith("set-up: "))
+    assert "model load" in line and "engine build" in line and "then the first batch" in line, line
+    assert "autotune" not in line and "graph capture" not in line, line
+    assert ("model to the ranks" in line) == (np_ > 1), line

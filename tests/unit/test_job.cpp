@@ -4,9 +4,12 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "app/job_options.h"
+#include "app/job_plan.h"
 #include "core/error.h"
 
 using namespace sluice;
@@ -135,4 +138,28 @@ TEST(JobOptions, TheNearestOptionKeepsEveryLetterTypedAmongEquallyNearOnes) {
   EXPECT_EQ(nearest_word("outpus", {"outputs", "output"}), "outputs");
   EXPECT_EQ(nearest_word("outptu", {"output", "outputs"}), "output");
   EXPECT_EQ(nearest_word("batch-sise", {"batch-size", "sample-shape"}), "batch-size");
+}
+
+TEST(JobOptions, TheAlgorithmCacheIsTheUsersByDefaultAFolderWhenNamedAndOffWithNone) {
+  const char* old = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = old ? old : "";
+  ::setenv("XDG_CACHE_HOME", "/tmp/xdg-test", 1);
+  EXPECT_EQ(plan_job(Parsed({}).job, 0).engine.cache_dir, "/tmp/xdg-test/sluice");
+  ::unsetenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  if (home && *home) EXPECT_EQ(plan_job(Parsed({}).job, 0).engine.cache_dir, str(home, "/.cache/sluice"));
+  if (old) ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+
+  EXPECT_EQ(plan_job(Parsed({"--algo-cache", "none"}).job, 0).engine.cache_dir, "") << "none: no cache";
+  EXPECT_EQ(plan_job(Parsed({"--algo-cache", "/data/algos"}).job, 0).engine.cache_dir, "/data/algos");
+  // In a job file in another folder, "none" stays the word and a folder is the job file's.
+  const std::string dir = ::testing::TempDir() + "algo-cache-job";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/off.toml") << "algo-cache = \"none\"\n";
+  std::ofstream(dir + "/here.toml") << "algo-cache = \"algos\"\n";
+  const Parsed off({"--config", dir + "/off.toml"});
+  EXPECT_EQ(off.job.algo_cache, "none");
+  EXPECT_EQ(plan_job(off.job, 0).engine.cache_dir, "");
+  EXPECT_NE(job_to_toml(off.job).find("algo-cache = \"none\""), std::string::npos) << "the echo keeps the word";
+  EXPECT_EQ(Parsed({"--config", dir + "/here.toml"}).job.algo_cache, dir + "/algos");
 }

@@ -164,6 +164,14 @@ RankReport every_figure_set() {
   s.write_s = 1.125;
   s.stall_input_s = 0.625;
   s.stall_output_s = 0.875;
+  r.setup_s = 3.5;
+  r.setup.input_s = 0.125;
+  r.setup.model_load_s = 0.5;
+  r.setup.engine_build_s = 0.75;
+  r.setup.autotune_s = 1.25;
+  r.setup.capture_s = 0.375;
+  r.setup.algos_measured = 11;
+  r.setup.algos_cached = 13;
   return r;
 }
 }  // namespace
@@ -173,13 +181,13 @@ TEST(Report, EveryStageKeepsItsPlaceInTheJsonTheTableAndTheSeries) {
   SeriesRecorder rec(nullptr, 1.0);
   rec.add(r.stats);
   r.series = rec.to_json();
-  EXPECT_EQ(r.to_json().dump(), "{\"bad_files\":[],\"bad_samples\":0,\"batches\":20,\"busy\":{\"compute\":0.75,\"d2h\":0.046875,\"decode\":0.15625,\"encode\":0.28125,\"h2d\":0.0625,\"read\":0.1875,\"write\":0.140625},\"chunks\":5,\"clock_offset_s\":0.0,\"device\":\"host\",\"engine\":\"cpu\",\"first_batch_s\":0.25,\"gpu\":-1,\"host\":\"h\",\"images_per_s\":125.0,\"limit\":\"compute-bound: compute 75 % busy\",\"local_rank\":0,\"local_size\":1,\"nonfinite_rows\":7,\"rank\":2,\"reader_threads\":3,\"samples\":1000,\"seconds\":{\"compute\":6.0,\"d2h\":0.375,\"decode\":1.25,\"decode_cpu\":0.75,\"encode\":2.25,\"h2d\":0.5,\"read\":1.5,\"stall_input\":0.625,\"stall_output\":0.875,\"write\":1.125},\"series\":{\"busy\":{\"compute\":[6.0],\"d2h\":[0.375],\"decode\":[1.25],\"encode\":[2.25],\"h2d\":[0.5],\"read\":[1.5],\"write\":[1.125]},\"interval_s\":1.0,\"samples\":[1000],\"stall\":{\"input\":[0.625],\"output\":[0.875]},\"t\":[8.0]},\"setup_s\":0.0,\"stall\":{\"input\":0.078125,\"output\":0.109375},\"start_unix\":1700000000.5,\"steady_images_per_s\":122.58064516129032,\"wall_s\":8.0,\"writer_threads\":2}");
+  EXPECT_EQ(r.to_json().dump(), "{\"bad_files\":[],\"bad_samples\":0,\"batches\":20,\"busy\":{\"compute\":0.75,\"d2h\":0.046875,\"decode\":0.15625,\"encode\":0.28125,\"h2d\":0.0625,\"read\":0.1875,\"write\":0.140625},\"chunks\":5,\"clock_offset_s\":0.0,\"device\":\"host\",\"engine\":\"cpu\",\"first_batch_s\":0.25,\"gpu\":-1,\"host\":\"h\",\"images_per_s\":125.0,\"limit\":\"compute-bound: compute 75 % busy\",\"local_rank\":0,\"local_size\":1,\"nonfinite_rows\":7,\"rank\":2,\"reader_threads\":3,\"samples\":1000,\"seconds\":{\"compute\":6.0,\"d2h\":0.375,\"decode\":1.25,\"decode_cpu\":0.75,\"encode\":2.25,\"h2d\":0.5,\"read\":1.5,\"stall_input\":0.625,\"stall_output\":0.875,\"write\":1.125},\"series\":{\"busy\":{\"compute\":[6.0],\"d2h\":[0.375],\"decode\":[1.25],\"encode\":[2.25],\"h2d\":[0.5],\"read\":[1.5],\"write\":[1.125]},\"interval_s\":1.0,\"samples\":[1000],\"stall\":{\"input\":[0.625],\"output\":[0.875]},\"t\":[8.0]},\"setup\":{\"algorithms_cached\":13,\"algorithms_measured\":11,\"autotune_s\":1.25,\"engine_build_s\":0.75,\"graph_capture_s\":0.375,\"input_s\":0.125,\"model_load_s\":0.5,\"other_s\":0.5,\"share_s\":0.0},\"setup_s\":3.5,\"stall\":{\"input\":0.078125,\"output\":0.109375},\"start_unix\":1700000000.5,\"steady_images_per_s\":122.58064516129032,\"wall_s\":8.0,\"writer_threads\":2}");
   EXPECT_EQ(RankReport::from_json(r.to_json()).to_json().dump(), r.to_json().dump());
   JobReport j;
   j.total_samples = 1000;
   j.complete = true;
   j.ranks = {r};
-  EXPECT_EQ(format_report_table(j), "\nrank host           device                  samples chunks   wall s     img/s  steady/s   read    h2d   comp    d2h  write   st.in  st.out\n   2 h              host                       1000      5     8.00     125.0     122.6    19%     6%    75%     5%    14%      8%     11%\njob: 1000 samples on 1 rank(s) in 8.00 s: 125.0 images/s  (rank min/mean/max 125.0/125.0/125.0, imbalance 1.00)\nlimit: compute-bound: compute 75 % busy\ninputs: 7 sample(s) held NaN or Inf values (computed as given; /sample_status 2)\nstatus: complete: all 1000 samples committed\n");
+  EXPECT_EQ(format_report_table(j), "\nrank host           device                  samples chunks   wall s     img/s  steady/s   read    h2d   comp    d2h  write   st.in  st.out\n   2 h              host                       1000      5     8.00     125.0     122.6    19%     6%    75%     5%    14%      8%     11%\njob: 1000 samples on 1 rank(s) in 8.00 s: 125.0 images/s  (rank min/mean/max 125.0/125.0/125.0, imbalance 1.00)\nlimit: compute-bound: compute 75 % busy\nset-up: 3.50 s: input 0.12 s, model load 0.50 s, engine build 0.75 s, autotune 1.25 s (11 measured, 13 cached), graph capture 0.38 s, other 0.50 s; then the first batch 0.25 s\ninputs: 7 sample(s) held NaN or Inf values (computed as given; /sample_status 2)\nstatus: complete: all 1000 samples committed\n");
 }
 
 TEST(Report, LimitCanNameEveryStage) {
@@ -209,4 +217,46 @@ TEST(Report, LimitCanNameEveryStage) {
   none.stats.compute_s = 0;
   EXPECT_EQ(none.limit(), "latency-bound: no stage is busy (busiest: compute 0 %); more batches in flight (--prefetch, larger --batch-size) or a longer run would help");
   EXPECT_EQ(rank(0, 100, 10, 0).limit(), "idle: no batch");
+}
+
+TEST(Report, SetUpPartsRoundTripAndTheRestIsOther) {
+  RankReport r = rank(0, 100, 10);
+  r.setup_s = 10;
+  r.setup.input_s = 0.5;
+  r.setup.model_load_s = 1;
+  r.setup.engine_build_s = 2;
+  r.setup.autotune_s = 5;
+  r.setup.capture_s = 0.25;
+  r.setup.algos_measured = 37;
+  r.setup.algos_cached = 12;
+  EXPECT_DOUBLE_EQ(r.setup_other_s(), 1.25);
+  const RankReport back = RankReport::from_json(r.to_json());
+  EXPECT_DOUBLE_EQ(back.setup.autotune_s, 5);
+  EXPECT_DOUBLE_EQ(back.setup.capture_s, 0.25);
+  EXPECT_EQ(back.setup.algos_measured, 37);
+  EXPECT_EQ(back.setup.algos_cached, 12);
+  EXPECT_DOUBLE_EQ(r.to_json()["setup"]["other_s"].get<double>(), 1.25);
+  // A report written before the parts existed reads back with the total alone.
+  nlohmann::json old = r.to_json();
+  old.erase("setup");
+  EXPECT_DOUBLE_EQ(RankReport::from_json(old).setup.autotune_s, 0);
+  EXPECT_DOUBLE_EQ(RankReport::from_json(old).setup_other_s(), 10);
+}
+
+TEST(Report, TheSetUpLineShowsTheLongestRanksPartsAndOnlyThoseItHad) {
+  JobReport j;
+  j.world_size = 2;
+  j.ranks = {rank(0, 100, 10), rank(1, 100, 10)};
+  j.ranks[0].setup_s = 1;
+  j.ranks[0].setup.model_load_s = 0.5;
+  j.ranks[1].setup_s = 3;
+  j.ranks[1].setup.engine_build_s = 1;
+  j.ranks[1].setup.autotune_s = 1.5;
+  j.ranks[1].setup.algos_measured = 4;
+  const std::string line = format_setup_line(j);
+  EXPECT_EQ(line.rfind("set-up: 3.00 s (rank 1, the longest): ", 0), 0u) << line;
+  EXPECT_NE(line.find("autotune 1.50 s (4 measured, 0 cached)"), std::string::npos) << line;
+  EXPECT_EQ(line.find("graph capture"), std::string::npos) << "no capture happened: " << line;
+  EXPECT_NE(line.find("other 0.50 s; then the first batch 0.50 s"), std::string::npos) << line;
+  EXPECT_NE(format_report_table(j).find(line), std::string::npos);
 }

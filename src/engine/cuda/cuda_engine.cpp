@@ -11,6 +11,7 @@
 #include "core/cuda/cuda_raii.h"
 #include "core/log.h"
 #include "core/nvtx.h"
+#include "core/timer.h"
 #include "engine/cuda/algo_cache.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
@@ -131,16 +132,26 @@ class CudaEngine final : public Engine {
     ctx_.compute = b.compute;
     ctx_.deterministic = options.deterministic;
     ctx_.cache = &cache_;
-    ctx_.cache_prefix = str(prop.name, "|sm_", prop.major, prop.minor, "|cudnn ", cudnn_version, "|",
-                            precision_name(options.precision), options.deterministic ? "|det" : "");
+    AlgoCacheDevice key;
+    key.gpu = prop.name;
+    key.sm_major = prop.major;
+    key.sm_minor = prop.minor;
+    CUDA_CHECK(cudaDriverGetVersion(&key.driver));
+    key.cudnn = cudnn_version;
+    key.precision = precision_name(options.precision);
+    key.deterministic = options.deterministic;
+    ctx_.cache_prefix = algo_cache_prefix(key);
     ctx_.stats = &stats_;
     {
       NvtxRange r("engine autotune");
+      const auto t0 = Clock::now();
       for (auto& s : steps_) s->prepare(ctx_, bindings_[0]);
       cache_.save();
+      times_.autotune_s = seconds_since(t0);
     }
 
     // ---- a first run per set (loads the kernels' modules), then capture ----
+    const auto t_capture = Clock::now();
     for (int s = 0; s < options.io_sets; ++s) run_steps(s, stream_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (options.cuda_graphs) {
@@ -149,6 +160,9 @@ class CudaEngine final : public Engine {
       CUDA_CHECK(cudaStreamSynchronize(stream_));
       stats_.graphs_captured = true;
     }
+    times_.capture_s = seconds_since(t_capture);
+    times_.algos_measured = stats_.algos_measured;
+    times_.algos_cached = stats_.algos_cached;
     log_debug("cuda engine: ", steps_.size(), " steps, activations ", gib(plan.arena_bytes), " (", gib(plan.naive_bytes),
               " unplanned), weights ", gib(weight_bytes), ", workspace ", gib(workspace), ", algorithms measured ",
               stats_.algos_measured, ", cached ", stats_.algos_cached, ", convolutions as cuDNN graphs ",
@@ -193,6 +207,7 @@ class CudaEngine final : public Engine {
   }
 
   const EngineStats& stats() const { return stats_; }
+  EngineSetupTimes setup_times() const override { return times_; }
 
   // Steps run eagerly with an event after each, `replays` times; the whole pass as forward() runs
   // it (the captured graph) timed separately.  Everything on the engine's own stream, then idle.
@@ -355,6 +370,7 @@ class CudaEngine final : public Engine {
   ValueInfo input_;
   std::vector<ValueInfo> outputs_;
   AlgoCache cache_;
+  EngineSetupTimes times_;
   CudnnHandle cudnn_;
   CublasHandle cublas_;
   Stream stream_;
