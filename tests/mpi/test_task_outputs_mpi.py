@@ -1,7 +1,7 @@
 """Detector, encoder and depth model from a folder of photos to their exported files under mpirun
 -np 2: `sluice run --outputs detections | embedding | logits`, then `sluice export`.  The COCO boxes
-must be the stored detections taken back through the letterbox to each photo's pixels (computed
-here from the letterbox rule, not by Sluice's code), the embeddings file the stored vectors in the
+must be the stored detections taken back through the letterbox, resize or center crop to each
+photo's pixels (computed here from the resize rules, not by Sluice's code), the embeddings file the stored vectors in the
 keys file's order.  And a model whose outputs do not fit the detection format is refused before any
 batch, on 2 and 3 ranks, with one line naming the shapes."""
 import json
@@ -39,22 +39,34 @@ def stored(run, *names):
         return keys, [f["outputs"][n][:] for n in names]
 
 
-def letterbox_back(box, w, h, size=64):
-    """Input pixels of a letterboxed (size x size) input to the photo's pixels."""
-    if size * w <= size * h:
-        rh, rw = size, (2 * w * size + h) // (2 * h)
-    else:
-        rw, rh = size, (2 * h * size + w) // (2 * w)
-    ox, oy = (size - rw) // 2, (size - rh) // 2
+GEOMETRY = {"letterbox": ["--letterbox"], "exact": ["--resize", "64x64"],
+            "crop": ["--resize", "72", "--center-crop", "64"]}
+
+
+def back_to_photo(box, w, h, geometry, size=64):
+    """Input pixels of a (size x size) model input to the photo's pixels, from torchvision's and
+    the letterbox's rules: the resized photo (rw x rh) and where the input starts in it (ox, oy)."""
+    if geometry == "letterbox":
+        if w <= h:
+            rh, rw = size, (2 * w * size + h) // (2 * h)
+        else:
+            rw, rh = size, (2 * h * size + w) // (2 * w)
+        ox, oy = -((size - rw) // 2), -((size - rh) // 2)
+    elif geometry == "exact":
+        rw, rh, ox, oy = size, size, 0, 0
+    else:  # shorter side to 72 (int(S * long / short)), then the centre 64 x 64 (round half to even)
+        rh, rw = (72, 72 * w // h) if h <= w else (72 * h // w, 72)
+        ox, oy = round((rw - size) / 2), round((rh - size) / 2)
     x1, y1, x2, y2 = box
     sx, sy = w / rw, h / rh
-    return [min(max((x1 - ox) * sx, 0), w), min(max((y1 - oy) * sy, 0), h),
-            min(max((x2 - ox) * sx, 0), w), min(max((y2 - oy) * sy, 0), h)]
+    return [min(max((x1 + ox) * sx, 0), w), min(max((y1 + oy) * sy, 0), h),
+            min(max((x2 + ox) * sx, 0), w), min(max((y2 + oy) * sy, 0), h)]
 
 
-def test_detections_from_photos_to_coco_json_and_csv(photos, tmp_path):
+@pytest.mark.parametrize("geometry", list(GEOMETRY))
+def test_detections_from_photos_to_coco_json_and_csv(photos, geometry, tmp_path):
     run = fresh_dir(str(tmp_path / "run"))
-    sluice("run", "--model", YOLO, "--input", photos, "--letterbox", "--scale", 1 / 255, "--outputs", "detections",
+    sluice("run", "--model", YOLO, "--input", photos, *GEOMETRY[geometry], "--scale", 1 / 255, "--outputs", "detections",
            "--detection-format", "yolo", "--score-threshold", 0.5, "--batch-size", 2, "--device", "cpu",
            "--cpu-threads", 1, "--output", run, "--quiet", np_=2, check=True, timeout=TIMEOUT)
     labels = tmp_path / "labels.txt"
@@ -78,7 +90,7 @@ def test_detections_from_photos_to_coco_json_and_csv(photos, tmp_path):
             assert e["image_id"] == int(os.path.basename(key)[:12])
             assert e["category_id"] == category[int(row[5])]
             assert e["score"] == pytest.approx(float(row[4]), abs=1e-6)
-            x1, y1, x2, y2 = letterbox_back(row[:4].astype(np.float64), w, h)
+            x1, y1, x2, y2 = back_to_photo(row[:4].astype(np.float64), w, h, geometry)
             np.testing.assert_allclose(e["bbox"], [x1, y1, x2 - x1, y2 - y1], atol=1e-3)
         # The preview: the photo at its size, the last (lowest-scored, drawn last) box's corner in
         # its class's VOC colour (class c: palette entry c + 1).
