@@ -235,8 +235,9 @@ class Exporter {
   void run() {
     if (p_.what == "classes") classes();
     else if (p_.what == "detections") {
+      const std::string photos = o_.draw ? photo_folder() : "";  // refused before anything is written
       detections();
-      if (o_.draw) draw();
+      if (o_.draw) draw(photos);
     }
     else if (p_.what == "embeddings") embeddings();
     else if (p_.what == "dense") dense();
@@ -455,12 +456,16 @@ class Exporter {
 
   // Previews: each good photo with its boxes drawn (2 px, the class's palette colour), as
   // draw/<key>.png.  The photos are read again from the run's input folder.
-  void draw() {
+  std::string photo_folder() const {
     const std::string input = job_string(job_text_of_report(o_.run_dir), "input");
     std::error_code ec;
     if (input.empty() || !fs::is_directory(input, ec))
       throw InputError(str("export --draw reads the photos from the run's input folder, and this run's input ('", input,
                            "') is not a folder"), "export without --draw");
+    return input;
+  }
+
+  void draw(const std::string& input) {
     std::optional<PreprocessSpec> spec;
     if (r_.preprocess()) spec = geometry_from_json(*r_.preprocess());
     const int64_t n = r_.size(), k = r_.output(p_.source)->row_shape[0];

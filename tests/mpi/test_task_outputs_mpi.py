@@ -175,6 +175,18 @@ def test_a_resume_with_another_score_threshold_is_refused(photos, tmp_path):
     assert len(lines) == 1 and "score-threshold = 0.5" in lines[0] and "0.6" in lines[0], p.stderr
 
 
+def test_draw_without_a_photo_folder_is_refused_before_anything_is_written(tmp_path):
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).random((4, 3, 64, 64), dtype=np.float32))
+    run = fresh_dir(str(tmp_path / "run"))
+    sluice("run", "--model", YOLO, "--input", tmp_path / "x.npy", "--outputs", "detections", "--device", "cpu",
+           "--cpu-threads", 1, "--output", run, "--quiet", np_=2, check=True, timeout=TIMEOUT)
+    p = sluice("export", run, "--draw", np_=2, timeout=TIMEOUT)
+    assert p.returncode == 3, p.stderr
+    lines = error_lines(p.stderr)
+    assert len(lines) == 1 and "--draw" in lines[0] and "not a folder" in lines[0], p.stderr
+    assert not os.path.exists(os.path.join(run, "export", "detections.json"))
+
+
 def test_a_failed_detection_run_resumes_to_the_rows_of_an_unbroken_one(tmp_path):
     rng = np.random.default_rng(1)
     x = (np.kron(rng.random((16, 3, 8, 8)), np.ones((8, 8))) + 0.02 * rng.random((16, 3, 64, 64))).astype(np.float32)
