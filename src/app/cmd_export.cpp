@@ -32,6 +32,7 @@
 
 #include "app/commands.h"
 #include "app/folder_lock.h"
+#include "app/job_file.h"
 #include "cluster/mpi_context.h"
 #include "core/error.h"
 #include "core/json_text.h"
@@ -97,24 +98,14 @@ std::string job_text_of_report(const std::string& run_dir) {
   return j.is_object() && j.contains("job_toml") && j["job_toml"].is_string() ? j["job_toml"].get<std::string>() : "";
 }
 
-// The string value of `option` in the job's TOML ("" when absent), its escapes undone.
+// The string value of `option` in the job's TOML ("" when absent or unreadable).
 std::string job_string(const std::string& toml, const std::string& option) {
-  std::istringstream lines(toml);
-  for (std::string line; std::getline(lines, line);) {
-    const std::string lead = option + " = \"";
-    if (line.rfind(lead, 0) != 0 || line.size() < lead.size() + 1 || line.back() != '"') continue;
-    const std::string body = line.substr(lead.size(), line.size() - lead.size() - 1);
-    std::string out;
-    for (std::size_t i = 0; i < body.size(); ++i) {
-      if (body[i] == '\\' && i + 1 < body.size() && (body[i + 1] == '"' || body[i + 1] == '\\')) ++i;
-      else if (body[i] == '\\' && i + 5 < body.size() && body[i + 1] == 'u') {
-        out += static_cast<char>(std::stoi(body.substr(i + 2, 4), nullptr, 16));
-        i += 5;
-        continue;
-      }
-      out += body[i];
-    }
-    return out;
+  if (toml.empty()) return "";
+  try {
+    for (const JobEntry& e : parse_job_text(toml, "report.json's job"))
+      if (e.key == option && !e.is_array && e.values.size() == 1 && e.values[0].kind == JobScalar::Kind::String)
+        return e.values[0].text;
+  } catch (const Error&) {
   }
   return "";
 }
