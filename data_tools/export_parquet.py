@@ -10,6 +10,7 @@ Columns:
   class_ids  list<int32>: the top-k classes, largest first        (classification runs)
   probs      list<float32>: their probabilities                   (from topk_probs, softmax or logits)
   logits     list<float32>: instead of probs when the run stored only a topk output (logits)
+  embedding  list<float32>: the vector of `sluice run --outputs embedding`  (encoder runs)
   mask_path  the mask PNG of the sample, relative to --masks DIR   (with --masks: the folder that
              `sluice export RUN_DIR --what masks` wrote; read from its manifest .sluice-export.json)
 Bad samples have null results.  Reads RUN_DIR/outputs.h5 with h5py; needs pyarrow
@@ -137,11 +138,19 @@ def main(argv=None):
         mask = ~ok
         columns["class_ids"] = pa.array([None if mask[i] else ids[i].tolist() for i in range(n)], pa.list_(pa.int32()))
         columns[value_name] = pa.array([None if mask[i] else vals[i].tolist() for i in range(n)], pa.list_(pa.float32()))
+    if "embedding" in f["outputs"]:
+        emb = f["outputs"]["embedding"]
+        rows = []
+        for first in range(0, n, BLOCK):
+            block = emb[first:min(n, first + BLOCK)].astype(np.float32)
+            rows += [None if not ok[first + i] else v.tolist() for i, v in enumerate(block)]
+        columns["embedding"] = pa.array(rows, pa.list_(pa.float32()))
     if args.masks:
         by_key = mask_paths(args.masks)
         columns["mask_path"] = pa.array([by_key.get(keys[i]) if ok[i] else None for i in range(n)], pa.string())
     if len(columns) == 3:
-        fail(f"{args.run_dir}: no classification output (topk_probs, softmax, logits [N, C] or topk) and no --masks")
+        fail(f"{args.run_dir}: no classification output (topk_probs, softmax, logits [N, C] or topk), no embedding "
+             "and no --masks")
 
     table = pa.table(columns)
     pq.write_table(table, args.out)

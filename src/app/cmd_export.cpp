@@ -2,6 +2,11 @@
 //   masks    one palette PNG per sample (export/masks.h), optionally at the image's original size
 //   classes  one CSV table: key, top-k class ids (and names), probabilities (export/classes.h)
 //   logits   one .npy per sample
+//   detections  detections.json (COCO results) and detections.csv, boxes in the original image's
+//            pixels (export/detections.h)
+//   embeddings  embeddings.npy [N, D] float16 and embeddings.keys.txt, in the same order
+//   dense    dense float maps (depth): one 16-bit grayscale PNG per sample, and dense_scale.csv with
+//            each map's range (value = min + pixel / 65535 * (max - min))
 // Samples whose status is not ok (unreadable images, non-finite inputs) have no result and are
 // skipped, and listed.  The export folder's manifest (export/journal.h) makes a rerun finish an
 // interrupted export and keeps the command from replacing files it did not write.  The run folder's
@@ -12,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -26,16 +32,19 @@
 
 #include "app/commands.h"
 #include "app/folder_lock.h"
+#include "app/job_file.h"
 #include "cluster/mpi_context.h"
 #include "core/error.h"
 #include "core/json_text.h"
 #include "core/sha256.h"
 #include "core/thread.h"
 #include "export/classes.h"
+#include "export/detections.h"
 #include "export/geometry.h"
 #include "export/journal.h"
 #include "export/masks.h"
 #include "export/run_outputs.h"
+#include "image/image.h"
 #include "io/npy.h"
 
 namespace sluice {
@@ -48,7 +57,7 @@ using nlohmann::json;
 struct ExportOptions {
   std::string run_dir;
   std::string out;                  // default RUN_DIR/export
-  std::string what = "auto";        // auto | masks | classes | logits
+  std::string what = "auto";        // auto | masks | classes | logits | detections | embeddings | dense
   std::string output;               // the /outputs dataset (or topk prefix) to read; default by `what`
   bool original_size = false;       // masks: back to each image's size, undoing the run's geometry
   int64_t outside = 255;            // masks, --original-size: the class of pixels a center crop cut off
@@ -56,6 +65,7 @@ struct ExportOptions {
   int top_k = 5;                    // classes from scores: how many
   std::string csv = "classes.csv";  // classes: the table's file name in the export folder
   bool keep_extension = false;      // name files <key>.png instead of replacing the key's extension
+  bool draw = false;                // detections: draw/<key>.png previews, boxes over the photos
   bool overwrite = false;           // replace files the export did not write
   int threads = 0;                  // PNG encoding threads (0: the machine's cores)
   int64_t test_kill_after = -1;     // test only: SIGKILL in the middle of the file after this many
@@ -88,6 +98,18 @@ std::string job_text_of_report(const std::string& run_dir) {
   return j.is_object() && j.contains("job_toml") && j["job_toml"].is_string() ? j["job_toml"].get<std::string>() : "";
 }
 
+// The string value of `option` in the job's TOML ("" when absent or unreadable).
+std::string job_string(const std::string& toml, const std::string& option) {
+  if (toml.empty()) return "";
+  try {
+    for (const JobEntry& e : parse_job_text(toml, "report.json's job"))
+      if (e.key == option && !e.is_array && e.values.size() == 1 && e.values[0].kind == JobScalar::Kind::String)
+        return e.values[0].text;
+  } catch (const Error&) {
+  }
+  return "";
+}
+
 // Whether the job's TOML gives `option` a value other than false or "".
 bool job_sets(const std::string& toml, const std::string& option) {
   std::istringstream lines(toml);
@@ -115,6 +137,10 @@ Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
       const StoredOutput* s = r.output(o.output);
       p.what = topk_prefix(o.output) ? "classes" : !s ? "" : (s->dtype == DType::U8 || s->dtype == DType::I32) ? "masks"
                : is_vector_row(*s) ? "classes" : "masks";
+    } else if (has(r, "detections") && has(r, "detections_count")) {
+      p.what = "detections";
+    } else if (has(r, "embedding")) {
+      p.what = "embeddings";
     } else if (has(r, "argmax")) {
       p.what = "masks";
     } else if (topk_prefix("topk_probs") || topk_prefix("topk")) {
@@ -136,6 +162,9 @@ Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
     return "";
   };
   if (p.what == "masks") p.source = first_of({"argmax", "softmax", "logits"});
+  else if (p.what == "detections") p.source = first_of({"detections"});
+  else if (p.what == "embeddings") p.source = first_of({"embedding"});
+  else if (p.what == "dense") p.source = first_of({"logits", "softmax"});
   else if (p.what == "classes") p.source = first_of({"topk_probs", "softmax", "logits", "topk"});
   else p.source = first_of({"logits", "softmax"});
   if (p.source.empty() && p.what == "logits" && !r.outputs().empty()) p.source = r.outputs().front().name;
@@ -145,6 +174,25 @@ Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
     throw InputError(str("export: ", r.path(), " has no output to export as ", p.what,
                          o.output.empty() ? "" : " named '" + o.output + "'", " (it has: ", names, ")"));
   }
+  if (p.what == "detections") {
+    const StoredOutput& d = *r.output(p.source);
+    const StoredOutput* c = r.output(p.source + "_count");
+    if (d.row_shape.size() != 2 || d.row_shape[1] != 6 || !c || !c->row_shape.empty())
+      throw InputError(str("export: /outputs/", p.source, " has rows of shape ", shape_str(d.row_shape),
+                           c ? "" : str(" and there is no /outputs/", p.source, "_count"),
+                           "; detections are rows [K, 6] with a count per sample (sluice run --outputs detections)"));
+  }
+  if (p.what == "dense") {
+    const StoredOutput& d = *r.output(p.source);
+    const bool float_map = d.dtype == DType::F32 || d.dtype == DType::F16 || d.dtype == DType::BF16;
+    const Shape& rs = d.row_shape;
+    if (!float_map || !(rs.size() == 2 || (rs.size() == 3 && rs[0] == 1)))
+      throw InputError(str("export: /outputs/", p.source, " holds ", dtype_name(d.dtype), " rows of shape ", shape_str(rs),
+                           "; a dense map is one float value per pixel ([H, W] or [1, H, W])"));
+  }
+  if (p.what == "embeddings" && r.output(p.source)->row_shape.size() != 1)
+    throw InputError(str("export: /outputs/", p.source, " has rows of shape ", shape_str(r.output(p.source)->row_shape),
+                         "; embeddings are one vector [D] per sample (sluice run --outputs embedding)"));
   if (p.what == "classes") {
     p.stored_topk = !has(r, p.source) && topk_prefix(p.source);
     if (!p.stored_topk && !is_vector_row(*r.output(p.source)))
@@ -177,6 +225,13 @@ class Exporter {
 
   void run() {
     if (p_.what == "classes") classes();
+    else if (p_.what == "detections") {
+      const std::string photos = o_.draw ? photo_folder() : "";  // refused before anything is written
+      detections();
+      if (o_.draw) draw(photos);
+    }
+    else if (p_.what == "embeddings") embeddings();
+    else if (p_.what == "dense") dense();
     else per_sample();
   }
   const std::vector<int64_t>& bad() const { return bad_; }
@@ -344,6 +399,208 @@ class Exporter {
     j_.commit(rel, "");
   }
 
+  // Detections: detections.json (COCO results) and detections.csv, written whole.
+  void detections() {
+    const Categories cats = read_categories(o_.labels);
+    const int64_t n = r_.size();
+    for (int64_t row = 0; row < n; ++row)
+      if (r_.status()[static_cast<std::size_t>(row)] != 0) bad_.push_back(row);
+    if (j_.done("detections.json") && j_.done("detections.csv")) return;
+    maybe_stop();
+    // Boxes are in model-input pixels; with image sizes they go back to the original image.
+    std::optional<PreprocessSpec> spec;
+    if (r_.preprocess()) spec = geometry_from_json(*r_.preprocess());
+    const int64_t k = r_.output(p_.source)->row_shape[0];
+    std::string json = "[", csv = detection_csv_header();
+    bool first_entry = true;
+    const int64_t step = block_rows(p_.source);
+    for (int64_t first = 0; first < n; first += step) {
+      const int64_t count = std::min(step, n - first);
+      const std::vector<std::string> keys = r_.keys(first, count);
+      const Tensor dets = r_.read_rows(p_.source, first, count);
+      const Tensor counts = r_.read_rows(p_.source + "_count", first, count);
+      const std::vector<float> v = dets.as_float();
+      const std::vector<int64_t> stored = counts.as_int64();
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t row = first + i;
+        if (r_.status()[static_cast<std::size_t>(row)] != 0) continue;
+        const std::string& key = keys[static_cast<std::size_t>(i)];
+        const int32_t m = std::min<int32_t>(static_cast<int32_t>(stored[static_cast<std::size_t>(i)]), static_cast<int32_t>(k));
+        std::pair<int32_t, int32_t> size{0, 0};
+        if (r_.has_sizes()) size = r_.original_size(row);
+        for (int32_t d = 0; d < m; ++d) {
+          const float* x = v.data() + (i * k + d) * 6;
+          float box[4] = {x[0], x[1], x[2], x[3]};
+          if (size.first > 0 && size.second > 0)
+            box_to_original(box, size.first, size.second, spec, spec ? spec->out_h : 0, spec ? spec->out_w : 0);
+          const int64_t cls = static_cast<int64_t>(x[5]);
+          json += str(first_entry ? "\n" : ",\n", coco_entry(coco_image_id(key, row), key, cats.id(cls), box, x[4]));
+          first_entry = false;
+          csv += detection_csv_row(key, cats.id(cls), cats.name(cls), x[4], box);
+        }
+      }
+    }
+    json += "\n]\n";
+    if (!j_.done("detections.json")) j_.write("detections.json", "", json);
+    if (!j_.done("detections.csv")) j_.write("detections.csv", "", csv);
+  }
+
+  // Previews: each good photo with its boxes drawn (2 px, the class's palette colour), as
+  // draw/<key>.png.  The photos are read again from the run's input folder.
+  std::string photo_folder() const {
+    const std::string input = job_string(job_text_of_report(o_.run_dir), "input");
+    std::error_code ec;
+    if (input.empty() || !fs::is_directory(input, ec))
+      throw InputError(str("export --draw reads the photos from the run's input folder, and this run's input ('", input,
+                           "') is not a folder"), "export without --draw");
+    return input;
+  }
+
+  void draw(const std::string& input) {
+    std::optional<PreprocessSpec> spec;
+    if (r_.preprocess()) spec = geometry_from_json(*r_.preprocess());
+    const int64_t n = r_.size(), k = r_.output(p_.source)->row_shape[0];
+    const int64_t step = block_rows(p_.source);
+    const auto& palette = class_palette();
+    for (int64_t first = 0; first < n; first += step) {
+      const int64_t count = std::min(step, n - first);
+      const std::vector<std::string> keys = r_.keys(first, count);
+      const std::vector<float> v = r_.read_rows(p_.source, first, count).as_float();
+      const std::vector<int64_t> stored = r_.read_rows(p_.source + "_count", first, count).as_int64();
+      for (int64_t i = 0; i < count; ++i) {
+        if (r_.status()[static_cast<std::size_t>(first + i)] != 0) continue;
+        const std::string& key = keys[static_cast<std::size_t>(i)];
+        const std::string rel = "draw/" + export_path(key, ".png", o_.keep_extension, nullptr);
+        if (j_.done(rel)) continue;
+        std::ifstream in(fs::path(input) / key, std::ios::binary);
+        const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::vector<uint8_t> rgb;
+        int h = 0, w = 0;
+        std::string why;
+        if (!in.good() && !in.eof()) why = "cannot read it";
+        if (why.empty() && !decode_image_rgb(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), rgb, &h, &w, &why))
+          why = why.empty() ? "cannot decode it" : why;
+        if (!why.empty())
+          throw InputError(str("export --draw: ", (fs::path(input) / key).string(), ": ", why,
+                               " (the photo changed since the run?)"));
+        for (int64_t d = 0; d < std::min<int64_t>(stored[static_cast<std::size_t>(i)], k); ++d) {
+          const float* x = v.data() + (i * k + d) * 6;
+          float box[4] = {x[0], x[1], x[2], x[3]};
+          box_to_original(box, h, w, spec, spec ? spec->out_h : h, spec ? spec->out_w : w);
+          const std::size_t c = static_cast<std::size_t>((static_cast<int64_t>(x[5]) + 1) % 256);
+          draw_box(rgb, h, w, box, &palette[3 * c], 2);
+        }
+        j_.write(rel, key, encode_rgb_png(h, w, rgb));
+      }
+    }
+  }
+
+  // Embeddings: one float16 .npy [N, D] of the good samples, and their keys in the same order.
+  void embeddings() {
+    const int64_t n = r_.size();
+    const int64_t d = r_.output(p_.source)->row_shape[0];
+    int64_t good = 0;
+    for (int64_t row = 0; row < n; ++row) {
+      if (r_.status()[static_cast<std::size_t>(row)] != 0) bad_.push_back(row);
+      else ++good;
+    }
+    if (j_.done("embeddings.npy") && j_.done("embeddings.keys.txt")) return;
+    maybe_stop();
+    const std::string tmp = j_.begin("embeddings.npy");
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
+    if (!f) throw Error(str("export: cannot create ", tmp));
+    // .npy 1.0: magic, version, header length, then the header padded with spaces to 64 bytes.
+    std::string header = str("{'descr': '<f2', 'fortran_order': False, 'shape': (", good, ", ", d, "), }");
+    header.append(64 - (10 + header.size() + 1) % 64, ' ');
+    header += '\n';
+    std::string bytes = "\x93NUMPY\x01";
+    bytes += '\0';
+    bytes += static_cast<char>(header.size() & 0xff);
+    bytes += static_cast<char>(header.size() >> 8);
+    bytes += header;
+    std::string keys_text;
+    const int64_t step = block_rows(p_.source);
+    for (int64_t first = 0; first < n; first += step) {
+      const int64_t count = std::min(step, n - first);
+      const std::vector<std::string> keys = r_.keys(first, count);
+      const std::vector<float> v = r_.read_rows(p_.source, first, count).as_float();
+      for (int64_t i = 0; i < count; ++i) {
+        if (r_.status()[static_cast<std::size_t>(first + i)] != 0) continue;
+        for (int64_t j = 0; j < d; ++j) {
+          const uint16_t h = f32_to_f16(v[static_cast<std::size_t>(i * d + j)]);
+          bytes += static_cast<char>(h & 0xff);
+          bytes += static_cast<char>(h >> 8);
+        }
+        keys_text += keys[static_cast<std::size_t>(i)] + "\n";
+      }
+      if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
+        throw Error(str("export: cannot write ", tmp, " (disk full?)"));
+      bytes.clear();
+    }
+    if (std::fclose(f.release()) != 0) throw Error(str("export: cannot write ", tmp));
+    j_.commit("embeddings.npy", "");
+    j_.write("embeddings.keys.txt", "", keys_text);
+  }
+
+  // Dense maps: each map scaled to its own range, as 16-bit PNG, and the ranges in one table.
+  void dense() {
+    const StoredOutput& s = *r_.output(p_.source);
+    const int64_t h = s.row_shape[s.row_shape.size() - 2], w = s.row_shape.back();
+    std::string table = "key,file,min,max\n";
+    const int64_t n = r_.size(), step = block_rows(p_.source);
+    std::unordered_map<std::string, std::string> owner;
+    maybe_stop();
+    for (int64_t first = 0; first < n; first += step) {
+      const int64_t count = std::min(step, n - first);
+      const std::vector<std::string> keys = r_.keys(first, count);
+      const std::vector<float> v = r_.read_rows(p_.source, first, count).as_float();
+      for (int64_t i = 0; i < count; ++i) {
+        if (r_.status()[static_cast<std::size_t>(first + i)] != 0) {
+          bad_.push_back(first + i);
+          continue;
+        }
+        const std::string& key = keys[static_cast<std::size_t>(i)];
+        bool up = false;
+        const std::string rel = export_path(key, ".png", o_.keep_extension, &up);
+        if (up && ++went_up_ == 1) first_up_ = {key, rel};
+        auto [it, fresh] = owner.emplace(rel, key);
+        if (!fresh) throw InputError(str("export: keys '", it->second, "' and '", key, "' would both be written to ", rel));
+        const float* m = v.data() + i * h * w;
+        // The range of the finite values; a non-finite pixel is written as 0.
+        float lo = INFINITY, hi = -INFINITY;
+        for (int64_t j = 0; j < h * w; ++j)
+          if (std::isfinite(m[j])) {
+            lo = std::min(lo, m[j]);
+            hi = std::max(hi, m[j]);
+          }
+        if (!(lo <= hi)) lo = hi = 0.f;
+        table += str(csv_field(key), ",", csv_field(rel), ",", str_float(lo), ",", str_float(hi), "\n");
+        if (j_.done(rel)) continue;
+        Mask q;
+        q.height = h;
+        q.width = w;
+        q.classes.resize(static_cast<std::size_t>(h * w));
+        const double span = static_cast<double>(hi) - static_cast<double>(lo);
+        for (int64_t j = 0; j < h * w; ++j)
+          q.classes[static_cast<std::size_t>(j)] =
+              !std::isfinite(m[j]) || span <= 0 ? 0u
+                                                : static_cast<uint32_t>(std::lround((static_cast<double>(m[j]) - lo) / span * 65535.0));
+        j_.write(rel, key, encode_gray16_png(q));
+      }
+    }
+    if (!j_.done("dense_scale.csv")) j_.write("dense_scale.csv", "", table);
+  }
+
+  // The shortest decimal text that reads back as the same float.
+  static std::string str_float(float v) {
+    char buf[32];
+    for (int digits = 6; digits <= 9; ++digits) {
+      std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(v));
+      if (std::strtof(buf, nullptr) == v) break;
+    }
+    return buf;
+  }
+
   const ExportOptions& o_;
   const RunOutputs& r_;
   const Plan& p_;
@@ -369,6 +626,10 @@ std::string header_of(const ExportOptions& o, const RunOutputs& r, const Plan& p
          {"keep_extension", o.keep_extension}};
   if (p.what == "masks") h["original_size"] = o.original_size;
   if (p.what == "masks" && o.original_size) h["outside"] = o.outside;
+  if (p.what == "detections") {
+    h["labels_sha256"] = o.labels.empty() ? "" : sha256_file(o.labels);
+    h["draw"] = o.draw;
+  }
   if (p.what == "classes") {
     h["top_k"] = o.top_k;
     h["csv"] = o.csv;
@@ -436,13 +697,15 @@ void export_command(const ExportOptions& o) {
   const RunOutputs r(o.run_dir);
   const Plan p = make_plan(r, opts);
   if (p.what != "masks" && o.original_size) throw UsageError("--original-size applies to masks only");
-  if (p.what != "classes" && !o.labels.empty()) throw UsageError("--labels applies to classes only");
+  if (p.what != "detections" && o.draw) throw UsageError("--draw applies to detections only");
+  if (p.what != "classes" && p.what != "detections" && !o.labels.empty())
+    throw UsageError("--labels applies to classes and detections only");
   const std::string out = o.out.empty() ? (fs::path(o.run_dir) / "export").string() : o.out;
   ExportJournal journal(out, header_of(o, r, p), o.overwrite, o.run_dir);
   Exporter e(opts, r, p, journal);
   e.run();
 
-  const std::string unit = p.what == "classes" ? "table" : p.what == "masks" ? "masks" : "arrays";
+  const std::string unit = p.what == "classes" ? "table" : p.what == "masks" ? "masks" : "files";
   std::string line = str("export: ", p.what == "classes" ? out + "/" + o.csv : out, ": ", journal.written(), " ", unit,
                          " written, ", journal.skipped(), " already there");
   line += str(", ", r.size() - static_cast<int64_t>(e.bad().size()), " of ", r.size(), " samples from /outputs/",
@@ -485,9 +748,11 @@ void add_export_command(CLI::App& app) {
                                                "PNG masks, a CSV of top-k classes, or .npy arrays");
   sub->add_option("RUN_DIR", o->run_dir, "the run's output folder (with outputs.h5)")->required();
   sub->add_option("--out", o->out, "the export folder (default RUN_DIR/export)");
-  sub->add_option("--what", o->what, "masks | classes | logits | auto (by the stored outputs)")
+  sub->add_option("--what", o->what,
+                  "masks | classes | logits | detections (COCO JSON and CSV) | embeddings (float16 .npy and keys) | "
+                  "dense (float maps as 16-bit PNGs and their ranges) | auto (by the stored outputs)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "masks", "classes", "logits"}));
+      ->check(CLI::IsMember({"auto", "masks", "classes", "logits", "detections", "embeddings", "dense"}));
   sub->add_option("--output", o->output, "the stored output to read (e.g. argmax, logits, topk_probs)");
   sub->add_flag("--original-size", o->original_size,
                 "masks: each mask at its image's original size, undoing the run's resize, center crop or letterbox "
@@ -496,10 +761,14 @@ void add_export_command(CLI::App& app) {
                   "masks with --original-size: the class of the pixels a --center-crop cut off (the model never saw them)")
       ->capture_default_str()
       ->check(CLI::Range(0, 65535));
-  sub->add_option("--labels", o->labels, "classes: a text file with one class name per line (line i: class i)");
+  sub->add_option("--labels", o->labels,
+                  "classes, detections: a text file with one class name per line (line i: class i); detections also "
+                  "take \"ID NAME\" lines, ID being the COCO category_id of class i");
   sub->add_option("--top-k", o->top_k, "classes: how many classes per row (at most what a topk output holds)")
       ->capture_default_str();
   sub->add_option("--csv", o->csv, "classes: the table's file name in the export folder")->capture_default_str();
+  sub->add_flag("--draw", o->draw,
+                "detections: also draw/<key>.png, each photo with its boxes (read again from the run's input folder)");
   sub->add_flag("--keep-extension", o->keep_extension, "name files <key>.png instead of replacing the key's extension");
   sub->add_flag("--overwrite", o->overwrite, "replace files in the export folder that this command did not write");
   sub->add_option("--threads", o->threads, "masks: PNG encoding threads (0: all cores; at most 4 per core, or 8)")

@@ -25,9 +25,15 @@ struct JobConfig {
   bool output_given = false;               // --output (or the job file's output) was given, not defaulted
   std::string saved_job;                   // --resume read the job from this OUTPUT/job.toml ("" : it did not)
   std::string sink = "hdf5";               // hdf5 (rank files) | null (copy to the host, store nothing: benchmarks)
-  std::vector<std::string> outputs = {"logits"};   // logits, argmax, softmax, topk, topk_probs
-  std::string output_dtype = "float32";    // logits/softmax: float32 | float16 | bfloat16
+  std::vector<std::string> outputs = {"logits"};   // logits, argmax, softmax, topk, topk_probs, embedding, detections
+  std::string output_dtype = "float32";    // logits/softmax/embedding: float32 | float16 | bfloat16
   int top_k = 5;                           // for the topk and topk_probs outputs
+  std::string model_output;                // the graph output the heads read ("": the model's first)
+  bool normalize = true;                   // embedding: L2-normalise each vector
+  std::string detection_format = "auto";   // detections: detr | rtdetr | yolo | auto
+  float score_threshold = 0.25f;           // detections: keep scores above it
+  float iou_threshold = 0.45f;             // detections (yolo): NMS overlap limit
+  int max_detections = 100;                // detections: K rows per sample
   std::string static_batch = "auto";       // a model with a fixed batch: auto | respecialize | sub-batch
   std::string device = "auto";             // auto | cpu | cuda
   std::string precision = "fp32";          // fp32 | tf32 | fp16 | bf16

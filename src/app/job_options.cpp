@@ -76,11 +76,24 @@ void visit_job(JobConfig& j, V& v) {
   v("sink", j.sink, "hdf5 (rank files) | null (outputs reach host memory and are dropped: a benchmark of the rest)",
     one_of({"hdf5", "null"}));
   v("outputs", j.outputs,
-    "What to store: logits, argmax, softmax, topk (top-k logits), topk_probs (top-k softmax probabilities) (comma list)",
-    one_of({"logits", "argmax", "softmax", "topk", "topk_probs"}));
-  v("output-dtype", j.output_dtype, "Type of stored logits/softmax: float32 | float16 | bfloat16",
+    "What to store: logits, argmax, softmax, topk (top-k logits), topk_probs (top-k softmax probabilities), embedding "
+    "(the vector per sample), detections (boxes, scores, classes) (comma list)",
+    one_of({"logits", "argmax", "softmax", "topk", "topk_probs", "embedding", "detections"}));
+  v("output-dtype", j.output_dtype, "Type of stored logits/softmax/embedding: float32 | float16 | bfloat16",
     one_of({"float32", "float16", "bfloat16"}));
   v("top-k", j.top_k, "k of the topk and topk_probs outputs", at_least(1));
+  v("model-output", j.model_output,
+    "The model output the --outputs heads read (default: the model's first output; detections: DETR's class logits)",
+    none);
+  v("normalize", j.normalize, "embedding: L2-normalise each vector (--no-normalize stores it as the model gives it)", none);
+  v("detection-format", j.detection_format,
+    "detections: detr (class logits [B, Q, C+1] and boxes [B, Q, 4], softmax) | rtdetr (logits [B, Q, C], sigmoid, "
+    "and boxes) | yolo ([B, 4+C, N] or [B, N, 5+C]) | auto (detr or yolo, from the outputs' shapes)",
+    one_of({"detr", "rtdetr", "yolo", "auto"}));
+  v("score-threshold", j.score_threshold, "detections: keep those whose score exceeds it", CLI::Range(0.0, 0.999999));
+  v("iou-threshold", j.iou_threshold, "detections (yolo): class-aware NMS drops a box overlapping a kept one by more IoU",
+    CLI::Range(0.0, 1.0));
+  v("max-detections", j.max_detections, "detections: rows stored per sample (K)", at_least(1));
   v("static-batch", j.static_batch,
     "A model whose batch is fixed (exported at batch 1): auto (re-specialize it to --batch-size when that is proven, "
     "else run sub-batches), respecialize (or fail), sub-batch", one_of({"auto", "respecialize", "sub-batch"}));
@@ -450,7 +463,7 @@ void check_normalization(float scale, const std::vector<float>& mean, const std:
 void validate_job(const JobConfig& j) {
   if (j.model.empty()) throw UsageError("--model is required");
   if (j.output.empty()) throw UsageError("--output is required");
-  if (j.outputs.empty()) throw UsageError("--outputs must name at least one of logits, argmax, softmax, topk, topk_probs");
+  if (j.outputs.empty()) throw UsageError("--outputs must name at least one of logits, argmax, softmax, topk, topk_probs, embedding, detections");
   std::set<std::string> seen;
   for (const auto& o : j.outputs)
     if (!seen.insert(o).second) throw UsageError(str("--outputs names '", o, "' twice"));

@@ -27,7 +27,7 @@ std::string default_cache_dir() {
 
 bool file_readable(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
 
-// The heads behind the model's first output, one per --outputs name.
+// The heads behind the model's first output (or --model-output), one per --outputs name.
 std::vector<OutputSpec> output_specs(const JobConfig& job) {
   std::vector<OutputSpec> specs;
   const DType float_out = dtype_from_name(job.output_dtype);
@@ -47,6 +47,17 @@ std::vector<OutputSpec> output_specs(const JobConfig& job) {
       s.kind = name == "topk" ? OutputSpec::Kind::TopK : OutputSpec::Kind::TopKProbs;
       s.dtype = float_out;
       s.top_k = job.top_k;
+    } else if (name == "embedding") {
+      s.kind = OutputSpec::Kind::Embedding;
+      s.dtype = float_out;
+      s.normalize = job.normalize;
+    } else if (name == "detections") {
+      s.kind = OutputSpec::Kind::Detections;
+      s.dtype = DType::F32;
+      s.detection.format = job.detection_format;
+      s.detection.score_threshold = job.score_threshold;
+      s.detection.iou_threshold = job.iou_threshold;
+      s.detection.max_detections = job.max_detections;
     }
     specs.push_back(s);
   }
@@ -86,6 +97,7 @@ JobPlan plan_job(const JobConfig& job, int rank) {
   p.prepare.stddev = job.stddev;
   p.prepare.static_batch = static_batch_from_name(job.static_batch);
   p.prepare.outputs = output_specs(job);
+  p.prepare.model_output = job.model_output;
 
   p.engine.precision = precision_from_name(job.precision);
   p.engine.cuda_graphs = job.cuda_graphs;

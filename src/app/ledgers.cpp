@@ -116,6 +116,10 @@ std::vector<std::string> keys_that_must_match(const JobConfig& job) {
   std::vector<std::string> keys = {"input", "input-dataset", "batch-size", "scale", "mean", "std",
                                    "resize", "center-crop", "letterbox", "pad-value", "precision"};
   if (job.input == "synthetic") keys.insert(keys.end(), {"sample-shape", "input-dtype", "seed"});
+  keys.push_back("model-output");
+  const auto asks = [&](const char* o) { return std::find(job.outputs.begin(), job.outputs.end(), o) != job.outputs.end(); };
+  if (asks("embedding")) keys.push_back("normalize");
+  if (asks("detections")) keys.insert(keys.end(), {"detection-format", "score-threshold", "iou-threshold"});
   return keys;
 }
 

@@ -118,10 +118,24 @@ const std::array<uint8_t, 768>& class_palette() {
   return palette;
 }
 
+namespace {
+std::string encode_png(const Mask& m, bool indexed);
+}  // namespace
+
 std::string encode_mask_png(const Mask& m) {
   const uint32_t top = m.classes.empty() ? 0 : *std::max_element(m.classes.begin(), m.classes.end());
   if (top > 65535) throw InputError(str("export: class ", top, " does not fit a 16-bit PNG"));
-  const bool indexed = top < 256;
+  return encode_png(m, top < 256);
+}
+
+std::string encode_gray16_png(const Mask& m) {
+  for (uint32_t v : m.classes)
+    if (v > 65535) throw InputError(str("export: value ", v, " does not fit a 16-bit PNG"));
+  return encode_png(m, false);
+}
+
+namespace {
+std::string encode_png(const Mask& m, bool indexed) {
   SpngCtx enc;
   if (!enc.ctx) throw Error("export: cannot create a PNG encoder");
   spng_check(spng_set_option(enc.ctx, SPNG_ENCODE_TO_BUFFER, 1), "spng_set_option");
@@ -155,6 +169,32 @@ std::string encode_mask_png(const Mask& m) {
   if (!buf) spng_check(err ? err : 1, "spng_get_png_buffer");
   std::string out(static_cast<const char*>(buf), size);
   std::free(buf);  // the caller owns the buffer (libspng's default allocator is malloc)
+  return out;
+}
+}  // namespace
+
+}  // namespace sluice
+
+namespace sluice {
+
+std::string encode_rgb_png(int64_t height, int64_t width, const std::vector<uint8_t>& rgb) {
+  if (rgb.size() != static_cast<std::size_t>(height * width * 3)) throw Error("export: RGB image of the wrong size");
+  SpngCtx enc;
+  if (!enc.ctx) throw Error("export: cannot create a PNG encoder");
+  spng_check(spng_set_option(enc.ctx, SPNG_ENCODE_TO_BUFFER, 1), "spng_set_option");
+  spng_ihdr ihdr{};
+  ihdr.width = static_cast<uint32_t>(width);
+  ihdr.height = static_cast<uint32_t>(height);
+  ihdr.bit_depth = 8;
+  ihdr.color_type = SPNG_COLOR_TYPE_TRUECOLOR;
+  spng_check(spng_set_ihdr(enc.ctx, &ihdr), "spng_set_ihdr");
+  spng_check(spng_encode_image(enc.ctx, rgb.data(), rgb.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE), "spng_encode_image");
+  std::size_t size = 0;
+  int err = 0;
+  void* buf = spng_get_png_buffer(enc.ctx, &size, &err);
+  if (!buf) spng_check(err ? err : 1, "spng_get_png_buffer");
+  std::string out(static_cast<const char*>(buf), size);
+  std::free(buf);
   return out;
 }
 

@@ -37,5 +37,9 @@ const std::array<uint8_t, 768>& class_palette();
 // The PNG file of a mask: palette PNG when every class is below 256, else 16-bit grayscale; throws
 // InputError for a class above 65535.
 std::string encode_mask_png(const Mask& m);
+// Always a 16-bit grayscale PNG (dense maps quantised to 0..65535); InputError above 65535.
+std::string encode_gray16_png(const Mask& m);
+// An 8-bit RGB PNG of interleaved pixels (height * width * 3 bytes): detection previews.
+std::string encode_rgb_png(int64_t height, int64_t width, const std::vector<uint8_t>& rgb);
 
 }  // namespace sluice

@@ -105,6 +105,7 @@ class Tracer {
   bool channelwise(const Node& n);
   bool broadcast(const Node& n);
   bool per_sample(const Node& n);
+  bool detections(const Node& n);
   bool matmul(const Node& n);
   bool gemm(const Node& n);
   bool einsum(const Node& n);
@@ -174,6 +175,7 @@ Tracer::Rule Tracer::rule_of(const std::string& op) {
       {"Pad", &Tracer::pad},
       {"Resize", &Tracer::resize},
       {"Shape", &Tracer::shape_op},
+      {"Detections", &Tracer::detections},
   };
   const auto it = table.find(op);
   if (it != table.end()) return it->second;
@@ -321,6 +323,14 @@ bool Tracer::per_sample(const Node& n) {
     if (!(fused && i == 3) && ax(n, i) != kNoBatch) return fail("takes its weights from the input data");
   if (fused && !n.input(3).empty() && ax(n, 3) != a)
     return fail("adds a residual that does not carry the batch where its input does");
+  all(0);
+  return true;
+}
+
+// sluice.Detections: every detector output [B, ...] and both results per sample on axis 0.
+bool Tracer::detections(const Node& n) {
+  for (std::size_t i = 0; i < n.inputs.size(); ++i)
+    if (ax(n, i) != 0) return fail("reads a detector output whose batch is not on axis 0");
   all(0);
   return true;
 }

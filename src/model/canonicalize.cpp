@@ -60,7 +60,9 @@ std::vector<Node> softmax_before_13(Graph& g, Node n) {
 
 bool is_convertible_op(const std::string& op) { return op == "Upsample" || op == "Dropout"; }
 
-bool is_sluice_op(const std::string& op) { return op == "FusedConv" || op == "Normalize" || op == "ArgMaxCast" || op == "Attention"; }
+bool is_sluice_op(const std::string& op) {
+  return op == "FusedConv" || op == "Normalize" || op == "ArgMaxCast" || op == "Attention" || op == "Detections";
+}
 
 Tensor constant_node_value(const Graph& g, const Node& n) {
   if (n.has("value")) {

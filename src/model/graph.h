@@ -18,6 +18,7 @@
 //               P * S * S_kv values ([P, S, S_kv]) with P dividing the product of L: the scores'
 //               matrix number i (L flattened) adds bias matrix i mod P (a [1, H, S, S] bias broadcast
 //               over the batch, or Swin's [nW, H, N, N] windows of every image)
+//   Detections  a detector's outputs to boxes, scores and classes per sample (model/detections.h)
 #include <cstdint>
 #include <map>
 #include <memory>

@@ -60,7 +60,8 @@ const std::unordered_map<std::string, OpArity>& onnx_table() {
 
 const std::unordered_map<std::string, OpArity>& sluice_table() {
   static const std::unordered_map<std::string, OpArity> table = {
-      {"FusedConv", {2, 4, 1, 1}}, {"Normalize", {1, 1, 1, 1}}, {"ArgMaxCast", {1, 1, 1, 1}}, {"Attention", {3, 4, 1, 1}}};
+      {"FusedConv", {2, 4, 1, 1}}, {"Normalize", {1, 1, 1, 1}}, {"ArgMaxCast", {1, 1, 1, 1}}, {"Attention", {3, 4, 1, 1}},
+      {"Detections", {1, 2, 2, 2}}};
   return table;
 }
 

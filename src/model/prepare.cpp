@@ -2,12 +2,14 @@
 // the passes until every tensor has a static shape.
 #include "model/prepare.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "model/batch_adapt.h"
 #include "model/canonicalize.h"
+#include "model/detections.h"
 #include "model/graph_util.h"
 #include "model/passes.h"
 
@@ -127,15 +129,120 @@ void check_float_spec(const OutputSpec& s) {
     throw UsageError(str("output '", s.name, "' can be float32, float16 or bfloat16, not ", dtype_name(s.dtype)));
 }
 
-void add_heads(Graph& g, const std::vector<OutputSpec>& specs) {
-  std::string y = g.outputs.at(0).name;
+std::string outputs_text(const Graph& g) {
+  std::string names;
+  for (const auto& o : g.outputs) {
+    const ValueInfo* v = g.value(o.name);
+    names += str(names.empty() ? "" : ", ", "'", o.name, "'", v ? " " + shape_str(v->shape) : std::string());
+  }
+  return names;
+}
+
+// The model output the heads read: `wanted`, or the first.
+std::size_t head_source(const Graph& g, const std::string& wanted) {
+  if (wanted.empty()) return 0;
+  for (std::size_t i = 0; i < g.outputs.size(); ++i)
+    if (g.outputs[i].name == wanted) return i;
+  throw InputError(str(g.source, ": --model-output '", wanted, "' is not an output of the model; its outputs are ",
+                       outputs_text(g)),
+                   "give one of those names");
+}
+
+// The shape of a model output before the heads; folding has inferred it wherever the input's shape fixes it.
+Shape known_shape(const Graph& g, const std::string& name, const char* head) {
+  const ValueInfo* v = g.value(name);
+  if (!v || v->shape.empty()) throw InputError(str(g.source, ": the model's output '", name, "' has no static shape; the ", head,
+                                                   " head needs one"));
+  return v->shape;
+}
+
+// Embedding: [B, D] as is, [B, T, D] its first token; then y / max(||y||_2, 1e-12) over D.
+std::string add_embedding(Graph& g, const std::string& y, const OutputSpec& s, const std::string& out_f32) {
+  const Shape shape = known_shape(g, y, "embedding");
+  std::string v = y;
+  if (shape.size() == 3) {
+    v = unique_tensor_name(g, s.name + "_token0");
+    const std::string zero = add_int64_constant(g, s.name + "_first", {0}, true);
+    Node n = make_node(g, "Gather", "", {y, zero}, {v});
+    n.attrs["axis"] = Attribute::of_int(1);
+    g.nodes.push_back(std::move(n));
+  } else if (shape.size() > 2 && std::all_of(shape.begin() + 2, shape.end(), [](int64_t d) { return d == 1; })) {
+    // A CNN's pooled features [B, D, 1, 1].
+    v = unique_tensor_name(g, s.name + "_flat");
+    Node n = make_node(g, "Flatten", "", {y}, {v});
+    n.attrs["axis"] = Attribute::of_int(1);
+    g.nodes.push_back(std::move(n));
+  } else if (shape.size() != 2) {
+    throw InputError(str(g.source, ": --outputs embedding reads the model's output '", y, "' of shape ", shape_str(shape),
+                         "; it needs [B, D] (a pooled vector), [B, D, 1, 1] or [B, T, D] (tokens: the first is taken)"),
+                     "pick the output that holds the vector with --model-output");
+  }
+  if (!s.normalize) {
+    g.nodes.push_back(make_node(g, "Identity", "", {v}, {out_f32}));
+    return out_f32;
+  }
+  const std::string norm = unique_tensor_name(g, s.name + "_norm");
+  Node r = make_node(g, "ReduceL2", "", {v}, {norm});
+  r.attrs["keepdims"] = Attribute::of_int(1);
+  // The axes moved from an attribute to an input at opset 18.
+  if (g.opset >= 18) r.inputs.push_back(add_int64_constant(g, s.name + "_axes", {1}));
+  else r.attrs["axes"] = Attribute::of_ints({1});
+  g.nodes.push_back(std::move(r));
+  const std::string safe = unique_tensor_name(g, s.name + "_norm_eps");
+  g.nodes.push_back(make_node(g, "Max", "", {norm, add_float_constant(g, s.name + "_eps", {1e-12f}, true)}, {safe}));
+  g.nodes.push_back(make_node(g, "Div", "", {v, safe}, {out_f32}));
+  return out_f32;
+}
+
+// Detections: the layout is resolved here, from the shapes folding inferred, so the node reads only
+// the outputs its format needs.
+void add_detections(Graph& g, std::size_t source, const OutputSpec& s, const std::string& dets, const std::string& count) {
+  const DetectionOptions& d = s.detection;
+  if (d.max_detections < 1) throw UsageError(str("--max-detections must be at least 1, got ", d.max_detections));
+  if (!(d.score_threshold >= 0.f && d.score_threshold < 1.f))
+    throw UsageError(str("--score-threshold ", d.score_threshold, " is outside [0, 1)"));
+  if (!(d.iou_threshold >= 0.f && d.iou_threshold <= 1.f))
+    throw UsageError(str("--iou-threshold ", d.iou_threshold, " is outside [0, 1]"));
+  std::vector<std::string> ins = {g.outputs[source].name};
+  // DETR's pair: the chosen output is the class logits, the boxes the first other output.
+  for (std::size_t i = 0; i < g.outputs.size() && ins.size() < 2; ++i)
+    if (i != source && d.format != "yolo") ins.push_back(g.outputs[i].name);
+  std::vector<Shape> shapes = {known_shape(g, ins[0], "detections")};
+  const ValueInfo* second = ins.size() > 1 ? g.value(ins[1]) : nullptr;
+  if (second && !second->shape.empty()) shapes.push_back(second->shape);
+  else ins.resize(1);
+  const DetectionLayout l = detection_layout(d.format, shapes);
+  const bool two = !l.nms();  // detr, rtdetr: logits and boxes
+  if (!two) ins.resize(1);
+  const Shape& in = g.inputs.at(0).shape;  // [B, C, H, W]: DETR's boxes are fractions of it
+  Node n = make_node(g, "Detections", "sluice", ins, {dets, count});
+  n.attrs["format"] = Attribute::of_string(l.kind == DetectionLayout::Kind::Detr ? "detr"
+                                           : l.kind == DetectionLayout::Kind::QuerySigmoid ? "rtdetr" : "yolo");
+  n.attrs["score_threshold"] = Attribute::of_float(d.score_threshold);
+  n.attrs["iou_threshold"] = Attribute::of_float(d.iou_threshold);
+  n.attrs["max_detections"] = Attribute::of_int(d.max_detections);
+  n.attrs["width"] = Attribute::of_int(in.size() == 4 ? in[3] : 1);
+  n.attrs["height"] = Attribute::of_int(in.size() == 4 ? in[2] : 1);
+  g.nodes.push_back(std::move(n));
+}
+
+void add_heads(Graph& g, const std::vector<OutputSpec>& specs, const std::string& model_output) {
+  const std::size_t source = head_source(g, model_output);
+  std::string y = g.outputs.at(source).name;
   for (const auto& s : specs) {
     const bool topk = s.kind == OutputSpec::Kind::TopK || s.kind == OutputSpec::Kind::TopKProbs;
-    if ((!topk && s.name == y) || (topk && (s.name + "_values" == y || s.name + "_indices" == y))) {
-      // The heads read y under another name; remove_identities gives the name back when it can.
-      const std::string moved = unique_tensor_name(g, y + "_model");
-      rename_tensor(g, y, moved);
-      y = moved;
+    const bool dets = s.kind == OutputSpec::Kind::Detections;
+    bool clash = false;
+    for (const auto& o : g.outputs)
+      if (dets && (s.name == o.name || s.name + "_count" == o.name)) clash = true;
+    if ((!topk && !dets && s.name == y) || (topk && (s.name + "_values" == y || s.name + "_indices" == y)) || clash) {
+      // The heads read the model's outputs under other names; remove_identities gives a name back when it can.
+      for (auto& o : std::vector<ValueInfo>(g.outputs)) {
+        if (o.name != y && !dets) continue;
+        const std::string moved = unique_tensor_name(g, o.name + "_model");
+        rename_tensor(g, o.name, moved);
+        if (o.name == y) y = moved;
+      }
       break;
     }
   }
@@ -208,6 +315,20 @@ void add_heads(Graph& g, const std::vector<OutputSpec>& specs) {
         cast_to(g, ix, DType::I32, iname);
         break;
       }
+      case OutputSpec::Kind::Embedding: {
+        check_float_spec(s);
+        take(s.name);
+        const std::string e = s.dtype == DType::F32 ? s.name : unique_tensor_name(g, s.name + "_f32");
+        add_embedding(g, y, s, e);
+        if (e != s.name) cast_to(g, e, s.dtype, s.name);
+        break;
+      }
+      case OutputSpec::Kind::Detections: {
+        take(s.name);
+        take(s.name + "_count");
+        add_detections(g, source, s, s.name, s.name + "_count");
+        break;
+      }
     }
   }
   g.outputs = std::move(outputs);
@@ -243,7 +364,7 @@ const std::vector<std::string>& supported_ops() {
       "ReduceMin", "ReduceProd", "ReduceL2", "Trilu", "Sign", "Mod", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal",
       "Floor", "Ceil", "Pow", "Min", "Max", "Softplus", "Elu", "LogSoftmax", "GlobalMaxPool", "ArgMin", "Round", "Col2Im",
       // domain "sluice" (model/graph.h)
-      "FusedConv", "Normalize", "ArgMaxCast", "Attention"};
+      "FusedConv", "Normalize", "ArgMaxCast", "Attention", "Detections"};
   return ops;
 }
 
@@ -260,7 +381,7 @@ Graph prepare_graph(Graph g, const PrepareOptions& o) {
   g.topo_sort();
   // Folding first: the heads need the model output's shape (the class count picks argmax's type).
   fold_constants(g);
-  if (!o.outputs.empty()) add_heads(g, o.outputs);
+  if (!o.outputs.empty()) add_heads(g, o.outputs, o.model_output);
   remove_identities(g);
   if (o.fuse) {
     fold_batchnorm(g);

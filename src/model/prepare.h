@@ -17,13 +17,28 @@ namespace sluice {
 //   TopK       the k largest logits and their class indices, largest first ("<name>_values" are
 //              logits, not probabilities; "<name>_indices" int32)
 //   TopKProbs  Softmax then TopK: the k largest probabilities and their class indices
+//   Embedding  the vector per sample: [B, D] as is ([B, D, 1, 1] flattened), [B, T, D] its first
+//              token; L2-normalised unless
+//              `normalize` is off (y / max(|y|, 1e-12), as torch.nn.functional.normalize)
+//   Detections sluice.Detections over the model's detection outputs (format `detection.format`):
+//              "<name>" float32 [B, K, 6] (x1, y1, x2, y2 in input pixels, score, class; by score,
+//              unused rows zero) and "<name>_count" int32 [B]
+struct DetectionOptions {
+  std::string format = "auto";   // detr | rtdetr | yolo | auto (detr or yolo, from the outputs' shapes)
+  float score_threshold = 0.25f; // a detection's score must exceed it
+  float iou_threshold = 0.45f;   // yolo: class-aware NMS drops boxes overlapping a kept one by more
+  int max_detections = 100;      // K
+};
+
 struct OutputSpec {
-  enum class Kind { Logits, ArgMax, Softmax, TopK, TopKProbs };
+  enum class Kind { Logits, ArgMax, Softmax, TopK, TopKProbs, Embedding, Detections };
   std::string name;          // dataset name under /outputs: "logits", "argmax", "softmax", "<name>_values", "<name>_indices"
   Kind kind = Kind::Logits;
   DType dtype = DType::F32;  // Logits/Softmax: F32, F16 or BF16; ArgMax: U8 or I32, or Undefined to
                              // let prepare_graph choose U8 when the class axis has <= 256 entries, else I32
   int top_k = 0;             // TopK and TopKProbs
+  bool normalize = true;     // Embedding: L2-normalise
+  DetectionOptions detection;  // Detections
 };
 
 struct PrepareOptions {
@@ -35,7 +50,8 @@ struct PrepareOptions {
   bool normalize = false;
   float scale = 1.f;
   std::vector<float> mean, stddev;
-  std::vector<OutputSpec> outputs;    // heads on the model's first output
+  std::vector<OutputSpec> outputs;    // heads on the model's first output (or model_output)
+  std::string model_output;           // the graph output the heads read ("": the first)
   bool fuse = true;                   // BatchNorm folding and Conv(+Add)(+act) fusion
   // A model whose input fixes another batch than batch_size (model/batch_adapt.h).
   StaticBatch static_batch = StaticBatch::Auto;

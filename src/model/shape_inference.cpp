@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "model/canonicalize.h"
+#include "model/detections.h"
 #include "model/einsum.h"
 #include "model/graph_util.h"
 #include "model/shape_math.h"
@@ -756,6 +757,19 @@ bool infer_node(const Graph& g, const Node& n, const std::vector<const ValueInfo
   }
   if (op == "ArgMax" || op == "ArgMaxCast" || op == "TopK") return infer_topk_argmax(c);
   if (op == "Attention" && n.domain == "sluice") return infer_attention(c);
+  if (op == "Detections" && n.domain == "sluice") {
+    std::vector<Shape> in;
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      if (!c.input(i)) return c.missing(i, i == 0 ? "scores" : "boxes");
+      in.push_back(c.input(i)->shape);
+    }
+    const DetectionLayout l = detection_layout(n.get_string("format", "auto"), in);
+    const int64_t k = n.get_int("max_detections", 100);
+    if (k < 1) c.fail("max_detections must be at least 1");
+    c.set(0, DType::F32, {l.batch, k, 6});
+    c.set(1, DType::I32, {l.batch});
+    return true;
+  }
   if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "Mod" || op == "Min" || op == "Max")
     return infer_elementwise(c, 0, DType::Undefined);
   if (op == "Equal" || op == "Less" || op == "Greater" || op == "LessOrEqual" || op == "GreaterOrEqual" ||

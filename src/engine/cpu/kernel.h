@@ -80,6 +80,7 @@ void add_norm_kernels(KernelTable& t);
 void add_index_kernels(KernelTable& t);
 void add_einsum_kernels(KernelTable& t);
 void add_attention_kernels(KernelTable& t);
+void add_detect_kernels(KernelTable& t);
 
 // Builds the kernel of a node; InputError for an op the CPU engine does not implement.
 std::unique_ptr<Kernel> make_kernel(const KernelInit& init);

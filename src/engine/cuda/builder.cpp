@@ -463,7 +463,7 @@ std::vector<std::string> implemented_ops() {
       // ops_reduce.cpp
       "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2",
       "ReduceLogSumExp", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax",
-      "ArgMax", "ArgMin", "TopK", "sluice.ArgMaxCast",
+      "ArgMax", "ArgMin", "TopK", "sluice.ArgMaxCast", "sluice.Detections",
       // ops_index.cpp
       "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Where",
       "GatherND", "ScatterND", "CumSum", "Trilu", "Range", "Col2Im",

@@ -8,6 +8,9 @@
 #include "engine/cuda/kernels.h"
 
 namespace sluice::cuda {
+
+void lower_detections(Builder& b, const Node& n);  // ops_detect.cpp
+
 namespace {
 
 void require_compute(const Builder& b, const Node& n, int slot) {
@@ -235,6 +238,10 @@ void lower_topk(Builder& b, const Node& n) {
 
 bool lower_reduce(Builder& b, const Node& n) {
   if (n.domain == "sluice") {
+    if (n.op == "Detections") {
+      lower_detections(b, n);
+      return true;
+    }
     if (n.op != "ArgMaxCast") return false;
     lower_argmax(b, n, false, true);
     return true;
