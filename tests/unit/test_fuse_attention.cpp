@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/onnx_loader.h"
+#include "model/passes.h"
 #include "model/prepare.h"
 #include "test_model_util.h"
 
