@@ -26,6 +26,29 @@ bool is_conv(const Node& n) {
   return (n.domain.empty() && (n.op == "Conv" || n.op == "ConvTranspose")) || (n.domain == "sluice" && n.op == "FusedConv");
 }
 
+// The data operand of a branch-tail node: an Add or Mul of one computed float tensor and one float
+// constant that repeats onto it along its trailing axes (a bias or a LayerScale vector [C], or a
+// table [N, C]); empty when n is not one.
+std::string branch_tail_input(const Graph& g, const Node& n) {
+  if (!n.domain.empty() || (n.op != "Add" && n.op != "Mul") || n.inputs.size() != 2 || n.outputs.size() != 1) return {};
+  const int k = g.constant(n.inputs[0]) ? 0 : (g.constant(n.inputs[1]) ? 1 : -1);
+  if (k < 0) return {};
+  const std::string& data = n.inputs[static_cast<std::size_t>(1 - k)];
+  const Tensor* c = g.constant(n.inputs[static_cast<std::size_t>(k)]);
+  const ValueInfo* x = g.value(data);
+  const ValueInfo* y = g.value(n.outputs[0]);
+  if (g.constant(data) || !x || !y || x->shape != y->shape || !is_float_type(y->dtype) || !is_float_type(c->dtype)) return {};
+  // The constant without its leading 1s must equal the output's last axes: element i of the output
+  // then takes element i mod numel of the constant, which is how the residual kernels repeat it.
+  std::size_t lead = 0;
+  while (lead < c->shape.size() && c->shape[lead] == 1) ++lead;
+  const std::size_t k_axes = c->shape.size() - lead;
+  if (k_axes > y->shape.size()) return {};
+  for (std::size_t d = 0; d < k_axes; ++d)
+    if (c->shape[lead + d] != y->shape[y->shape.size() - k_axes + d]) return {};
+  return data;
+}
+
 }  // namespace
 
 bool is_residual_add_candidate(const Graph& g, const Node& n) {
@@ -71,6 +94,31 @@ std::set<std::string> residual_stream(const Graph& g) {
       if (y && is_float_type(y->dtype)) wide.insert(n.outputs[0]);
     }
   }
+  // Branch tails: the bias Add and LayerScale Mul that end a block's branch right before its
+  // residual Add, read by nothing else.  Autocast adds the bias inside the matmul and multiplies
+  // the LayerScale in fp32 (a bf16 tensor times a float32 parameter), so the branch is rounded
+  // once; keeping their outputs in fp32 rounds it once here too (the matmul's output) instead of
+  // once per op.
+  std::map<std::string, const Node*> producer;
+  for (const Node& n : g.nodes)
+    for (const auto& o : n.outputs)
+      if (!o.empty()) producer[o] = &n;
+  for (const Node* add : wide_adds)
+    for (const auto& in : add->inputs) {
+      std::string v = in;
+      for (int depth = 0; depth < 4 && !wide.count(v); ++depth) {
+        const auto p = producer.find(v);
+        const auto r = readers.find(v);
+        if (p == producer.end() || r == readers.end() || r->second.size() != 1) break;
+        const std::string data = branch_tail_input(g, *p->second);
+        if (data.empty()) break;
+        bool graph_output = false;
+        for (const auto& o : g.outputs) graph_output |= o.name == v;
+        if (graph_output) break;
+        wide.insert(v);
+        v = data;
+      }
+    }
   return wide;
 }
 

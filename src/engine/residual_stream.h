@@ -12,7 +12,11 @@
 //     residual) and whose sum no convolution reads (convolutional networks keep their tuned
 //     all-low-precision path), which feeds a LayerNormalization (as its input) or another such Add;
 //   - a LayerNormalization whose output is itself added into the stream (CLIP's pre-LayerNorm
-//     starts the stream with it).
+//     starts the stream with it);
+//   - the branch tails of such an Add: up to four Adds or Muls of a constant repeating along the
+//     trailing axes (the bias of the branch's last matmul, DINOv2's LayerScale) that end a branch
+//     and are read only by the next one in the chain, so the branch is rounded once (the matmul's
+//     output), as autocast rounds it.
 // Everything else (what matmuls, convolutions, softmax, activations read) stays in the compute type.
 #include <set>
 #include <string>

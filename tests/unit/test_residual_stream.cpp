@@ -53,9 +53,10 @@ Graph prepared_zoo_model(const std::string& name) {
 
 }  // namespace
 
-TEST(ResidualStream, HoldsTheResidualSumsOfPreNormBlocksButNotTheBiasAdd) {
+TEST(ResidualStream, HoldsTheResidualSumsOfPreNormBlocksAndTheBiasAndLayerScaleEndingTheirBranches) {
+  // a1 (the branch's bias Add) and s2 (a LayerScale Mul) are read only by the residual Adds.
   const std::set<std::string> s = residual_stream(pre_norm_blocks().g);
-  EXPECT_EQ(s, (std::set<std::string>{"h0", "h1", "h2"}));
+  EXPECT_EQ(s, (std::set<std::string>{"h0", "h1", "h2", "a1", "s2"}));
 }
 
 TEST(ResidualStream, ALayerNormWhoseOutputIsAddedIntoTheStreamJoinsIt) {
@@ -119,7 +120,7 @@ TEST(ResidualStream, FindsEveryLayerNormInputOfTheZoosVisionTransformersAndNothi
         EXPECT_TRUE(s.count(n.input(0))) << n.describe() << " reads '" << n.input(0) << "', which is not kept in fp32";
       }
       for (const auto& out : n.outputs)
-        if (s.count(out)) EXPECT_TRUE(n.op == "Add" || n.op == "LayerNormalization") << n.describe();
+        if (s.count(out)) EXPECT_TRUE(n.op == "Add" || n.op == "Mul" || n.op == "LayerNormalization") << n.describe();
     }
     EXPECT_GE(norms, 3);
   }

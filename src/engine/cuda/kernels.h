@@ -235,7 +235,9 @@ struct ResidualOperand {
 };
 
 // y[i] = a[i % a.count] + b[i % b.count] for i < n, y of type ty.
-void residual_add(const ResidualOperand& a, const ResidualOperand& b, void* y, DType ty, int64_t n, cudaStream_t s);
+// y = a + b (a * b with multiply), each operand repeating onto the n elements of y, in float.
+void residual_add(const ResidualOperand& a, const ResidualOperand& b, void* y, DType ty, int64_t n, cudaStream_t s,
+                  bool multiply = false);
 
 // LayerNormalization over rows of `cols` elements of x = a (+ b when b.p is set), statistics in
 // float: sum (when non-null, of type tsum) receives x, y = (x - mean) * inv * gamma + beta (type ty),

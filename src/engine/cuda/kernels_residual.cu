@@ -46,8 +46,8 @@ struct Operand {
   __device__ __forceinline__ float at(int64_t i) const { return load(p, c, count == 0 ? i : i % count); }
 };
 
-__global__ void residual_add_kernel(Operand a, Operand b, void* y, int cy, int64_t n) {
-  SLUICE_GRID_STRIDE(i, n) store(y, cy, i, a.at(i) + b.at(i));
+__global__ void residual_add_kernel(Operand a, Operand b, void* y, int cy, int64_t n, bool multiply) {
+  SLUICE_GRID_STRIDE(i, n) store(y, cy, i, multiply ? a.at(i) * b.at(i) : a.at(i) + b.at(i));
 }
 
 struct NormArgs {
@@ -132,11 +132,12 @@ Operand operand(const ResidualOperand& o, int64_t n) {
 
 }  // namespace
 
-void residual_add(const ResidualOperand& a, const ResidualOperand& b, void* y, DType ty, int64_t n, cudaStream_t s) {
+void residual_add(const ResidualOperand& a, const ResidualOperand& b, void* y, DType ty, int64_t n, cudaStream_t s,
+                  bool multiply) {
   if (n <= 0) return;
   SLUICE_CHECK(a.count > 0 && b.count > 0 && n % a.count == 0 && n % b.count == 0,
                "cuda residual_add: operands of ", a.count, " and ", b.count, " elements do not repeat onto ", n);
-  residual_add_kernel<<<grid_for(n), kThreads, 0, s>>>(operand(a, n), operand(b, n), y, code(ty), n);
+  residual_add_kernel<<<grid_for(n), kThreads, 0, s>>>(operand(a, n), operand(b, n), y, code(ty), n, multiply);
   CUDA_CHECK_LAUNCH();
 }
 

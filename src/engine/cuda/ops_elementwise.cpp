@@ -339,7 +339,7 @@ bool lower_elementwise(Builder& b, const Node& n) {
       {"Mod", BinOp::Mod}};
   const auto it = binops.find(n.op);
   if (it != binops.end() && is_int_arith(b, n)) return false;   // ops_index.cpp
-  if (n.op == "Add" && b.has_output(n, 0) && b.is_wide(n.outputs[0])) {   // ops_residual.cpp
+  if ((n.op == "Add" || n.op == "Mul") && b.has_output(n, 0) && b.is_wide(n.outputs[0])) {   // ops_residual.cpp
     lower_residual_add(b, n);
     return true;
   }

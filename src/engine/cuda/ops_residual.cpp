@@ -1,6 +1,7 @@
 // The residual stream of transformer blocks under fp16/bf16 (engine/residual_stream.h): the
 // residual Add, which writes its sum in fp32, and LayerNormalization, which reads fp32 or the
-// compute type, keeps its statistics in float and writes each output in its own stored type.  A
+// compute type, keeps its statistics in float and writes each output in its own stored type; the
+// bias Add and LayerScale Mul ending a branch before it write fp32 too (one step each, as here).  A
 // residual Add that a LayerNormalization reads becomes one step with it: the branch and the
 // running sum are read once, the fp32 sum and the normalized compute-type output written once.
 #include "engine/cuda/engine_internal.h"
@@ -116,7 +117,8 @@ void lower_residual_add(Builder& b, const Node& n) {
   for (int s : {x, z})
     if (b.slot(s).numel() == 0 || count % b.slot(s).numel() != 0)
       b.fail(n, "input ", shape_str(b.slot(s).shape), " does not repeat onto the sum ", shape_str(b.slot(y).shape));
-  if (const Node* ln = fusable_norm(b, n.outputs[0])) {
+  const bool multiply = n.op == "Mul";   // a LayerScale at a branch's end (residual_stream.h)
+  if (const Node* ln = multiply ? nullptr : fusable_norm(b, n.outputs[0])) {
     const NormPlan p = norm_plan(b, *ln, b.slot(y).shape);
     add_norm_step(b, *ln, n.name + " + " + ln->name, x, z, y, p, "AddLayerNorm");
     b.skip(*ln);
@@ -128,7 +130,7 @@ void lower_residual_add(Builder& b, const Node& n) {
     ResidualOperand ka = a, kc = c;
     ka.p = bd.at(x);
     kc.p = bd.at(z);
-    residual_add(ka, kc, bd.at(y), ty, count, s);
+    residual_add(ka, kc, bd.at(y), ty, count, s, multiply);
   });
 }
 
