@@ -48,9 +48,15 @@ def export(name, path):
     return size
 
 
-def run(sluice, model, size, batch, batches, out, fuse):
+def variant_env(spec):
+    """'NAME:VAR=V,VAR=V' -> (NAME, {VAR: V})."""
+    name, _, rest = spec.partition(":")
+    return name, dict(kv.split("=", 1) for kv in rest.split(",") if kv)
+
+
+def run(sluice, model, size, batch, batches, out, extra_env):
     env = dict(os.environ)
-    env["SLUICE_FUSE_ATTENTION"] = "1" if fuse else "0"
+    env.update(extra_env)
     cmd = shlex.split(sluice) + ["run", "--model", model, "--input", "synthetic", "--input-dtype", "uint8",
                                  "--sample-shape", f"3,{size},{size}", "--batch-size", str(batch),
                                  "--samples", str(batch * batches), "--device", "cuda", "--precision", "bf16",
@@ -74,11 +80,15 @@ def main():
     ap.add_argument("--profile", default="vit_b_16")
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--deadline", type=float, default=300)
+    ap.add_argument("--variant", action="append", default=None,
+                    help="NAME:VAR=V,... a run per variant with these environment variables (default: "
+                         "before:SLUICE_FUSE_ATTENTION=0 and after:SLUICE_FUSE_ATTENTION=1); profiles use them too")
     a = ap.parse_args()
+    variants = [variant_env(v) for v in (a.variant or ["before:SLUICE_FUSE_ATTENTION=0", "after:SLUICE_FUSE_ATTENTION=1"])]
     os.makedirs(a.out, exist_ok=True)
     start = time.time()
     rows = []
-    print(f"{'model':28} {'batch':>5} {'fusion':7} {'images/s':>9} {'steady/s':>9} {'wall s':>7}")
+    print(f"{'model':28} {'batch':>5} {'variant':7} {'images/s':>9} {'steady/s':>9} {'wall s':>7}")
     with tempfile.TemporaryDirectory() as d:
         for name in a.only.split(","):
             if time.time() - start > a.deadline:
@@ -92,21 +102,19 @@ def main():
                 print(f"{name:28} export failed: {str(e).splitlines()[0][:160]}")
                 continue
             print(f"{name:28} exported in {time.time() - t0:.0f} s")
-            for fuse in (False, True):
-                res, err = run(a.sluice, path, size, BATCH[name], a.batches, os.path.join(d, "out"), fuse)
-                tag = "after" if fuse else "before"
+            for tag, extra in variants:
+                res, err = run(a.sluice, path, size, BATCH[name], a.batches, os.path.join(d, "out"), extra)
                 if res is None:
                     print(f"{name:28} {BATCH[name]:5} {tag:7} failed: {err}")
                     continue
                 ips, steady, wall = res
                 print(f"{name:28} {BATCH[name]:5} {tag:7} {ips:9.0f} {steady:9.0f} {wall:7.1f}")
-                rows.append({"model": name, "batch": BATCH[name], "fusion": fuse, "images_per_s": ips,
+                rows.append({"model": name, "batch": BATCH[name], "variant": tag, "env": extra, "images_per_s": ips,
                              "steady_images_per_s": steady})
             if name in a.profile.split(","):
-                for fuse in (True, False):
-                    tag = "after" if fuse else "before"
+                for tag, extra in variants:
                     env = dict(os.environ)
-                    env["SLUICE_FUSE_ATTENTION"] = "1" if fuse else "0"
+                    env.update(extra)
                     cmd = shlex.split(a.sluice) + ["profile", "--model", path, "--input-dtype", "uint8",
                                                    "--sample-shape", f"3,{size},{size}", "--batch-size", str(BATCH[name]),
                                                    "--device", "cuda", "--precision", "bf16", "--top", "25",
