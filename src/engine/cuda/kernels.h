@@ -234,7 +234,6 @@ struct ResidualOperand {
   int64_t count = 0;
 };
 
-// y[i] = a[i % a.count] + b[i % b.count] for i < n, y of type ty.
 // y = a + b (a * b with multiply), each operand repeating onto the n elements of y, in float.
 void residual_add(const ResidualOperand& a, const ResidualOperand& b, void* y, DType ty, int64_t n, cudaStream_t s,
                   bool multiply = false);
