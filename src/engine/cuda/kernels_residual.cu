@@ -217,17 +217,6 @@ __global__ void residual_add_typed(const A* a, uint32_t ca, const B* b, uint32_t
   }
 }
 
-// Calls f with a value of the C++ element type of t (float, __half or __nv_bfloat16).
-template <typename F>
-void with_type(DType t, F&& f) {
-  switch (t) {
-    case DType::F32: f(float{}); return;
-    case DType::F16: f(__half{}); return;
-    case DType::BF16: f(__nv_bfloat16{}); return;
-    default: SLUICE_THROW("cuda residual kernel: element type ", dtype_name(t), " is not a float type");
-  }
-}
-
 Operand operand(const ResidualOperand& o, int64_t n) {
   return Operand{o.p, code(o.t), o.count >= n ? 0 : o.count};
 }
@@ -241,9 +230,9 @@ void residual_add(const ResidualOperand& a, const ResidualOperand& b, void* y, D
                "cuda residual_add: operands of ", a.count, " and ", b.count, " elements do not repeat onto ", n);
   if (n < (int64_t{1} << 31)) {
     const uint32_t ca = a.count >= n ? 0 : static_cast<uint32_t>(a.count), cb = b.count >= n ? 0 : static_cast<uint32_t>(b.count);
-    with_type(a.t, [&](auto ta) {
-      with_type(b.t, [&](auto tb) {
-        with_type(ty, [&](auto tyv) {
+    dispatch_float(a.t, [&](auto ta) {
+      dispatch_float(b.t, [&](auto tb) {
+        dispatch_float(ty, [&](auto tyv) {
           using A = decltype(ta);
           using B = decltype(tb);
           using Y = decltype(tyv);
@@ -275,9 +264,9 @@ void residual_norm(const ResidualNorm& r, cudaStream_t s) {
   if (typed) {
     FastNorm f{r.a.p, add ? r.b.p : nullptr, static_cast<float*>(r.sum), r.y, r.mean, r.inv, code(r.tstat),
                r.rows, static_cast<int>(r.cols), r.eps, r.gamma, r.beta};
-    with_type(r.a.t, [&](auto ta) {
-      with_type(add ? r.b.t : r.a.t, [&](auto tb) {
-        with_type(r.ty, [&](auto tyv) {
+    dispatch_float(r.a.t, [&](auto ta) {
+      dispatch_float(add ? r.b.t : r.a.t, [&](auto tb) {
+        dispatch_float(r.ty, [&](auto tyv) {
           residual_norm_typed<decltype(ta), decltype(tb), decltype(tyv)><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(f);
         });
       });
