@@ -387,15 +387,18 @@ void print_table(const Summary& s, std::ostream& out) {
   for (const FileEntry& e : s.files)
     if (e.info) rows += e.info->committed_rows;
   out << "\ndatasets (committed rows of all rank files; one row per sample):\n";
+  // The name column as wide as the longest name (/outputs/detections_count is 25 characters).
+  int w = 24;
+  for (const DatasetSpec& d : s.datasets) w = std::max(w, static_cast<int>(("/outputs/" + d.name).size()));
   for (const DatasetSpec& d : s.datasets) {
     Shape full{rows};
     full.insert(full.end(), d.row_shape.begin(), d.row_shape.end());
-    out << fmt("  %-24s %-9s %s", ("/outputs/" + d.name).c_str(), dtype_name(d.dtype), shape_str(full).c_str())
+    out << fmt("  %-*s %-9s %s", w, ("/outputs/" + d.name).c_str(), dtype_name(d.dtype), shape_str(full).c_str())
         << (d.deflate > 0 ? fmt("  deflate %d", d.deflate) : "") << "\n";
   }
-  out << fmt("  %-24s %-9s [%lld]\n", "/sample_index", "int64", static_cast<long long>(rows));
+  out << fmt("  %-*s %-9s [%lld]\n", w, "/sample_index", "int64", static_cast<long long>(rows));
   if (s.keys.width > 0) {
-    out << fmt("  %-24s %-9s [%lld]\n", "/sample_key", str("S", s.keys.width).c_str(), static_cast<long long>(rows));
+    out << fmt("  %-*s %-9s [%lld]\n", w, "/sample_key", str("S", s.keys.width).c_str(), static_cast<long long>(rows));
     std::string shown;
     for (const std::string& k : s.keys.first) shown += (shown.empty() ? "" : ", ") + k;
     if (!s.keys.last.empty()) shown += " ... ";

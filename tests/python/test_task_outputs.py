@@ -255,3 +255,18 @@ def test_pooled_cnn_features_are_flattened_and_a_feature_map_is_refused(tmp_path
     assert p.returncode == 3, p.stderr
     lines = error_lines(p.stderr)
     assert len(lines) == 1 and "'f' of shape [32,16,16,16]" in lines[0] and "[B, T, D]" in lines[0], p.stderr
+
+
+def test_inspect_keeps_its_dataset_columns_aligned_past_long_names(tmp_path):
+    # /outputs/detections_count is longer than the column's usual 24 characters.
+    rng = np.random.default_rng(3)
+    x = rng.random((2, 3, 64, 64)).astype(np.float32)
+    run_heads(tmp_path, os.path.join(DETECT, "yolo_v8.onnx"), x, "--outputs", "logits,detections",
+              "--detection-format", "yolo", batch=2)
+    p = sluice("inspect", tmp_path / "out")
+    assert p.returncode == 0, p.stderr.strip()
+    rows = [line for line in p.stdout.splitlines() if line.startswith("  /")]
+    names = [r.split()[0] for r in rows]
+    assert "/outputs/detections_count" in names and "/sample_index" in names, p.stdout
+    starts = {r.index(r.split()[1], len(r.split()[0]) + 2) for r in rows}
+    assert len(starts) == 1, "the type column starts at different places:\n" + "\n".join(rows)
