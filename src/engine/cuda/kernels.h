@@ -211,10 +211,6 @@ void argmax(DType t, DType index_type, const void* x, void* y, int64_t outer, in
 void topk(DType t, const void* x, void* values, int64_t* indices, int64_t outer, int64_t r, int64_t inner,
           int64_t k, bool largest, cudaStream_t s);
 
-// LayerNormalization-style normalization over the last `cols` elements of each row:
-// y = (x - mean) / sqrt(var + eps) * gamma + beta (gamma/beta float device arrays or null).
-void row_norm(DType t, const void* x, void* y, int64_t rows, int64_t cols, float eps, const float* gamma,
-              const float* beta, cudaStream_t s);
 
 // One antialiased Resize pass along the middle axis of [outer, in_len, inner] -> [outer, out_len,
 // inner]: output o is the sum over its `width` taps of weight * input at index (both [out_len,

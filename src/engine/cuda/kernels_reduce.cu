@@ -308,34 +308,7 @@ __global__ void topk_kernel(const T* x, T* values, int64_t* indices, int64_t row
   }
 }
 
-// ---- row normalization ---------------------------------------------------------------------------
-
-template <typename T>
-__global__ void row_norm_kernel(const T* x, T* y, int64_t rows, int64_t cols, float eps, const float* gamma,
-                                const float* beta) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
-       row += warps) {
-    const T* xr = x + row * cols;
-    T* yr = y + row * cols;
-    float sum = 0.f;
-    for (int64_t j = lane; j < cols; j += 32) sum += to_f(xr[j]);
-    const float mean = warp_sum(sum) / static_cast<float>(cols);
-    float sq = 0.f;
-    for (int64_t j = lane; j < cols; j += 32) {
-      const float d = to_f(xr[j]) - mean;
-      sq += d * d;
-    }
-    const float inv = rsqrtf(warp_sum(sq) / static_cast<float>(cols) + eps);
-    for (int64_t j = lane; j < cols; j += 32) {
-      float v = (to_f(xr[j]) - mean) * inv;
-      if (gamma) v *= gamma[j];
-      if (beta) v += beta[j];
-      yr[j] = from_f<T>(v);
-    }
-  }
-}
+// ---- group normalization -------------------------------------------------------------------------
 
 // One block per (sample, group): the group's channels/groups * inner elements are contiguous.
 // Mean first, then the mean of squared deviations (two passes over the data keep the variance
@@ -451,17 +424,6 @@ void topk(DType t, const void* x, void* values, int64_t* indices, int64_t outer,
     using T = decltype(tag);
     topk_kernel<T><<<warp_grid(rows), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(values), indices,
                                                         rows, r, inner, k, largest);
-  });
-  CUDA_CHECK_LAUNCH();
-}
-
-void row_norm(DType t, const void* x, void* y, int64_t rows, int64_t cols, float eps, const float* gamma,
-              const float* beta, cudaStream_t s) {
-  if (rows <= 0) return;
-  dispatch_float(t, [&](auto tag) {
-    using T = decltype(tag);
-    row_norm_kernel<T><<<warp_grid(rows), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, cols,
-                                                            eps, gamma, beta);
   });
   CUDA_CHECK_LAUNCH();
 }
