@@ -513,9 +513,12 @@ bool Tracer::transpose(const Node& n) {
 // Reshape and Flatten keep each sample's elements together when, in row-major order, the input's
 // [elements before the samples, samples, elements after] lands with its samples inside one output
 // axis q: the batch is then on q, merged with what shares q (heads, windows, sequence positions).
-// Where q holds the samples alone, the batch is its own axis again.  At a batch of one nothing tells
-// where a merged batch would go, so only an unmerged place counts then.  Reshape's target gets the
-// new batch at q.
+// Where q holds the samples alone, the batch is its own axis again.  With more than one sample that
+// q is unique; a batch of one fits several, each a layout that keeps the samples apart at any batch
+// (the rules after it prove or refuse the rest, and a refusal leaves sub-batches), and the trace
+// takes the likeliest: the batch alone, else on its own axis with the same elements before it, else
+// anywhere but merged into the last axis (the features the next product sums over).  Reshape's
+// target gets the new batch at q.
 bool Tracer::reshape(const Node& n) {
   if (!params_free(n, 1)) return false;
   const int a = ax(n, 0);
@@ -523,20 +526,17 @@ bool Tracer::reshape(const Node& n) {
   const Shape& in = shape(n.inputs[0]);
   const Shape& res = shape(n.outputs.at(0));
   const int64_t samples = in[static_cast<std::size_t>(a)] / (s.outer * s.inner);
-  const int64_t before = product(in, 0, static_cast<std::size_t>(a)) * s.outer;
-  int q = -1;
+  const int64_t lead = product(in, 0, static_cast<std::size_t>(a)), before = lead * s.outer;
+  int q = -1, best = -1;
   int64_t outer = 1, inner = 1;
   for (std::size_t k = 0; k < res.size(); ++k) {
     const int64_t pb = product(res, 0, k), pa = pb * res[k];
     if (pb == 0 || before % pb != 0 || pa % (before * samples) != 0) continue;
     const int64_t o = before / pb, i = pa / (before * samples);
-    if (o == 1 && i == 1) {
-      // Several unmerged places differ only by axes of size 1 next to the batch; keep the batch where
-      // it was when that is one of them.
-      if (q < 0 || outer != 1 || inner != 1 || static_cast<int>(k) == a) q = static_cast<int>(k), outer = 1, inner = 1;
-    } else if (q < 0 && samples > 1) {
-      q = static_cast<int>(k), outer = o, inner = i;
-    }
+    const bool alone = o == 1 && i == 1, here = static_cast<int>(k) == a;
+    const bool last = k + 1 == res.size() && i > 1;  // into the features that the next product sums
+    const int rank = alone ? (here ? 5 : 4) : last ? 0 : here && pb == lead ? 3 : 2;
+    if (rank > best) best = rank, q = static_cast<int>(k), outer = o, inner = i;
   }
   const bool flatten = n.op == "Flatten";
   if (q < 0)
