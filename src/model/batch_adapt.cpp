@@ -44,10 +44,12 @@ bool respecialize_batch(Graph& g, int64_t model_batch, int64_t batch, std::strin
     return false;
   }
   for (const ValueInfo& o : g.outputs) {
-    const int a = t.of(g, o.name).axis;
-    if (a != 0) {
+    const BatchState st = t.of(g, o.name);
+    if (st.axis != 0 || st.merged()) {
       why = str("graph output '", o.name, "' ",
-                a == kNoBatch ? std::string("does not carry the batch") : str("carries the batch on axis ", a),
+                st.axis == kNoBatch ? std::string("does not carry the batch")
+                : st.merged()       ? str("carries the batch merged with other axes (", st.why, ")")
+                                    : str("carries the batch on axis ", st.axis),
                 "; outputs need it on axis 0");
       return false;
     }
@@ -82,8 +84,8 @@ bool respecialize_batch(Graph& g, int64_t model_batch, int64_t batch, std::strin
     auto it = g.values.find(kv.first);
     if (it == g.values.end()) continue;  // a constant that was replaced
     Shape expect = kv.second.shape;
-    const int a = t.of(g, kv.first).axis;
-    if (a != kNoBatch) expect[static_cast<std::size_t>(a)] = batch;
+    const BatchState st = t.of(g, kv.first);
+    if (st.axis >= 0) expect[static_cast<std::size_t>(st.axis)] = st.outer * batch * st.inner;
     if (it->second.shape != expect)
       return undo(str("'", kv.first, "' would have shape ", shape_str(it->second.shape), " at batch ", batch, ", not ",
                       shape_str(expect)));

@@ -19,6 +19,9 @@ void check_batch_axis(const Graph& g, int64_t batch) {
     const std::string hint = "export the model so that each output row comes from its own sample (no reduction, "
                              "softmax or reshape across axis 0; keep such steps for after the run)";
     if (st.axis == kMixed) throw InputError(str(what, " does not keep the batch apart: ", st.why, need), hint);
+    if (st.axis >= 0 && st.merged())
+      throw InputError(str(what, " holds the batch merged with other axes on axis ", st.axis, " (", st.why, ")", need,
+                           " (end the model with a Reshape that gives the batch an axis of its own)"), hint);
     if (st.axis > 0)
       throw InputError(str(what, " holds the batch on axis ", st.axis, ", not axis 0", need,
                            " (end the model with a Transpose that moves it back)"), hint);

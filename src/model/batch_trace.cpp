@@ -47,6 +47,31 @@ Tensor repeat_rows(const Tensor& t, std::size_t axis, int64_t count) {
   return out;
 }
 
+// Whether every slice of `t` along `axis` holds the same bytes (a row broadcast to the batch).
+bool rows_equal(const Tensor& t, std::size_t axis) {
+  const std::size_t outer = static_cast<std::size_t>(product(t.shape, 0, axis));
+  const std::size_t rows = static_cast<std::size_t>(t.shape[axis]);
+  const std::size_t inner = t.bytes.size() / std::max<std::size_t>(outer * rows, 1);
+  for (std::size_t o = 0; o < outer; ++o) {
+    const uint8_t* base = t.bytes.data() + o * rows * inner;
+    for (std::size_t r = 1; r < rows; ++r)
+      if (std::memcmp(base, base + r * inner, inner) != 0) return false;
+  }
+  return true;
+}
+
+// The first slice of `t` along `axis` (size 1 there).
+Tensor first_row(const Tensor& t, std::size_t axis) {
+  Shape shape = t.shape;
+  const std::size_t outer = static_cast<std::size_t>(product(t.shape, 0, axis));
+  const std::size_t rows = static_cast<std::size_t>(t.shape[axis]);
+  const std::size_t inner = t.bytes.size() / std::max<std::size_t>(outer * rows, 1);
+  shape[axis] = 1;
+  Tensor out(t.dtype, shape);
+  for (std::size_t o = 0; o < outer; ++o) std::memcpy(out.bytes.data() + o * inner, t.bytes.data() + o * rows * inner, inner);
+  return out;
+}
+
 class Tracer {
  public:
   using Rule = bool (Tracer::*)(const Node&);
@@ -88,8 +113,14 @@ class Tracer {
         return fail(str("takes a parameter from the input data (its input ", i, ", '", n.inputs[i], "')"));
     return true;
   }
+  const BatchState& state(const Node& n, std::size_t i) const {
+    static const BatchState none;
+    const auto it = n.input(i).empty() ? t_.states.end() : t_.states.find(n.input(i));
+    return it == t_.states.end() || g_.is_constant(n.input(i)) ? none : it->second;
+  }
+  // The outputs keep the data inputs' merge of the batch axis (same_merge) unless a rule says other.
   void set(std::size_t k, int axis) {
-    if (k < out_.size()) out_[k] = BatchState{axis, "", first_};
+    if (k < out_.size()) out_[k] = BatchState{axis, merge_note_, first_, outer_, inner_};
   }
   void all(int axis) {
     for (std::size_t k = 0; k < out_.size(); ++k) set(k, axis);
@@ -98,6 +129,8 @@ class Tracer {
   bool visit(const Node& n);
   bool single_sample(const Node& n, const std::vector<std::size_t>& data);
   bool same_samples(const Node& n, const std::vector<std::size_t>& data);
+  bool same_merge(const Node& n, const std::vector<std::size_t>& data);
+  bool unmerged(const char* what);
   static Rule rule_of(const std::string& op);
 
   // ---- the rules, one per op or family ----
@@ -137,6 +170,8 @@ class Tracer {
   std::size_t node_ = 0;
   std::vector<BatchState> out_;  // the node being visited: its outputs' states
   int64_t first_ = 0;            // ... and the sample its first data input starts at
+  int64_t outer_ = 1, inner_ = 1;  // ... and how its data inputs' batch axis is merged
+  std::string merge_note_;         // ... and by which node
   std::string why_;
 };
 
@@ -189,6 +224,8 @@ Tracer::Rule Tracer::rule_of(const std::string& op) {
 bool Tracer::visit(const Node& n) {
   out_.assign(n.outputs.size(), BatchState{});
   first_ = 0;
+  outer_ = inner_ = 1;
+  merge_note_.clear();
   // Which inputs depend on the input data.  A node none of whose inputs does computes the same for
   // every sample (position tables, masks), whatever the op.
   std::vector<std::size_t> data;
@@ -207,7 +244,8 @@ bool Tracer::visit(const Node& n) {
     ok = why_.empty();
   } else if (strict_ || same_samples(n, data)) {
     const Rule rule = rule_of(n.op);
-    ok = rule ? (this->*rule)(n) : fail("is an op whose effect on the batch axis Sluice does not know");
+    ok = same_merge(n, data) &&
+         (rule ? (this->*rule)(n) : fail("is an op whose effect on the batch axis Sluice does not know"));
   } else {
     ok = false;
   }
@@ -268,6 +306,30 @@ bool Tracer::same_samples(const Node& n, const std::vector<std::size_t>& data) {
     if (!joins_batch && st(i).first != first_) return fail("combines rows of different samples");
   }
   return true;
+}
+
+// Data inputs that carry the batch must have it merged the same way (or not at all): rows i of two
+// tensors then hold the same sample.  Sets the outputs' merge to theirs.
+bool Tracer::same_merge(const Node& n, const std::vector<std::size_t>& data) {
+  bool seen = false;
+  for (std::size_t i : data) {
+    const BatchState& s = state(n, i);
+    if (s.axis < 0) continue;
+    if (!seen) {
+      outer_ = s.outer, inner_ = s.inner;
+      if (s.merged()) merge_note_ = s.why;
+      seen = true;
+    } else if (s.outer != outer_ || s.inner != inner_) {
+      return fail("combines tensors whose batch axes are merged with other axes in different ways");
+    }
+  }
+  return true;
+}
+
+// For rules that index the batch axis itself: only where it holds the samples alone.
+bool Tracer::unmerged(const char* what) {
+  if (outer_ == 1 && inner_ == 1) return true;
+  return fail(str(what, " a batch axis that holds the samples merged with other axes (", merge_note_, ")"));
 }
 
 // ---- element-wise ----
@@ -331,6 +393,7 @@ bool Tracer::per_sample(const Node& n) {
 bool Tracer::detections(const Node& n) {
   for (std::size_t i = 0; i < n.inputs.size(); ++i)
     if (ax(n, i) != 0) return fail("reads a detector output whose batch is not on axis 0");
+  if (!unmerged("reads detector outputs from")) return false;
   all(0);
   return true;
 }
@@ -447,38 +510,49 @@ bool Tracer::transpose(const Node& n) {
   return true;
 }
 
-// Reshape and Flatten keep each sample's elements together when the batch axis maps onto one output
-// axis q of the same size with the same number of elements before it (row-major order then moves
-// whole samples).  Reshape's target gets the new batch at q.
+// Reshape and Flatten keep each sample's elements together when, in row-major order, the input's
+// [elements before the samples, samples, elements after] lands with its samples inside one output
+// axis q: the batch is then on q, merged with what shares q (heads, windows, sequence positions).
+// Where q holds the samples alone, the batch is its own axis again.  With more than one sample that
+// q is unique; a batch of one fits several, each a layout that keeps the samples apart at any batch
+// (the rules after it prove or refuse the rest, and a refusal leaves sub-batches), and the trace
+// takes the likeliest: the batch alone, else on its own axis with the same elements before it, else
+// anywhere but merged into the last axis (the features the next product sums over).  Reshape's
+// target gets the new batch at q.
 bool Tracer::reshape(const Node& n) {
   if (!params_free(n, 1)) return false;
   const int a = ax(n, 0);
+  const BatchState& s = state(n, 0);
   const Shape& in = shape(n.inputs[0]);
   const Shape& res = shape(n.outputs.at(0));
-  const int64_t before = product(in, 0, static_cast<std::size_t>(a));
-  std::vector<int> candidates;
-  for (std::size_t q = 0; q < res.size(); ++q)
-    if (product(res, 0, q) == before && res[q] == in[static_cast<std::size_t>(a)]) candidates.push_back(static_cast<int>(q));
-  if (n.op == "Flatten") {
-    const int side = a < attr_axis(n, 1, static_cast<int>(in.size())) ? 0 : 1;
-    if (!std::count(candidates.begin(), candidates.end(), side))
-      return fail(str("flattens the batch axis together with other axes: ", shape_str(in), " -> ",
-                      shape_str(res)));
-    set(0, side);
-    return true;
+  const int64_t samples = in[static_cast<std::size_t>(a)] / (s.outer * s.inner);
+  const int64_t lead = product(in, 0, static_cast<std::size_t>(a)), before = lead * s.outer;
+  int q = -1, best = -1;
+  int64_t outer = 1, inner = 1;
+  for (std::size_t k = 0; k < res.size(); ++k) {
+    const int64_t pb = product(res, 0, k), pa = pb * res[k];
+    if (pb == 0 || before % pb != 0 || pa % (before * samples) != 0) continue;
+    const int64_t o = before / pb, i = pa / (before * samples);
+    const bool alone = o == 1 && i == 1, here = static_cast<int>(k) == a;
+    const bool last = k + 1 == res.size() && i > 1;  // into the features that the next product sums
+    const int rank = alone ? (here ? 5 : 4) : last ? 0 : here && pb == lead ? 3 : 2;
+    if (rank > best) best = rank, q = static_cast<int>(k), outer = o, inner = i;
   }
-  if (candidates.empty()) return fail(str("merges or splits the batch axis: ", shape_str(in), " -> ", shape_str(res)));
-  // Several candidates only differ by axes of size 1 next to the batch; keep the batch where it was
-  // when that is one of them.
-  const int q = std::count(candidates.begin(), candidates.end(), a) ? a : candidates.front();
-  if (strict_) {
+  const bool flatten = n.op == "Flatten";
+  if (q < 0)
+    return fail(str(flatten ? "flattens the batch axis together with other axes: " : "merges or splits the batch axis: ",
+                    shape_str(in), " -> ", shape_str(res)));
+  if (strict_ && !flatten) {
     const Tensor* target = constant(n, 1);
     if (!target) return fail("reshapes to a target shape that is not constant");
     const std::vector<int64_t> t = target->as_int64();
-    const bool copies = t[static_cast<std::size_t>(q)] == 0 && n.get_int("allowzero", 0) == 0 && q == a;
+    const bool copies = t[static_cast<std::size_t>(q)] == 0 && n.get_int("allowzero", 0) == 0 && q == a &&
+                        outer == s.outer && inner == s.inner;
     if (t[static_cast<std::size_t>(q)] != -1 && !copies)
-      t_.rewrites.push_back({node_, 1, with_element(*target, static_cast<std::size_t>(q), batch_)});
+      t_.rewrites.push_back({node_, 1, with_element(*target, static_cast<std::size_t>(q), outer * batch_ * inner)});
   }
+  outer_ = outer, inner_ = inner;
+  merge_note_ = outer == 1 && inner == 1 ? "" : str(n.describe(), " merges it: ", shape_str(in), " -> ", shape_str(res));
   set(0, q);
   return true;
 }
@@ -557,8 +631,8 @@ bool Tracer::expand(const Node& n) {
   if (y.size() <= static_cast<std::size_t>(at) || y[static_cast<std::size_t>(at)] != len)
     return fail("changes the batch axis' length");
   const int i = at - (R - static_cast<int>(v.size()));
-  if (strict_ && i >= 0 && v[static_cast<std::size_t>(i)] == b0_ && b0_ != 1)
-    t_.rewrites.push_back({node_, 1, with_element(*t, static_cast<std::size_t>(i), batch_)});
+  if (strict_ && i >= 0 && v[static_cast<std::size_t>(i)] == len && len != 1)
+    t_.rewrites.push_back({node_, 1, with_element(*t, static_cast<std::size_t>(i), len / b0_ * batch_)});
   set(0, at);
   return true;
 }
@@ -616,6 +690,7 @@ bool Tracer::concat(const Node& n) {
   const int r = rank(n.outputs.at(0));
   if (attr_axis(n, 0, r) == a) {
     if (strict_) return fail("joins tensors along the batch axis");
+    if (!unmerged("joins tensors along")) return false;
     // Check: only consecutive windows of samples, every input data (sub-batches joined).
     int64_t next = t_.of(g_, n.inputs[0]).first;
     for (std::size_t i = 0; i < n.inputs.size(); ++i) {
@@ -630,13 +705,15 @@ bool Tracer::concat(const Node& n) {
   }
   for (std::size_t i = 0; strict_ && i < n.inputs.size(); ++i) {
     if (ax(n, i) != kNoBatch) continue;
-    // A constant row joined to every sample (a class token expanded to the batch of one): at the
-    // new batch, the constant repeated once per sample.
+    // A constant row joined to every sample (a class token expanded to the model's batch, folded
+    // into a constant): at the new batch, that row repeated once per sample.
     const Tensor* t = constant(n, i);
-    if (!t || b0_ != 1 || static_cast<int>(t->shape.size()) <= a || t->shape[static_cast<std::size_t>(a)] != 1)
+    if (!unmerged("joins a constant to")) return false;
+    const std::size_t at = static_cast<std::size_t>(a);
+    if (!t || t->shape.size() <= at || t->shape[at] != b0_ || (b0_ != 1 && !rows_equal(*t, at)))
       return fail("joins tensors that carry the batch with tensors that do not");
-    if (t->numel() * batch_ > (int64_t(1) << 25)) return fail("joins a large constant to every sample");
-    t_.rewrites.push_back({node_, i, repeat_rows(*t, static_cast<std::size_t>(a), batch_)});
+    if (t->numel() / b0_ * batch_ > (int64_t(1) << 25)) return fail("joins a large constant to every sample");
+    t_.rewrites.push_back({node_, i, repeat_rows(b0_ == 1 ? *t : first_row(*t, at), at, batch_)});
   }
   set(0, a);
   return true;
@@ -672,6 +749,7 @@ bool Tracer::slice(const Node& n) {
     if ((axes.empty() ? static_cast<int64_t>(k) : norm(axes[k], r)) != a) continue;
     const int64_t step = k < steps.size() ? steps[k] : 1;
     if (step != 1) return fail("reorders the batch axis");
+    if (!unmerged("cuts")) return false;
     if (strict_) {
       if (starts[k] != 0 || k >= ends.size() || ends[k] < b0_) return fail("cuts the batch axis");
       t_.rewrites.push_back({node_, 2, with_element(*constant(n, 2), k, std::numeric_limits<int64_t>::max())});
@@ -718,8 +796,9 @@ bool Tracer::resize(const Node& n) {
   if (n.get_string("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize")
     return fail("crops along the batch axis");
   if (const Tensor* sizes = constant(n, 3)) {
-    if (sizes->as_int64().at(at) != b0_) return fail("resizes the batch axis");
-    t_.rewrites.push_back({node_, 3, with_element(*sizes, at, batch_)});
+    const int64_t len = x[static_cast<std::size_t>(a)];
+    if (sizes->as_int64().at(at) != len) return fail("resizes the batch axis");
+    t_.rewrites.push_back({node_, 3, with_element(*sizes, at, len / b0_ * batch_)});
     return true;
   }
   if (const Tensor* scales = constant(n, 2)) {

@@ -28,10 +28,17 @@ constexpr int kNoBatch = -1;  // independent of the input (weights, shape values
 constexpr int kMixed = -2;    // rows mixed or the batch axis dropped (Check; the reason is kept)
 constexpr int kSingle = -3;   // computed from one sample only (a sub-batch of one), any layout (Check)
 
+// A batch axis may hold the samples merged with other axes, as exporters write attention heads and
+// windows ([S, B x H, D], [B x windows, N, C]): along it, index (o x samples + b) x inner + j holds
+// sample b, so each sample's rows are `inner` consecutive ones, repeated `outer` times.  Ops that
+// keep rows apart along such an axis keep the samples apart; an output must have it unmerged.
 struct BatchState {
   int axis = kNoBatch;  // >= 0: the axis that holds the batch, one row per sample
-  std::string why;      // kMixed: the node and what it did
+  std::string why;      // kMixed: the node and what it did; merged: the node that merged the batch
   int64_t first = 0;    // a data tensor: the sample its batch axis' row 0 holds
+  int64_t outer = 1;    // the batch axis' length is outer x samples x inner
+  int64_t inner = 1;
+  bool merged() const { return outer != 1 || inner != 1; }
 };
 
 // A constant input of a node to replace so that the graph computes at the new batch (Respecialize).

@@ -19,6 +19,9 @@ void infer_shapes(Graph& g);
 void remove_identities(Graph& g);
 void fold_batchnorm(Graph& g);
 void fuse_convolutions(Graph& g);
+// Patch embeddings (a convolution whose kernel equals its stride, on a few channels) as a permutation
+// and one MatMul (model/fuse_patches.cpp); returns how many.  SLUICE_PATCH_GEMM=0 turns it off.
+int fuse_patch_convolutions(Graph& g);
 void fuse_transformer_patterns(Graph& g);  // LayerNormalization and Gelu from their element-wise spellings
 // Scaled dot-product attention chains into sluice.Attention (model/fuse_attention.cpp); returns how
 // many were fused.  SLUICE_FUSE_ATTENTION=0 turns it off.

@@ -386,6 +386,7 @@ Graph prepare_graph(Graph g, const PrepareOptions& o) {
   if (o.fuse) {
     fold_batchnorm(g);
     fuse_convolutions(g);
+    fuse_patch_convolutions(g);
     fuse_transformer_patterns(g);
     fuse_attention(g);
   }

@@ -150,3 +150,36 @@ def test_exports_of_the_older_torch_match_onnxruntime(model, opset, tmp_path):
     got = np.load(tmp_path / "out" / file_name(sess.get_outputs()[0].name))
     err = relative_error(got, ref)
     assert err <= REL_TOL, f"max|diff|/max|ref| = {err:.3g}"
+
+
+# torch 1.13 exporting at a fixed batch of 4 writes the batch merged with the attention heads
+# ([S, 4 x H, D], sequence-first attention) and with Swin's windows ([4 x windows, N, C]); the model
+# still keeps samples apart, and Sluice re-specializes it to other batches.
+# Gradients stay on: under no_grad torchvision's attention takes a fused fast path that the exporter
+# cannot write.
+EXPORT_STATIC = EXPORT_OLD.replace("with torch.no_grad():\n    ", "").replace("torch.randn((1,) + chw)",
+                                                                             "torch.randn((4,) + chw)")
+
+
+@pytest.mark.skipif(not torch_available(TORCH_PY), reason=f"{TORCH_PY} has no torch/torchvision")
+@pytest.mark.parametrize("model", ["tv_vit", "tv_swin"])
+def test_a_static_batch_export_that_merges_the_batch_with_heads_or_windows_runs_at_any_batch(model, tmp_path):
+    import onnxruntime as ort
+    path = tmp_path / "model.onnx"
+    r = subprocess.run([TORCH_PY, "-c", EXPORT_STATIC, model, "17", str(path), os.path.join(ROOT, "data_tools")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    x = np.random.default_rng(5).standard_normal((12,) + tuple(sess.get_inputs()[0].shape[1:])).astype(np.float32)
+    ref = np.concatenate([sess.run(None, {name: x[i:i + 4]})[0] for i in range(0, 12, 4)])
+    np.save(tmp_path / "x.npy", x)
+    for batch, mode in ((4, "auto"), (6, "respecialize"), (3, "respecialize")):
+        out = tmp_path / f"out{batch}"
+        p = sluice("run", "--model", path, "--input", tmp_path / "x.npy", "--batch-size", batch, "--static-batch", mode,
+                   "--device", "cpu", "--cpu-threads", 2, "--outputs", "logits", "--output", out, "--quiet")
+        assert p.returncode == 0, p.stderr.strip()
+        with h5py.File(out / "outputs.h5", "r") as f:
+            got = f["outputs"]["logits"][:]
+        err = relative_error(got, ref)
+        assert err <= REL_TOL, f"batch {batch}: max|diff|/max|ref| = {err:.3g}"

@@ -82,11 +82,59 @@ TEST(BatchAxis, ReshapesKeepTheBatchOnlyWhenItStaysItsOwnAxis) {
   good.output("y");
   EXPECT_EQ(refusal(good.g), "");
 
+  // The batch merged with another axis keeps samples apart but cannot be an output: rows of y are
+  // not samples.
+  GraphBuilder merged({B, 3, 4});
+  merged.constant_i("s", {2}, {B * 3, 4});
+  merged.node("Reshape", {"x", "s"}, {f32("y", {B * 3, 4})});
+  merged.output("y");
+  EXPECT_NE(refusal(merged.g).find("holds the batch merged with other axes"), std::string::npos) << refusal(merged.g);
+
+  // [B, 3, 4] -> [3, B, 4] is no transpose: row b of the result holds pieces of several samples.
   GraphBuilder bad({B, 3, 4});
-  bad.constant_i("s", {2}, {B * 3, 4});
-  bad.node("Reshape", {"x", "s"}, {f32("y", {B * 3, 4})});
+  bad.constant_i("s", {3}, {3, B, 4});
+  bad.node("Reshape", {"x", "s"}, {f32("y", {3, B, 4})});
   bad.output("y");
   EXPECT_NE(refusal(bad.g).find("merges or splits the batch axis"), std::string::npos) << refusal(bad.g);
+}
+
+// Sequence-first multi-head attention as torch's TorchScript exporter writes nn.MultiheadAttention
+// at a fixed batch: the batch merged with the heads ([S, B x H, D]), then with the sequence ([S x B, E]).
+GraphBuilder heads_model(int64_t softmax_axis) {
+  constexpr int64_t S = 5, H = 2, D = 3, E = H * D;
+  GraphBuilder b({B, S, E});
+  b.constant_i("heads", {3}, {S, B * H, D}).constant_i("rows", {2}, {S * B, E}).constant_i("seq", {3}, {S, B, E});
+  set_ints(b.node("Transpose", {"x"}, {f32("sbe", {S, B, E})}), "perm", {1, 0, 2});
+  b.node("Reshape", {"sbe", "heads"}, {f32("shd", {S, B * H, D})});
+  set_ints(b.node("Transpose", {"shd"}, {f32("q", {B * H, S, D})}), "perm", {1, 0, 2});
+  set_ints(b.node("Transpose", {"shd"}, {f32("kt", {B * H, D, S})}), "perm", {1, 2, 0});
+  b.node("MatMul", {"q", "kt"}, {f32("scores", {B * H, S, S})});
+  set_int(b.node("Softmax", {"scores"}, {f32("p", {B * H, S, S})}), "axis", softmax_axis);
+  b.node("MatMul", {"p", "q"}, {f32("o", {B * H, S, D})});
+  set_ints(b.node("Transpose", {"o"}, {f32("o2", {S, B * H, D})}), "perm", {1, 0, 2});
+  b.node("Reshape", {"o2", "rows"}, {f32("flat", {S * B, E})});
+  b.node("Reshape", {"flat", "seq"}, {f32("back", {S, B, E})});
+  set_ints(b.node("Transpose", {"back"}, {f32("y", {B, S, E})}), "perm", {1, 0, 2});
+  b.output("y");
+  return b;
+}
+
+TEST(BatchAxis, TheBatchMergedWithHeadsKeepsSamplesApartUntilItHasItsOwnAxisAgain) {
+  EXPECT_EQ(refusal(heads_model(-1).g), "");
+  // The same softmax over the merged axis would mix the samples.
+  EXPECT_NE(refusal(heads_model(0).g).find("across samples"), std::string::npos) << refusal(heads_model(0).g);
+}
+
+TEST(BatchAxis, TwoTensorsWithTheBatchMergedInDifferentWaysAreNotCombined) {
+  // [B, 2, 3] -> [B x 2, 3] holds (sample, i) in row 2b + i; via [2, B, 3] it is row B i + b.
+  GraphBuilder b({B, 2, 3});
+  b.constant_i("s", {2}, {2 * B, 3});
+  b.node("Reshape", {"x", "s"}, {f32("a", {2 * B, 3})});
+  set_ints(b.node("Transpose", {"x"}, {f32("t", {2, B, 3})}), "perm", {1, 0, 2});
+  b.node("Reshape", {"t", "s"}, {f32("c", {2 * B, 3})});
+  b.node("Add", {"a", "c"}, {f32("y", {2 * B, 3})});
+  b.output("y");
+  EXPECT_NE(refusal(b.g).find("merged with other axes in different ways"), std::string::npos) << refusal(b.g);
 }
 
 TEST(BatchAxis, ConcatAndGatherAlongTheBatchAreRefused) {

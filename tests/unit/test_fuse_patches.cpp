@@ -1,0 +1,142 @@
+// fuse_patch_convolutions: a convolution whose kernel equals its stride on a few channels (a patch
+// embedding) becomes a permutation and one MatMul, the model's own flatten-and-transpose after it
+// disappears, and the outputs equal the convolution's (CPU engine, against the graph without the
+// pass, which runs the convolution).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "engine/engine.h"
+#include "model/onnx_loader.h"
+#include "model/prepare.h"
+#include "test_model_util.h"
+
+using namespace sluice;
+using sluice::test::count_ops;
+using sluice::test::GraphBuilder;
+using sluice::test::ramp;
+
+namespace {
+
+struct Prepared {
+  Graph g;
+  std::vector<float> y;
+};
+
+// g prepared at batch 3 with or without the pass, and its first output on a ramp input.
+Prepared run(const Graph& model, const Shape& sample, bool patches) {
+  setenv("SLUICE_PATCH_GEMM", patches ? "1" : "0", 1);
+  PrepareOptions o;
+  o.batch_size = 3;
+  o.sample_shape = sample;
+  Prepared p{prepare_graph(model, o), {}};
+  unsetenv("SLUICE_PATCH_GEMM");
+  EngineOptions eo;
+  eo.threads = 2;
+  eo.io_sets = 1;
+  auto e = create_cpu_engine(p.g, eo);
+  const std::vector<float> x = ramp(static_cast<std::size_t>(shape_numel(e->input().shape)), 5);
+  std::memcpy(e->input_buffer(0), x.data(), x.size() * sizeof(float));
+  e->forward(0, nullptr);
+  const float* y = static_cast<const float*>(e->output_buffer(0, 0));
+  p.y.assign(y, y + shape_numel(e->outputs()[0].shape));
+  return p;
+}
+
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 1e-30, diff = 0;
+  for (std::size_t j = 0; j < a.size(); ++j) {
+    scale = std::max(scale, static_cast<double>(std::fabs(b[j])));
+    diff = std::max(diff, static_cast<double>(std::fabs(a[j] - b[j])));
+  }
+  return diff / scale;
+}
+
+// x [B, 3, 8, 12] -> Conv 4x4/4 (5 filters, bias) -> [B, 5, 2, 3] -> then `tail`.
+GraphBuilder patch_model(bool tokens) {
+  GraphBuilder b;
+  b.input("x", {-1, 3, 8, 12}).output("y");
+  b.floats("w", {5, 3, 4, 4}, ramp(240, 1)).floats("bias", {5}, ramp(5, 2));
+  Node& c = b.node("Conv", {"x", "w", "bias"}, {"c"});
+  c.attrs["kernel_shape"] = Attribute::of_ints({4, 4});
+  c.attrs["strides"] = Attribute::of_ints({4, 4});
+  if (tokens) {  // the ViT spelling: flatten the grid, channels last
+    b.ints("flat", {0, 5, -1});
+    b.node("Reshape", {"c", "flat"}, {"f"});
+    b.node("Transpose", {"f"}, {"y"}).attrs["perm"] = Attribute::of_ints({0, 2, 1});
+  } else {
+    b.node("Relu", {"c"}, {"r"});
+    b.node("MaxPool", {"r"}, {"y"}).attrs["kernel_shape"] = Attribute::of_ints({2, 3});
+  }
+  return b;
+}
+
+}  // namespace
+
+TEST(FusePatches, APatchEmbeddingBecomesOneMatMulAndItsTokenLayoutIsKept) {
+  const GraphBuilder b = patch_model(true);
+  const Prepared with = run(b.g, {3, 8, 12}, true), without = run(b.g, {3, 8, 12}, false);
+  EXPECT_EQ(count_ops(with.g, "Conv"), 0);
+  EXPECT_EQ(count_ops(with.g, "MatMul"), 1);
+  // The permutation of the input is the one Transpose left: the model's own went with the grid.
+  EXPECT_EQ(count_ops(with.g, "Transpose"), 1);
+  EXPECT_EQ(count_ops(without.g, "Conv"), 1);
+  ASSERT_EQ(with.y.size(), without.y.size());
+  EXPECT_LE(relative_difference(with.y, without.y), 1e-5);
+}
+
+TEST(FusePatches, AGridReadByOtherOpsIsWrittenBackInChannelsFirstOrder) {
+  // Conv + Relu is a FusedConv and stays a convolution; a bare patch Conv read by a pool gets its
+  // grid back.
+  GraphBuilder fused = patch_model(false);
+  EXPECT_EQ(count_ops(run(fused.g, {3, 8, 12}, true).g, "MatMul"), 0);
+
+  GraphBuilder b;
+  b.input("x", {-1, 3, 8, 12}).output("y");
+  b.floats("w", {5, 3, 4, 4}, ramp(240, 3));
+  Node& c = b.node("Conv", {"x", "w"}, {"c"});
+  c.attrs["kernel_shape"] = Attribute::of_ints({4, 4});
+  c.attrs["strides"] = Attribute::of_ints({4, 4});
+  b.node("GlobalAveragePool", {"c"}, {"p"});
+  b.node("Sigmoid", {"c"}, {"s"});
+  b.node("Mul", {"s", "p"}, {"y"});
+  const Prepared with = run(b.g, {3, 8, 12}, true), without = run(b.g, {3, 8, 12}, false);
+  EXPECT_EQ(count_ops(with.g, "Conv"), 0);
+  ASSERT_EQ(with.y.size(), without.y.size());
+  EXPECT_LE(relative_difference(with.y, without.y), 1e-5);
+}
+
+TEST(FusePatches, OverlappingOrPaddedOrWideConvolutionsStayConvolutions) {
+  auto model = [](int64_t channels, int64_t stride, int64_t pad) {
+    GraphBuilder b;
+    b.input("x", {-1, channels, 8, 8}).output("y");
+    b.floats("w", {4, channels, 4, 4}, ramp(static_cast<std::size_t>(64 * channels), 1));
+    Node& c = b.node("Conv", {"x", "w"}, {"y"});
+    c.attrs["kernel_shape"] = Attribute::of_ints({4, 4});
+    c.attrs["strides"] = Attribute::of_ints({stride, stride});
+    c.attrs["pads"] = Attribute::of_ints({pad, pad, pad, pad});
+    return b;
+  };
+  EXPECT_EQ(count_ops(run(model(3, 2, 0).g, {3, 8, 8}, true).g, "Conv"), 1);    // overlapping
+  EXPECT_EQ(count_ops(run(model(3, 4, 1).g, {3, 8, 8}, true).g, "Conv"), 1);    // padded
+  EXPECT_EQ(count_ops(run(model(64, 4, 0).g, {64, 8, 8}, true).g, "Conv"), 1);  // many channels
+}
+
+TEST(FusePatches, EveryZooVisionTransformerStemBecomesAMatMul) {
+  for (const char* name : {"tv_vit.dynamo", "timm_deit.torchscript", "timm_dinov2.dynamo", "hf_vit.torchscript",
+                           "hf_clip_vision.dynamo"}) {
+    const std::string path = std::string(SLUICE_SOURCE_DIR) + "/tests/data/zoo/" + name + ".onnx";
+    ASSERT_TRUE(std::filesystem::exists(path)) << path;
+    Graph g = load_onnx(path);
+    const Shape sample(g.inputs.at(0).shape.begin() + 1, g.inputs.at(0).shape.end());
+    const Prepared with = run(g, sample, true), without = run(g, sample, false);
+    EXPECT_EQ(count_ops(with.g, "Conv"), 0) << name;
+    EXPECT_LE(count_ops(with.g, "Transpose"), count_ops(without.g, "Transpose")) << name;
+    ASSERT_EQ(with.y.size(), without.y.size()) << name;
+    EXPECT_LE(relative_difference(with.y, without.y), 1e-5) << name;
+  }
+}
