@@ -8,7 +8,6 @@
 namespace sluice::cuda {
 namespace {
 
-constexpr unsigned kFull = 0xffffffffu;
 // Elements of a row each lane keeps in registers; longer rows are read again for each pass.
 constexpr int kPerLane = 32;
 
@@ -33,11 +32,6 @@ __device__ __forceinline__ void store(void* p, int c, int64_t i, float v) {
   if (c == kF32) static_cast<float*>(p)[i] = v;
   else if (c == kF16) static_cast<__half*>(p)[i] = __float2half_rn(v);
   else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
 }
 
 // Operand access.  The kernels below are written once over these and instantiated twice: with the
