@@ -16,11 +16,12 @@
 #include "core/cuda/cuda_raii.h"
 #include "engine/cuda/kernels.h"
 #include "gpu_test_util.h"
-#include "model/onnx_loader.h"
-#include "model/prepare.h"
+#include "support/zoo_model.h"
 
 using namespace sluice;
 using namespace sluice::gputest;
+using testsupport::zoo_dir;
+using testsupport::zoo_model;
 namespace fs = std::filesystem;
 
 namespace {
@@ -104,22 +105,6 @@ std::vector<std::string> step_kinds(const Graph& g, Precision p) {
   std::vector<std::string> kinds;
   for (const auto& s : b.steps) kinds.push_back(s->kind);
   return kinds;
-}
-
-// The zoo of tests/data/zoo, in the checkout SLUICE_ROOT names (the GPU host's copy) or this one.
-fs::path zoo_dir() {
-  const char* root = std::getenv("SLUICE_ROOT");
-  return (root && *root ? fs::path(root) : fs::path(SLUICE_SOURCE_DIR)) / "tests" / "data" / "zoo";
-}
-
-Graph zoo_model(const std::string& name) {
-  Graph g = load_onnx((zoo_dir() / (name + ".onnx")).string());
-  PrepareOptions o;
-  o.batch_size = 3;
-  const Shape in = g.inputs.at(0).shape;
-  o.sample_shape = Shape(in.begin() + 1, in.end());
-  o.outputs = {{"logits", OutputSpec::Kind::Logits, DType::F32, 0}};
-  return prepare_graph(std::move(g), o);
 }
 
 }  // namespace
