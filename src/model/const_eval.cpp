@@ -220,12 +220,6 @@ void for_each_index(const Shape& shape, F&& f) {
   }
 }
 
-int64_t flat_index(const std::vector<int64_t>& idx, const std::vector<int64_t>& st) {
-  int64_t o = 0;
-  for (std::size_t d = 0; d < idx.size(); ++d) o += idx[d] * st[d];
-  return o;
-}
-
 // Split, CumSum, Trilu, the reductions, GatherND, ScatterND, MatMul and Softmax on constants (the
 // position tables and masks that models compute from constants).
 bool evaluate_structured_node(const Graph& g, const Node& n, const std::vector<const Tensor*>& in, std::vector<Tensor>& out) {
