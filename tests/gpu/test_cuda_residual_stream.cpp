@@ -99,14 +99,6 @@ Tensor chain_reference(const Graph& g, const Tensor& x, Precision p) {
   return Tensor::from(DType::F32, kTokens, y);
 }
 
-std::vector<std::string> step_kinds(const Graph& g, Precision p) {
-  cuda::Builder b(g, p);
-  b.lower_all();
-  std::vector<std::string> kinds;
-  for (const auto& s : b.steps) kinds.push_back(s->kind);
-  return kinds;
-}
-
 }  // namespace
 
 TEST(ResidualStream, EachResidualAddOfTheChainIsOneStepWithTheLayerNormThatReadsIt) {
