@@ -18,8 +18,7 @@ template <typename T, typename B>
 __global__ void attention_softmax_kernel(const T* x, const B* __restrict__ bias, T* y,
                                          int64_t rows, int64_t s, int64_t skv, int64_t period, bool zero_rows) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+  SLUICE_WARP_ROWS(row, rows) {
     const T* xr = x + row * skv;
     const B* br = nullptr;
     if (bias) {
@@ -75,14 +74,11 @@ __global__ void attention_softmax_kernel(const T* x, const B* __restrict__ bias,
 void attention_softmax(DType t, DType bias_type, const void* scores, const void* bias, void* probs, int64_t rows,
                        int64_t s, int64_t skv, int64_t period, bool zero_rows, cudaStream_t st) {
   if (rows <= 0 || skv <= 0) return;
-  const int64_t warps_per_block = kThreads / 32;
-  int64_t blocks = (rows + warps_per_block - 1) / warps_per_block;
-  if (blocks > (1 << 20)) blocks = 1 << 20;
   dispatch_float(t, [&](auto tag) {
     using T = decltype(tag);
     auto launch = [&](auto btag) {
       using Bt = decltype(btag);
-      attention_softmax_kernel<T, Bt><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(
+      attention_softmax_kernel<T, Bt><<<warp_grid(rows), kThreads, 0, st>>>(
           static_cast<const T*>(scores), static_cast<const Bt*>(bias), static_cast<T*>(probs), rows, s, skv,
           period > 0 ? period : 1, zero_rows);
     };

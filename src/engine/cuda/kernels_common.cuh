@@ -36,6 +36,14 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);     \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
+// One warp per row: `row` takes this warp's rows of [0, rows), a grid's worth of warps apart.
+#define SLUICE_WARP_ROWS(row, rows)                                                                  \
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < (rows); \
+       row += static_cast<int64_t>(gridDim.x) * (blockDim.x / 32))
+
+// The grid of a SLUICE_WARP_ROWS loop over `rows` with kThreads per block.
+inline unsigned warp_grid(int64_t rows) { return grid_for(rows, kThreads / 32); }
+
 // ---- warp reductions -------------------------------------------------------------------------
 // Over the 32 lanes of a warp, all active; every lane gets the result.
 constexpr unsigned kFull = 0xffffffffu;

@@ -103,9 +103,8 @@ struct NormArgs {
 template <bool kInRegisters, typename J, typename InA, typename InB, typename OutSum, typename OutY>
 __global__ void residual_norm_kernel(NormArgs<J, InA, InB, OutSum, OutY> r) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   const bool cached = kInRegisters || r.cols <= 32 * kPerLane;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < r.rows; row += warps) {
+  SLUICE_WARP_ROWS(row, r.rows) {
     const int64_t base = row * r.cols;
     auto value = [&](J j) { return r.add ? r.a.at(base + j) + r.b.at(base + j) : r.a.at(base + j); };
     float v[kPerLane];
@@ -203,10 +202,7 @@ void residual_norm(const ResidualNorm& r, cudaStream_t s) {
   SLUICE_CHECK(r.a.count > 0 && n % r.a.count == 0 && (!add || (r.b.count > 0 && n % r.b.count == 0)),
                "cuda residual_norm: operands of ", r.a.count, " and ", r.b.count, " elements do not repeat onto ", n);
   const CodedOut mean{r.mean, code(r.tstat)}, inv{r.inv, code(r.tstat)};
-  const int64_t per_block = kThreads / 32;
-  int64_t blocks = (r.rows + per_block - 1) / per_block;
-  if (blocks > (1 << 20)) blocks = 1 << 20;
-  const unsigned grid = static_cast<unsigned>(blocks);
+  const unsigned grid = warp_grid(r.rows);
   // Typed: operands that do not repeat, rows held in registers, an fp32 sum (or none).
   const bool typed = r.cols <= 32 * kPerLane && r.a.count >= n && (!add || r.b.count >= n) &&
                      (!r.sum || r.tsum == DType::F32);
