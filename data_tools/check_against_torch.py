@@ -48,7 +48,15 @@ def job_of(run):
     return tomllib.loads(text.decode() if isinstance(text, bytes) else text)
 
 
+def rel_error(got, ref):
+    """max|got - ref| / max|ref|, in float64."""
+    got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    return float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-30))
+
+
 def torch_forward(module, x, precision, device="cuda"):
+    """module(x) as torch eager runs it at `precision` (fp32 with TF32 off is the reference; fp16 and
+    bf16 under autocast), as a float32 tensor."""
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
@@ -93,12 +101,12 @@ def main():
     print(f"{a.model} on samples {idx} of {a.run}, precision {precision}, torch {torch.__version__}")
     ref_arg = ref.argmax(axis=1)
     own_agree = 100.0 * np.mean(own.argmax(axis=1) == ref_arg)
-    torch_rel = float(np.abs(own - ref).max() / np.abs(ref).max()) if "logits" in stored else 0.0
+    torch_rel = rel_error(own, ref) if "logits" in stored else 0.0
     # Each check passes by the fixed limit or at torch's level, whichever is looser.
     (tol, fixed_need), (torch_limit, torch_need) = pass_rule(precision, torch_rel, own_agree, whole=100.0)
     if "logits" in stored:
         got = stored["logits"].astype(np.float32)
-        rel = float(np.abs(got - ref).max() / np.abs(ref).max())
+        rel = rel_error(got, ref)
         limit = max(tol, torch_limit)
         good = rel <= limit
         ok &= good

@@ -93,8 +93,6 @@ BadScan scan_bad_samples(hid_t file, const std::vector<ChunkRecord>& chunks);
 // The per-row datasets (rank_file_rows.cpp).  Created with the file: /sample_key when
 // meta.key_bytes > 0, /sample_status, /sample_size when meta.orig_sizes, /bad_samples.
 void create_row_datasets(hid_t file, int64_t chunk_rows, const RankFileMeta& meta);
-// Recovery: /bad_samples of `src` holding exactly the `committed` records, into `dst`.
-void copy_bad_samples(hid_t src, hid_t dst, const std::vector<std::pair<int64_t, std::string>>& committed);
 
 // A writer's handles on the per-row datasets a file has, grown and written with every append.
 class RowDatasets {

@@ -136,22 +136,5 @@ void RowDatasets::write_bad(int64_t at, const BadRecord* records, int64_t count)
   H5_CHECK(H5Dwrite(bad_, bad_mem_, mspace, fspace, H5P_DEFAULT, records));
 }
 
-void copy_bad_samples(hid_t src, hid_t dst, const std::vector<std::pair<int64_t, std::string>>& committed) {
-  if (!h5::exists(src, kBadSamples)) return;
-  h5::Dataset from(H5_CHECK(H5Dopen2(src, kBadSamples, H5P_DEFAULT)));
-  h5::Type type(H5_CHECK(H5Dget_type(from)));
-  h5::Plist dcpl(H5_CHECK(H5Dget_create_plist(from)));
-  hsize_t n = committed.size(), unlimited = H5S_UNLIMITED;
-  h5::Space space(H5_CHECK(H5Screate_simple(1, &n, &unlimited)));
-  h5::Dataset to(H5_CHECK(H5Dcreate2(dst, kBadSamples, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
-  if (n > 0) {
-    std::vector<BadRecord> records;
-    for (const auto& [index, reason] : committed) records.push_back(to_record(index, reason));
-    h5::Type mem = bad_memory_type();
-    H5_CHECK(H5Dwrite(to, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, records.data()));
-  }
-  to.close();
-}
-
 }  // namespace rankfile
 }  // namespace sluice

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 
+#include "core/axis_view.h"
 #include "core/error.h"
 #include "model/graph_util.h"
 #include "model/canonicalize.h"
@@ -218,12 +219,6 @@ void for_each_index(const Shape& shape, F&& f) {
       idx[static_cast<std::size_t>(d)] = 0;
     }
   }
-}
-
-int64_t flat_index(const std::vector<int64_t>& idx, const std::vector<int64_t>& st) {
-  int64_t o = 0;
-  for (std::size_t d = 0; d < idx.size(); ++d) o += idx[d] * st[d];
-  return o;
 }
 
 // Split, CumSum, Trilu, the reductions, GatherND, ScatterND, MatMul and Softmax on constants (the
@@ -470,10 +465,8 @@ bool evaluate_node(const Graph& g, const Node& n, const std::vector<const Tensor
     shape.insert(shape.end(), ishape.begin(), ishape.end());
     shape.insert(shape.end(), x.shape.begin() + axis + 1, x.shape.end());
     if (too_big_to_fold(shape)) return false;
-    int64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= x.shape[i];
-    for (int64_t i = axis + 1; i < r; ++i) inner *= x.shape[i];
-    const int64_t dim = x.shape[axis];
+    const AxisView view = axis_view(x.shape, axis);
+    const int64_t outer = view.outer, inner = view.inner, dim = view.n;
     std::vector<int64_t> offs;
     offs.reserve(static_cast<std::size_t>(shape_numel(shape)));
     for (int64_t o = 0; o < outer; ++o)

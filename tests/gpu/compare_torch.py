@@ -30,7 +30,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "data_tools"))
 import export_model  # noqa: E402  (H1's exporter: build() and export())
-from check_against_torch import TOL as LIMITS, pass_rule  # noqa: E402  (the same limits and pass rule)
+# The same limits, pass rule, error measure and torch forward as a finished run is checked with.
+from check_against_torch import TOL as LIMITS, pass_rule, rel_error, torch_forward  # noqa: E402
 
 MODELS = {  # name: (batch, height, width)
     "resnet50": (16, 224, 224),
@@ -38,25 +39,10 @@ MODELS = {  # name: (batch, height, width)
 }
 
 
-def rel_error(got, ref):
-    return float(np.max(np.abs(got.astype(np.float64) - ref)) / max(np.max(np.abs(ref)), 1e-30))
-
-
 def torch_run(module, x, precision, device):
-    """torch eager at `precision` (fp32 with TF32 off is the reference)."""
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    with torch.no_grad():
-        xt = torch.from_numpy(x).to(device)
-        if precision in ("fp16", "bf16"):
-            dtype = torch.float16 if precision == "fp16" else torch.bfloat16
-            with torch.autocast(device, dtype=dtype):
-                y = module(xt)
-        else:
-            y = module(xt)
-        if device == "cuda":
-            torch.cuda.synchronize()
-    return y.float().cpu().numpy().astype(np.float64)
+    """torch eager at `precision` on the numpy input x, as float64 numpy."""
+    y = torch_forward(module, torch.from_numpy(x).to(device), precision, device)
+    return y.cpu().numpy().astype(np.float64)
 
 
 def sluice_run(sluice, model_path, input_path, outdir, precision, device):

@@ -19,18 +19,12 @@
 #   sanitizer  compute-sanitizer memcheck and racecheck on sampled tests
 # Detailed logs go to $OUT/*.log (at most 8 files come back); this script prints the summary lines.
 set -uo pipefail
-OUT=${OUT:-/tmp/sluice-device}
-mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-540}
 STEPS=${STEPS:-export gtest bench torch compare}
-RT=${RT:-.devrt}
-R="$PWD/$RT/run"
-T="$PWD/$RT/bin/sluice_gpu_tests"
-CT=/tmp/sluice-ct
-export SLUICE_BIN="$PWD/$RT/bin/sluice" SLUICE_ROOT="$PWD" PYTHONUNBUFFERED=1
-SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 # shellcheck source=tests/gpu/device_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
+CT=/tmp/sluice-ct
+export SLUICE_BIN="$S" SLUICE_ROOT="$PWD"
 EXPORTS=()
 wait_exports() {
   [ ${#EXPORTS[@]} -eq 0 ] && return

@@ -5,25 +5,16 @@
 # engine's), the output-tail tests, and the CPU image path against the GPU one.
 #   tar xJf devrt.tar.xz && bash tests/gpu/end_to_end_run.sh 2>&1 | tail -40
 set -uo pipefail
-OUT=${OUT:-/tmp/sluice-device}
-mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-420}
 STEPS=${STEPS:-data models tails images deeplab}
-RT=${RT:-.devrt}
-R="$PWD/$RT/run"
-S="$PWD/$RT/bin/sluice"
-T="$PWD/$RT/bin/sluice_gpu_tests"
+# shellcheck source=tests/gpu/device_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
 M=/tmp/sluice-models
 W=/tmp/sluice-images
 COUNT=${COUNT:-30000}
-export PYTHONUNBUFFERED=1
-# shellcheck source=tests/gpu/device_lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
 mkdir -p "$M" "$W"
 IMAGENET=(--scale 0.00392156862745098 --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225)
-if [ -e "$RT/lib/libnvjpeg.so.13" ] && [ -e /usr/local/cuda/lib64/libnvjpeg.so.13 ]; then
-  mkdir -p "$RT/unused" && mv "$RT/lib/libnvjpeg.so.13" "$RT/unused/"
-fi
+host_nvjpeg
 
 DATA_PID=""
 if want data; then

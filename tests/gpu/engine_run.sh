@@ -26,21 +26,14 @@
 # The last lines are a table: images/s against the targets, and each profile's slowest steps with
 # their achieved fraction of the measured copy bandwidth (memory-bound) or GEMM rate (convolutions).
 set -uo pipefail
-OUT=${OUT:-/tmp/sluice-device}
-mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-470}
 STEPS=${STEPS:-export gtest profile e2e compare models convgraph sanitizer}
-RT=${RT:-.devrt}
-R="$PWD/$RT/run"
-S="$PWD/$RT/bin/sluice"
-T="$PWD/$RT/bin/sluice_gpu_tests"
+# shellcheck source=tests/gpu/device_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
 M=${MODELS_DIR:-/tmp/sluice-models}
 CACHE=${CACHE:-/tmp/sluice-algo-cache}
 WORK=${WORK:-/tmp/sluice-engine-runs}
-SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-export PYTHONUNBUFFERED=1 SLUICE_BIN="$S" SLUICE_ROOT="$PWD"
-# shellcheck source=tests/gpu/device_lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
+export SLUICE_BIN="$S" SLUICE_ROOT="$PWD"
 mkdir -p "$M" "$CACHE" "$WORK"
 IMAGENET=(--scale 0.00392156862745098 --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225)
 

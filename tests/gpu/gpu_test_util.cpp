@@ -125,4 +125,12 @@ float round_to(Precision p, float v) {
   }
 }
 
+std::vector<std::string> step_kinds(const Graph& g, Precision p) {
+  cuda::Builder b(g, p);
+  b.lower_all();
+  std::vector<std::string> kinds;
+  for (const auto& s : b.steps) kinds.push_back(s->kind);
+  return kinds;
+}
+
 }  // namespace sluice::gputest

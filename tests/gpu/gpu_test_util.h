@@ -109,4 +109,7 @@ void expect_matches_reference(const Graph& g, Precision p, const HostReference& 
 // what the engine does to the input and to float constants before an op reads them.
 float round_to(Precision p, float v);
 
+// The kind of each step the CUDA builder makes of g at precision p, in order (no device needed).
+std::vector<std::string> step_kinds(const Graph& g, Precision p);
+
 }  // namespace sluice::gputest

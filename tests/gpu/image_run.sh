@@ -15,29 +15,18 @@
 #           PyTorch (PIL DataLoader, torchvision GPU decode, + ResNet-50 bf16); BENCH_STEPS picks
 # Logs: $OUT/{data,gtest,bench}.log; the summary lines go to stdout.
 set -uo pipefail
-OUT=${OUT:-/tmp/sluice-device}
-mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-560}
 STEPS=${STEPS:-data gtest bench}
-RT=${RT:-.devrt}
-R="$PWD/$RT/run"
-S="$PWD/$RT/bin/sluice"
-T="$PWD/$RT/bin/sluice_gpu_tests"
+# shellcheck source=tests/gpu/device_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
 WORK=${WORK:-/tmp/sluice-images}
 COUNT=${COUNT:-50000}
 MODEL=$WORK/resnet50.onnx
-export PYTHONUNBUFFERED=1
-# shellcheck source=tests/gpu/device_lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
 mkdir -p "$WORK"
 
 echo "host $(hostname), $(date -u +%FT%TZ), $(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
-# The bundle may carry the build machine's nvJPEG (PyPI's wheel); the host's toolkit copy is the
-# one that matches its driver.
-if [ -e "$RT/lib/libnvjpeg.so.13" ] && [ -e /usr/local/cuda/lib64/libnvjpeg.so.13 ]; then
-  mkdir -p "$RT/unused" && mv "$RT/lib/libnvjpeg.so.13" "$RT/unused/"
-fi
+host_nvjpeg
 "$R" ldd "$S" | grep -E 'nvjpeg|turbojpeg|spng' | sed 's/^/    /'
 
 BG=()

@@ -6,21 +6,13 @@
 #   set -o pipefail; bash tests/gpu/job_run.sh 2>&1 | tee $OUT/log
 # RT names the bundle folder (default .devrt); STEPS picks steps; DEADLINE (s) bounds the whole call.
 set -uo pipefail
-OUT=${OUT:-/tmp/sluice-device}
-mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-560}
 STEPS=${STEPS:-export e2e np2 sanitizer bench multigpu}
-RT=${RT:-.devrt}
-R="$PWD/$RT/run"
-S="$PWD/$RT/bin/sluice"
-T="$PWD/$RT/bin/sluice_gpu_tests"
-SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+# shellcheck source=tests/gpu/device_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
 MODEL=jobs/models/deeplabv3_resnet50.onnx
 WORK=${WORK:-/tmp/sluice-jobs}
 mkdir -p "$WORK"
-export PYTHONUNBUFFERED=1
-# shellcheck source=tests/gpu/device_lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
 GPUS=$(nvidia-smi -L | wc -l)
 
 # figures DIR: the report's job line (throughput, makespan, per-rank spread).

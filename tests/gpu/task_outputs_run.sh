@@ -6,15 +6,8 @@
 # onnxruntime.
 #   bash tests/gpu/task_outputs_run.sh 2>&1 | tail -30
 set -uo pipefail
-OUT=${OUT:-/tmp/sluice-device}
-mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-300}
 STEPS=${STEPS:-gtest pytest}
-RT=${RT:-.devrt}
-R="$PWD/$RT/run"
-S="$PWD/$RT/bin/sluice"
-T="$PWD/$RT/bin/sluice_gpu_tests"
-export PYTHONUNBUFFERED=1
 # shellcheck source=tests/gpu/device_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
 status=0

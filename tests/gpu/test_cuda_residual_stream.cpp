@@ -3,18 +3,25 @@
 // fused with the LayerNormalization that reads it) and once with every activation in bf16
 // (SLUICE_CUDA_RESIDUAL_FP32=0), which the same bound rejects; the steps the builder makes for it
 // and for the zoo's convolutional networks (unchanged); LayerNormalization's Mean and InvStdDev
-// outputs.
+// outputs, over short rows and rows longer than registers hold; a residual Add past 2^31 elements.
+// The chain runs both instantiations of kernels_residual.cu: the typed one (each block's sum) and
+// the type-coded one (h0, whose position embedding repeats inside the row loop), as do the two
+// LayerNorm row lengths and the two sides of 2^31.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
+#include "core/cuda/cuda_raii.h"
+#include "engine/cuda/kernels.h"
 #include "gpu_test_util.h"
-#include "model/onnx_loader.h"
-#include "model/prepare.h"
+#include "support/zoo_model.h"
 
 using namespace sluice;
 using namespace sluice::gputest;
+using testsupport::zoo_dir;
+using testsupport::zoo_model;
 namespace fs = std::filesystem;
 
 namespace {
@@ -92,30 +99,6 @@ Tensor chain_reference(const Graph& g, const Tensor& x, Precision p) {
   return Tensor::from(DType::F32, kTokens, y);
 }
 
-std::vector<std::string> step_kinds(const Graph& g, Precision p) {
-  cuda::Builder b(g, p);
-  b.lower_all();
-  std::vector<std::string> kinds;
-  for (const auto& s : b.steps) kinds.push_back(s->kind);
-  return kinds;
-}
-
-// The zoo of tests/data/zoo, in the checkout SLUICE_ROOT names (the GPU host's copy) or this one.
-fs::path zoo_dir() {
-  const char* root = std::getenv("SLUICE_ROOT");
-  return (root && *root ? fs::path(root) : fs::path(SLUICE_SOURCE_DIR)) / "tests" / "data" / "zoo";
-}
-
-Graph zoo_model(const std::string& name) {
-  Graph g = load_onnx((zoo_dir() / (name + ".onnx")).string());
-  PrepareOptions o;
-  o.batch_size = 3;
-  const Shape in = g.inputs.at(0).shape;
-  o.sample_shape = Shape(in.begin() + 1, in.end());
-  o.outputs = {{"logits", OutputSpec::Kind::Logits, DType::F32, 0}};
-  return prepare_graph(std::move(g), o);
-}
-
 }  // namespace
 
 TEST(ResidualStream, EachResidualAddOfTheChainIsOneStepWithTheLayerNormThatReadsIt) {
@@ -170,43 +153,79 @@ TEST(ResidualStream, ABf16LayerNormResidualChainMeetsABoundThatAllBf16StorageMis
   std::printf("[ residual ] bf16 chain of %d blocks: fp32 stream %.2e, all bf16 %.2e\n", static_cast<int>(kBlocks), mixed, narrow);
 }
 
-class LayerNormStatistics : public ::testing::TestWithParam<Precision> {};
-
-TEST_P(LayerNormStatistics, MeanAndInvStdDevOutputsMatchTheDefinition) {
-  const Precision p = GetParam();
-  const Shape xs = {3, 4, 40}, stat = {3, 4, 1};
+// LayerNormalization over rows of `cols` with its Mean and InvStdDev outputs against the definition
+// in double.
+void expect_layer_norm_matches_definition(Precision p, int64_t cols) {
+  const Shape xs = {3, 4, cols}, stat = {3, 4, 1};
+  const std::size_t rows = 12, c = static_cast<std::size_t>(cols);
   GraphBuilder b(xs);
-  b.random_f("g", {40}, 11, 0.5f, 1.5f).random_f("bias", {40}, 12);
+  b.random_f("g", {cols}, 11, 0.5f, 1.5f).random_f("bias", {cols}, 12);
   Node& n = b.node("LayerNormalization", {"x", "g", "bias"}, {f32("y", xs), f32("mean", stat), f32("inv", stat)});
   set_float(n, "epsilon", 1e-4f);
   b.output("y").output("mean").output("inv");
   const Graph g = b.g;
-  CompareOptions c;
-  c.lo = 0.5f;   // a mean away from zero, so its relative error means something
-  c.hi = 2.f;
+  CompareOptions o;
+  o.lo = 0.5f;   // a mean away from zero, so its relative error means something
+  o.hi = 2.f;
   expect_matches_reference(g, p, [&](const Tensor& x) {
     std::vector<float> v = x.as_float();
     for (auto& f : v) f = round_to(p, f);
     const auto gm = g.constants.at("g").as_float(), bs = g.constants.at("bias").as_float();
-    std::vector<float> y(v.size()), mean(12), inv(12);
-    for (std::size_t r = 0; r < 12; ++r) {
+    std::vector<float> y(v.size()), mean(rows), inv(rows);
+    for (std::size_t r = 0; r < rows; ++r) {
       double m = 0, var = 0;
-      for (std::size_t j = 0; j < 40; ++j) m += v[r * 40 + j];
-      m /= 40;
-      for (std::size_t j = 0; j < 40; ++j) var += (v[r * 40 + j] - m) * (v[r * 40 + j] - m);
-      const double is = 1 / std::sqrt(var / 40 + 1e-4);
-      for (std::size_t j = 0; j < 40; ++j) y[r * 40 + j] = static_cast<float>((v[r * 40 + j] - m) * is * gm[j] + bs[j]);
+      for (std::size_t j = 0; j < c; ++j) m += v[r * c + j];
+      m /= static_cast<double>(c);
+      for (std::size_t j = 0; j < c; ++j) var += (v[r * c + j] - m) * (v[r * c + j] - m);
+      const double is = 1 / std::sqrt(var / static_cast<double>(c) + 1e-4);
+      for (std::size_t j = 0; j < c; ++j) y[r * c + j] = static_cast<float>((v[r * c + j] - m) * is * gm[j] + bs[j]);
       mean[r] = static_cast<float>(m);
       inv[r] = static_cast<float>(is);
     }
     return std::vector<Tensor>{Tensor::from(DType::F32, xs, y), Tensor::from(DType::F32, stat, mean),
                                Tensor::from(DType::F32, stat, inv)};
-  }, c);
+  }, o);
+}
+
+class LayerNormStatistics : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(LayerNormStatistics, MeanAndInvStdDevOutputsMatchTheDefinition) { expect_layer_norm_matches_definition(GetParam(), 40); }
+
+// Rows of more than the 32 * 32 values a warp keeps in registers: read again for each pass.
+TEST_P(LayerNormStatistics, RowsLongerThanAWarpHoldsInRegistersMatchTheDefinition) {
+  expect_layer_norm_matches_definition(GetParam(), 1500);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, LayerNormStatistics,
                          ::testing::Values(Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16),
                          [](const ::testing::TestParamInfo<Precision>& i) { return std::string(precision_name(i.param)); });
+
+// 2^31 elements and more take 64-bit indices: the elements past 2^31, which a 32-bit index would
+// never reach, get their sum too.
+TEST(ResidualStream, AResidualAddOfMoreThan2To31ElementsWritesItsLastElements) {
+  SLUICE_REQUIRE_GPU();
+  const int64_t n = (int64_t{1} << 31) + 4096, period = 64;
+  cuda::DeviceBuffer a(static_cast<std::size_t>(n) * 2), b(period * sizeof(float)), y(static_cast<std::size_t>(n) * 2);
+  std::vector<float> bh(period);
+  for (int64_t i = 0; i < period; ++i) bh[static_cast<std::size_t>(i)] = 0.25f * static_cast<float>(i + 1);
+  CUDA_CHECK(cudaMemcpy(b.get(), bh.data(), bh.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemset(a.get(), 0, a.bytes()));     // bf16 zeros
+  CUDA_CHECK(cudaMemset(y.get(), 0xff, y.bytes()));  // bf16 NaN where nothing is written
+  cuda::residual_add({a.get(), DType::BF16, n}, {b.get(), DType::F32, period}, y.get(), DType::BF16, n, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  // bf16 holds the multiples of 0.25 up to 16 exactly: y[i] = b[i % period].
+  for (const int64_t from : {int64_t{0}, (int64_t{1} << 31) - 2048, n - 2048}) {
+    std::vector<uint16_t> got(2048);
+    CUDA_CHECK(cudaMemcpy(got.data(), y.as<uint16_t>() + from, got.size() * 2, cudaMemcpyDeviceToHost));
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      const int64_t i = from + static_cast<int64_t>(k);
+      uint32_t bits = static_cast<uint32_t>(got[k]) << 16;
+      float v;
+      std::memcpy(&v, &bits, sizeof v);
+      ASSERT_EQ(v, bh[static_cast<std::size_t>(i % period)]) << "element " << i;
+    }
+  }
+}
 
 TEST(ResidualStream, EveryZooExportLowersAtBf16AndTheVisionTransformersFuseTheirResidualAdds) {
   const fs::path zoo = zoo_dir();

@@ -71,14 +71,6 @@ const std::vector<std::vector<OutputSpec>>& head_sets() {
   return sets;
 }
 
-std::vector<std::string> step_kinds(const Graph& g, Precision p) {
-  cuda::Builder b(g, p);
-  b.lower_all();
-  std::vector<std::string> kinds;
-  for (const auto& s : b.steps) kinds.push_back(s->kind);
-  return kinds;
-}
-
 // ---- lowering (no GPU needed) -----------------------------------------------------------------------
 
 TEST(TailLowering, TheResizeAndEveryHeadBecomeOneStep) {

@@ -10,25 +10,14 @@
 # Steps (STEPS, default all) under one deadline (DEADLINE s, 570); COUNTS (2000,8000) the photo
 # counts, BATCH (64) the batch size of both sides, SIDES (pytorch,sluice) which sides run.  Logs: $OUT/gtest.log, $OUT/bench.log, $OUT/w4.txt, $OUT/w4.json, $OUT/logs/.
 set -uo pipefail
-OUT=${OUT:-/tmp/sluice-device}
-mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-570}
 STEPS=${STEPS:-gtest bench}
-RT=${RT:-.devrt}
-R="$PWD/$RT/run"
-S="$PWD/$RT/bin/sluice"
-T="$PWD/$RT/bin/sluice_gpu_tests"
-export PYTHONUNBUFFERED=1
 # shellcheck source=tests/gpu/device_lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
 
 echo "host $(hostname), $(date -u +%FT%TZ), $(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
-# The bundle may carry the build machine's nvJPEG (PyPI's wheel); the host's toolkit copy is the
-# one that matches its driver.
-if [ -e "$RT/lib/libnvjpeg.so.13" ] && [ -e /usr/local/cuda/lib64/libnvjpeg.so.13 ]; then
-  mkdir -p "$RT/unused" && mv "$RT/lib/libnvjpeg.so.13" "$RT/unused/"
-fi
+host_nvjpeg
 
 if want gtest; then
   run "gtest algorithm cache" 90 "$R" "$T" --gtest_color=no \

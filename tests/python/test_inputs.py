@@ -28,11 +28,6 @@ def data(tmp_path_factory):
     return d, x, names
 
 
-def keys_in(path, name="sample_key"):
-    with h5py.File(path, "r") as f:
-        return [k.decode() for k in f[name][:]]
-
-
 def outputs(outdir):
     with h5py.File(os.path.join(outdir, "outputs.h5"), "r") as f:
         return {name: f["outputs"][name][:] for name in f["outputs"]}, [k.decode() for k in f["sample_key"][:]]

@@ -4,17 +4,15 @@
 // zoo's exports.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 
 #include "engine/residual_stream.h"
-#include "model/onnx_loader.h"
-#include "model/prepare.h"
 #include "support/graph_builder.h"
+#include "support/zoo_model.h"
 
 using namespace sluice;
 using testsupport::f32;
 using testsupport::GraphBuilder;
-namespace fs = std::filesystem;
+using testsupport::zoo_model;
 
 namespace {
 
@@ -38,17 +36,6 @@ GraphBuilder pre_norm_blocks() {
   b.node("LayerNormalization", {"h2", "g", "beta"}, {f32("y", kTokens)});
   b.output("y");
   return b;
-}
-
-Graph prepared_zoo_model(const std::string& name) {
-  const fs::path path = fs::path(SLUICE_SOURCE_DIR) / "tests" / "data" / "zoo" / (name + ".onnx");
-  Graph g = load_onnx(path.string());
-  PrepareOptions o;
-  o.batch_size = 3;
-  const Shape in = g.inputs.at(0).shape;
-  o.sample_shape = Shape(in.begin() + 1, in.end());
-  o.outputs = {{"logits", OutputSpec::Kind::Logits, DType::F32, 0}};
-  return prepare_graph(std::move(g), o);
 }
 
 }  // namespace
@@ -111,7 +98,7 @@ TEST(ResidualStream, AnAddThatFeedsNoLayerNormOrWhoseSumAConvolutionReadsStaysIn
 TEST(ResidualStream, FindsEveryLayerNormInputOfTheZoosVisionTransformersAndNothingInItsConvNets) {
   for (const std::string name : {"tv_vit.dynamo", "timm_deit.dynamo", "timm_dinov2.dynamo", "hf_vit.torchscript"}) {
     SCOPED_TRACE(name);
-    const Graph g = prepared_zoo_model(name);
+    const Graph g = zoo_model(name);
     const std::set<std::string> s = residual_stream(g);
     int norms = 0;
     for (const Node& n : g.nodes) {
@@ -127,7 +114,7 @@ TEST(ResidualStream, FindsEveryLayerNormInputOfTheZoosVisionTransformersAndNothi
   for (const std::string name : {"hf_resnet.dynamo", "tv_deeplab_head.dynamo", "tv_regnet.dynamo", "tv_efficientnet.dynamo",
                                   "tv_convnext.dynamo"}) {
     SCOPED_TRACE(name);
-    const Graph g = prepared_zoo_model(name);
+    const Graph g = zoo_model(name);
     const std::set<std::string> s = residual_stream(g);
     for (const Node& n : g.nodes)
       if (n.op == "Conv" || n.op == "FusedConv")

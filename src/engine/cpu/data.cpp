@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/axis_view.h"
 #include "engine/cpu/index_map.h"
 #include "engine/cpu/kernel.h"
 
@@ -21,9 +22,8 @@ std::unique_ptr<Kernel> make_gather(const KernelInit& init) {
   expect.insert(expect.end(), ind.shape.begin(), ind.shape.end());
   expect.insert(expect.end(), x.shape.begin() + axis + 1, x.shape.end());
   if (y.shape != expect || y.dtype != x.dtype) init.fail("output ", shape_str(y.shape), " should be ", shape_str(expect));
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
-  for (int64_t d = axis + 1; d < r; ++d) inner *= x.shape[d];
+  const AxisView view = axis_view(x.shape, axis);
+  const int64_t outer = view.outer, inner = view.inner;
   const int64_t dim = x.shape[axis], count = shape_numel(ind.shape);
   const std::size_t bytes = static_cast<std::size_t>(inner) * dtype_size(x.dtype);
   const bool i64 = ind.dtype == DType::I64;

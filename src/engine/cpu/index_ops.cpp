@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/axis_view.h"
 #include "engine/cpu/kernel.h"
 
 namespace sluice::cpu {
@@ -13,9 +14,8 @@ std::unique_ptr<Kernel> make_split(const KernelInit& init) {
   const int64_t r = static_cast<int64_t>(x.shape.size());
   const int64_t axis = init.axis(init.node.get_int("axis", 0), r);
   const std::size_t es = dtype_size(x.dtype);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
-  for (int64_t d = axis + 1; d < r; ++d) inner *= x.shape[d];
+  const AxisView view = axis_view(x.shape, axis);
+  const int64_t outer = view.outer, inner = view.inner;
   // Per output, its extent along the axis: the split input, else equal parts (the last one smaller
   // with opset 18's num_outputs).  An output nobody reads has no buffer and is skipped.
   const int64_t parts = static_cast<int64_t>(init.node.outputs.size()), dim = x.shape[axis];
@@ -165,9 +165,8 @@ std::unique_ptr<Kernel> make_cumsum(const KernelInit& init) {
   if (av.size() != 1) init.fail("axis must be a scalar");
   const int64_t r = static_cast<int64_t>(x.shape.size());
   const int64_t axis = init.axis(av[0], r);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.shape[d];
-  for (int64_t d = axis + 1; d < r; ++d) inner *= x.shape[d];
+  const AxisView view = axis_view(x.shape, axis);
+  const int64_t outer = view.outer, inner = view.inner;
   const int64_t len = x.shape[axis];
   const bool excl = init.node.get_int("exclusive", 0) != 0, rev = init.node.get_int("reverse", 0) != 0;
   const DType t = x.dtype;

@@ -7,6 +7,24 @@
 namespace sluice::cpu {
 namespace {
 
+// The mean of n contiguous values and 1 / sqrt(variance + eps), accumulated in double: the mean
+// first, then the mean of squared deviations from it (two passes keep the variance accurate when
+// the mean is large next to the spread).  Both rounded to float, as the kernels apply them.
+struct Moments {
+  float mean, inv;
+};
+Moments moments(const float* x, int64_t n, float eps) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  const double mean = sum / static_cast<double>(n);
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = x[i] - mean;
+    sq += d * d;
+  }
+  return {static_cast<float>(mean), static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(n) + eps))};
+}
+
 // Offsets into a parameter tensor of shape `p` for each element of the trailing `dims` it
 // broadcasts over (numpy rules, aligned on the right).
 std::vector<int64_t> broadcast_table(const KernelInit& init, const Shape& p, const Shape& dims) {
@@ -65,16 +83,7 @@ class LayerNormKernel final : public Kernel {
     a.pool.parallel_for(rows_, [&](int64_t row, int) {
       const float* xr = x + row * n;
       float* yr = y + row * n;
-      double sum = 0;
-      for (int64_t i = 0; i < n; ++i) sum += xr[i];
-      const double mean = sum / static_cast<double>(n);
-      double sq = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const double d = xr[i] - mean;
-        sq += d * d;
-      }
-      const double inv = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps_);
-      const float m = static_cast<float>(mean), s = static_cast<float>(inv);
+      const auto [m, s] = moments(xr, n, eps_);
       for (int64_t i = 0; i < n; ++i) {
         float v = (xr[i] - m) * s * scale[scale_[i]];
         if (bias) v += bias[bias_[i]];
@@ -123,16 +132,7 @@ class GroupNormKernel final : public Kernel {
       const int64_t grp = t % groups_;
       const float* xg = x + t * len;
       float* yg = y + t * len;
-      double sum = 0;
-      for (int64_t i = 0; i < len; ++i) sum += xg[i];
-      const double mean = sum / static_cast<double>(len);
-      double sq = 0;
-      for (int64_t i = 0; i < len; ++i) {
-        const double d = xg[i] - mean;
-        sq += d * d;
-      }
-      const float m = static_cast<float>(mean);
-      const float inv = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(len) + eps_));
+      const auto [m, inv] = moments(xg, len, eps_);
       for (int64_t c = 0; c < cpg; ++c) {
         const int64_t p = per_group_ ? grp : grp * cpg + c;
         const float mul = inv * scale[p], add = bias[p];

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/axis_view.h"
 #include "engine/cpu/kernel.h"
 
 namespace sluice::cpu {
@@ -106,20 +107,6 @@ class ReduceKernel final : public Kernel {
   std::vector<int64_t> kdims_, kstrides_, rdims_, rstrides_;
   int64_t count_ = 1, outputs_ = 0;
 };
-
-// The [outer, n, inner] view of a tensor around one axis.
-struct AxisView {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-AxisView axis_view(const Shape& s, int64_t axis) {
-  AxisView v;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    if (d < axis) v.outer *= s[d];
-    else if (d == axis) v.n = s[d];
-    else v.inner *= s[d];
-  }
-  return v;
-}
 
 std::unique_ptr<Kernel> make_softmax(const KernelInit& init, bool log) {
   init.require_float(0);

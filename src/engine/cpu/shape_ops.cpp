@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/axis_view.h"
 #include "engine/cpu/index_map.h"
 #include "engine/cpu/kernel.h"
 
@@ -177,9 +178,8 @@ std::unique_ptr<Kernel> make_concat(const KernelInit& init) {
   const int64_t r = static_cast<int64_t>(y.shape.size());
   const int64_t axis = init.axis(init.node.get_int("axis", 0), r);
   const std::size_t es = dtype_size(y.dtype);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= y.shape[d];
-  for (int64_t d = axis + 1; d < r; ++d) inner *= y.shape[d];
+  const AxisView view = axis_view(y.shape, axis);
+  const int64_t outer = view.outer, inner = view.inner;
   std::vector<std::size_t> block;  // bytes each input contributes per outer index
   int64_t total = 0;
   for (std::size_t i = 0; i < init.num_inputs(); ++i) {

@@ -6,7 +6,7 @@
 #include "core/error.h"
 
 #ifdef SLUICE_HAVE_CUDNN_FRONTEND
-#include <cudnn_frontend.h>
+#include "engine/cuda/frontend_util.h"
 #endif
 
 namespace sluice::cuda {
@@ -20,6 +20,7 @@ bool attention_graph_fits(const AttentionGraphSpec& s) {
 namespace {
 
 namespace fe = cudnn_frontend;
+using frontend::tensor;
 
 enum Uid : int64_t { kQ = 1, kK = 2, kV = 3, kO = 4, kBias = 5 };
 
@@ -56,36 +57,25 @@ std::unique_ptr<AttentionGraph> AttentionGraph::create(cudnnHandle_t h, const At
     return nullptr;
   }
   try {
-    auto g = std::make_shared<fe::graph::Graph>();
-    const fe::DataType_t io = s.t == DType::F16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16;
-    g->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
-    auto tensor = [&](const char* name, int64_t uid, std::vector<int64_t> dims) {
-      return g->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims).set_stride(packed(dims)));
+    auto g = frontend::float_graph(s.t);   // s.t is F16 or BF16 (attention_graph_fits)
+    auto packed_tensor = [&](const char* name, int64_t uid, const std::vector<int64_t>& dims) {
+      return tensor(*g, name, uid, dims, packed(dims));
     };
-    auto q = tensor("q", kQ, {s.b, s.h, s.s, s.d});
-    auto k = tensor("k", kK, {s.b, s.h, s.s_kv, s.d});
-    auto v = tensor("v", kV, {s.b, s.h, s.s_kv, s.dv});
+    auto q = packed_tensor("q", kQ, {s.b, s.h, s.s, s.d});
+    auto k = packed_tensor("k", kK, {s.b, s.h, s.s_kv, s.d});
+    auto v = packed_tensor("v", kV, {s.b, s.h, s.s_kv, s.dv});
     auto attrs = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(false).set_attn_scale(s.scale);
-    if (s.bias) {
-      auto b = g->tensor(fe::graph::Tensor_attributes().set_name("bias").set_uid(kBias).set_dim({1, s.h, s.s, s.s_kv})
-                             .set_stride({s.h * s.s * s.s_kv, s.s * s.s_kv, s.s_kv, 1}));
-      attrs.set_bias(b);
-    }
+    if (s.bias)
+      attrs.set_bias(tensor(*g, "bias", kBias, {1, s.h, s.s, s.s_kv}, {s.h * s.s * s.s_kv, s.s * s.s_kv, s.s_kv, 1}));
     auto [o, stats] = g->sdpa(q, k, v, attrs);
     (void)stats;
     o->set_output(true).set_uid(kO).set_dim({s.b, s.h, s.s, s.dv}).set_stride(packed({s.b, s.h, s.s, s.dv}));
-    auto failed = [&](const char* stage, fe::error_t e) {
-      *why = str(stage, ": ", e.get_message());
-      return nullptr;
-    };
-    if (auto e = g->validate(); e.is_bad()) return failed("validate", e);
-    if (auto e = g->build_operation_graph(h); e.is_bad()) return failed("operation graph", e);
-    if (auto e = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); e.is_bad())
-      return failed("heuristics", e);
-    if (auto e = g->check_support(h); e.is_bad()) return failed("support", e);
-    if (auto e = g->build_plans(h); e.is_bad()) return failed("plans", e);
+    if (!frontend::build_graph(*g, h, why)) return nullptr;
     int64_t ws = 0;
-    if (auto e = g->get_workspace_size(ws); e.is_bad() || ws < 0) return failed("workspace", e);
+    if (auto e = g->get_workspace_size(ws); e.is_bad() || ws < 0) {
+      *why = str("workspace: ", e.get_message());
+      return nullptr;
+    }
     return std::make_unique<FrontendAttention>(std::move(g), static_cast<std::size_t>(ws));
   } catch (const std::exception& e) {   // the frontend throws for shapes it cannot describe
     *why = e.what();

@@ -18,7 +18,7 @@
 #include "engine/cuda/engine_internal.h"
 
 #ifdef SLUICE_HAVE_CUDNN_FRONTEND
-#include <cudnn_frontend.h>
+#include "engine/cuda/frontend_util.h"
 #endif
 
 namespace sluice::cuda {
@@ -61,16 +61,9 @@ bool graph_conv_supports(const GraphConvSpec& s) {
 namespace {
 
 namespace fe = cudnn_frontend;
+using frontend::tensor;
 
 enum Uid : int64_t { kX = 1, kW = 2, kBias = 3, kZ = 4, kY = 5 };
-
-fe::DataType_t fe_type(DType t) {
-  switch (t) {
-    case DType::F16: return fe::DataType_t::HALF;
-    case DType::BF16: return fe::DataType_t::BFLOAT16;
-    default: return fe::DataType_t::FLOAT;
-  }
-}
 
 // Strides of a channels-last tensor with logical dims [N, C, H, W].
 std::vector<int64_t> nhwc_strides(const std::vector<int64_t>& d) { return {d[1] * d[2] * d[3], 1, d[1] * d[3], d[1]}; }
@@ -119,11 +112,9 @@ std::unique_ptr<GraphConv> GraphConv::create(cudnnHandle_t h, const GraphConvSpe
     return nullptr;
   }
   try {
-    auto g = std::make_shared<fe::graph::Graph>();
-    const fe::DataType_t io = fe_type(s.t);
-    g->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
-    auto x = g->tensor(fe::graph::Tensor_attributes().set_name("x").set_uid(kX).set_dim(s.x).set_stride(nhwc_strides(s.x)));
-    auto w = g->tensor(fe::graph::Tensor_attributes().set_name("w").set_uid(kW).set_dim(s.w).set_stride(nhwc_strides(s.w)));
+    auto g = frontend::float_graph(s.t);
+    auto x = tensor(*g, "x", kX, s.x, nhwc_strides(s.x));
+    auto w = tensor(*g, "w", kW, s.w, nhwc_strides(s.w));
     auto conv = fe::graph::Conv_fprop_attributes()
                     .set_padding(s.pad)
                     .set_stride(s.stride)
@@ -132,13 +123,12 @@ std::unique_ptr<GraphConv> GraphConv::create(cudnnHandle_t h, const GraphConvSpe
     auto cur = g->conv_fprop(x, w, conv);
     if (s.bias) {
       const int64_t k = s.y[1];
-      auto b = g->tensor(
-          fe::graph::Tensor_attributes().set_name("bias").set_uid(kBias).set_dim({1, k, 1, 1}).set_stride({k, 1, k, k}));
+      auto b = tensor(*g, "bias", kBias, {1, k, 1, 1}, {k, 1, k, k});
       cur = g->pointwise(cur, b, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD)
                                      .set_compute_data_type(fe::DataType_t::FLOAT));
     }
     if (s.residual) {
-      auto z = g->tensor(fe::graph::Tensor_attributes().set_name("z").set_uid(kZ).set_dim(s.y).set_stride(nhwc_strides(s.y)));
+      auto z = tensor(*g, "z", kZ, s.y, nhwc_strides(s.y));
       cur = g->pointwise(cur, z, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD)
                                      .set_compute_data_type(fe::DataType_t::FLOAT));
     }
@@ -148,19 +138,9 @@ std::unique_ptr<GraphConv> GraphConv::create(cudnnHandle_t h, const GraphConvSpe
       if (s.act.act == Act::Clip) relu.set_relu_lower_clip(0.f).set_relu_upper_clip(s.act.b);
       cur = g->pointwise(cur, relu);
     }
-    cur->set_output(true).set_uid(kY).set_data_type(io).set_dim(s.y).set_stride(nhwc_strides(s.y));
-
-    auto failed = [&](const char* stage, fe::error_t e) {
-      *why = str(stage, ": ", e.get_message());
-      return nullptr;
-    };
-    if (auto e = g->validate(); e.is_bad()) return failed("validate", e);
-    if (auto e = g->build_operation_graph(h); e.is_bad()) return failed("operation graph", e);
-    if (auto e = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); e.is_bad())
-      return failed("heuristics", e);
-    if (s.deterministic) g->deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
-    if (auto e = g->check_support(h); e.is_bad()) return failed("support", e);
-    if (auto e = g->build_plans(h, fe::BuildPlanPolicy_t::ALL); e.is_bad()) return failed("plans", e);
+    cur->set_output(true).set_uid(kY).set_data_type(frontend::data_type(s.t)).set_dim(s.y).set_stride(nhwc_strides(s.y));
+    // Every plan that builds, for choose_graph_conv to time.
+    if (!frontend::build_graph(*g, h, why, s.deterministic, fe::BuildPlanPolicy_t::ALL)) return nullptr;
     if (g->get_execution_plan_count() < 1) {
       *why = "no execution plan";
       return nullptr;

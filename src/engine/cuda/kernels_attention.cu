@@ -10,17 +10,7 @@
 namespace sluice::cuda {
 namespace {
 
-constexpr unsigned kFull = 0xffffffffu;
 constexpr int kPerLane = 8;   // rows up to 256 keys stay in registers
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
-  return v;
-}
 
 // One warp per row.  Short rows (<= 32 * kPerLane) are read once into registers; longer ones are
 // read three times (max, sum, write), from L1/L2 after the first.
@@ -28,8 +18,7 @@ template <typename T, typename B>
 __global__ void attention_softmax_kernel(const T* x, const B* __restrict__ bias, T* y,
                                          int64_t rows, int64_t s, int64_t skv, int64_t period, bool zero_rows) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+  SLUICE_WARP_ROWS(row, rows) {
     const T* xr = x + row * skv;
     const B* br = nullptr;
     if (bias) {
@@ -37,46 +26,45 @@ __global__ void attention_softmax_kernel(const T* x, const B* __restrict__ bias,
       br = bias + ((m % period) * s + i) * skv;
     }
     T* yr = y + row * skv;
-    if (skv <= 32 * kPerLane) {
-      float v[kPerLane];
-      float mx = -INFINITY;
+    auto score = [&](int64_t j) { return to_f(xr[j]) + (br ? to_f(br[j]) : 0.f); };
+    const bool cached = skv <= 32 * kPerLane;
+    float v[kPerLane];
+    float mx = -INFINITY;
+    if (cached) {
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
         const int64_t j = lane + 32 * k;
-        v[k] = j < skv ? to_f(xr[j]) + (br ? to_f(br[j]) : 0.f) : -INFINITY;
+        v[k] = j < skv ? score(j) : -INFINITY;
         mx = fmaxf(mx, v[k]);
       }
-      mx = warp_max(mx);
-      if (mx == -INFINITY) {
-        const float fill = zero_rows ? 0.f : NAN;
-        for (int64_t j = lane; j < skv; j += 32) yr[j] = from_f<T>(fill);
-        continue;
-      }
-      float sum = 0.f;
+    } else {
+      for (int64_t j = lane; j < skv; j += 32) mx = fmaxf(mx, score(j));
+    }
+    mx = warp_max(mx);
+    if (mx == -INFINITY) {   // every key masked
+      const float fill = zero_rows ? 0.f : NAN;
+      for (int64_t j = lane; j < skv; j += 32) yr[j] = from_f<T>(fill);
+      continue;
+    }
+    float sum = 0.f;
+    if (cached) {
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
         v[k] = lane + 32 * k < skv ? expf(v[k] - mx) : 0.f;
         sum += v[k];
       }
-      const float inv = 1.f / warp_sum(sum);
+    } else {
+      for (int64_t j = lane; j < skv; j += 32) sum += expf(score(j) - mx);
+    }
+    const float inv = 1.f / warp_sum(sum);
+    if (cached) {
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
         const int64_t j = lane + 32 * k;
         if (j < skv) yr[j] = from_f<T>(v[k] * inv);
       }
     } else {
-      float mx = -INFINITY;
-      for (int64_t j = lane; j < skv; j += 32) mx = fmaxf(mx, to_f(xr[j]) + (br ? to_f(br[j]) : 0.f));
-      mx = warp_max(mx);
-      if (mx == -INFINITY) {
-        const float fill = zero_rows ? 0.f : NAN;
-        for (int64_t j = lane; j < skv; j += 32) yr[j] = from_f<T>(fill);
-        continue;
-      }
-      float sum = 0.f;
-      for (int64_t j = lane; j < skv; j += 32) sum += expf(to_f(xr[j]) + (br ? to_f(br[j]) : 0.f) - mx);
-      const float inv = 1.f / warp_sum(sum);
-      for (int64_t j = lane; j < skv; j += 32) yr[j] = from_f<T>(expf(to_f(xr[j]) + (br ? to_f(br[j]) : 0.f) - mx) * inv);
+      for (int64_t j = lane; j < skv; j += 32) yr[j] = from_f<T>(expf(score(j) - mx) * inv);
     }
   }
 }
@@ -86,14 +74,11 @@ __global__ void attention_softmax_kernel(const T* x, const B* __restrict__ bias,
 void attention_softmax(DType t, DType bias_type, const void* scores, const void* bias, void* probs, int64_t rows,
                        int64_t s, int64_t skv, int64_t period, bool zero_rows, cudaStream_t st) {
   if (rows <= 0 || skv <= 0) return;
-  const int64_t warps_per_block = kThreads / 32;
-  int64_t blocks = (rows + warps_per_block - 1) / warps_per_block;
-  if (blocks > (1 << 20)) blocks = 1 << 20;
   dispatch_float(t, [&](auto tag) {
     using T = decltype(tag);
     auto launch = [&](auto btag) {
       using Bt = decltype(btag);
-      attention_softmax_kernel<T, Bt><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(
+      attention_softmax_kernel<T, Bt><<<warp_grid(rows), kThreads, 0, st>>>(
           static_cast<const T*>(scores), static_cast<const Bt*>(bias), static_cast<T*>(probs), rows, s, skv,
           period > 0 ? period : 1, zero_rows);
     };

@@ -1,6 +1,6 @@
 #pragma once
-// Device helpers shared by the kernel files: float conversion of the storage types, launch shapes
-// and the type dispatch from DType to a template instantiation.
+// Device helpers shared by the kernel files: float conversion of the storage types, launch shapes,
+// warp reductions and the type dispatch from DType to a template instantiation.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -35,6 +35,27 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
 #define SLUICE_GRID_STRIDE(i, n)                                                             \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);     \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// One warp per row: `row` takes this warp's rows of [0, rows), a grid's worth of warps apart.
+#define SLUICE_WARP_ROWS(row, rows)                                                                  \
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < (rows); \
+       row += static_cast<int64_t>(gridDim.x) * (blockDim.x / 32))
+
+// The grid of a SLUICE_WARP_ROWS loop over `rows` with kThreads per block.
+inline unsigned warp_grid(int64_t rows) { return grid_for(rows, kThreads / 32); }
+
+// ---- warp reductions -------------------------------------------------------------------------
+// Over the 32 lanes of a warp, all active; every lane gets the result.
+constexpr unsigned kFull = 0xffffffffu;
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
 
 // ---- fast integer division -------------------------------------------------------------------
 // Index arithmetic dominates the instruction count of the memory-bound kernels: a 64-bit division

@@ -12,17 +12,6 @@
 namespace sluice::cuda {
 namespace {
 
-constexpr unsigned kFull = 0xffffffffu;
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
-  return v;
-}
-
 // ---- reductions ----------------------------------------------------------------------------------
 
 __device__ __forceinline__ float red_init(RedOp op) {
@@ -91,9 +80,7 @@ __device__ __forceinline__ MaxSumExp strided_max_sum_exp(const T* xp, int64_t r,
 template <typename T>
 __global__ void reduce_rows_kernel(const T* x, T* y, int64_t rows, int64_t r, RedOp op) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
-       row += warps) {
+  SLUICE_WARP_ROWS(row, rows) {
     const T* xr = x + row * r;
     float out;
     if (op == RedOp::LogSumExp) {
@@ -191,9 +178,7 @@ bool launch_reduce_cols(const T* x, T* y, int64_t outer, int64_t r, int64_t inne
 template <typename T>
 __global__ void softmax_rows_kernel(const T* x, T* y, int64_t rows, int64_t r, bool log) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
-       row += warps) {
+  SLUICE_WARP_ROWS(row, rows) {
     const T* xr = x + row * r;
     T* yr = y + row * r;
     const MaxSumExp e = warp_max_sum_exp(xr, r, lane);
@@ -234,9 +219,7 @@ __device__ __forceinline__ bool arg_better(float va, int64_t ia, float vb, int64
 template <typename T, typename I>
 __global__ void argmax_rows_kernel(const T* x, I* y, int64_t rows, int64_t r, bool is_min, bool last) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
-       row += warps) {
+  SLUICE_WARP_ROWS(row, rows) {
     const T* xr = x + row * r;
     float bv = 0.f;
     int64_t bi = -1;
@@ -276,9 +259,7 @@ template <typename T>
 __global__ void topk_kernel(const T* x, T* values, int64_t* indices, int64_t rows, int64_t r, int64_t inner,
                             int64_t k, bool largest) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < rows;
-       row += warps) {
+  SLUICE_WARP_ROWS(row, rows) {
     const int64_t o = row / inner, in = row - o * inner;
     const T* xp = x + o * r * inner + in;
     float pv = 0.f;
@@ -354,12 +335,6 @@ __global__ void group_norm_kernel(const T* x, T* y, int64_t channels, int64_t gr
     if (beta) v += beta[c];
     yg[j] = from_f<T>(v);
   }
-}
-
-unsigned warp_grid(int64_t rows) {
-  const int64_t per_block = kThreads / 32;
-  const int64_t blocks = (rows + per_block - 1) / per_block;
-  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > (1 << 20) ? (1 << 20) : blocks));
 }
 
 }  // namespace

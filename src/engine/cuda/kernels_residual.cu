@@ -1,13 +1,13 @@
 // The residual stream's kernels: the mixed-type residual Add and LayerNormalization fused with it
-// (kernels.h).  Operands of different element types are read through a per-pointer type code (the
-// branch is uniform across the grid, so it costs no divergence).
+// (kernels.h).  Each operand has its own element type: known at compile time in the common case,
+// otherwise read through a per-pointer type code (the branch is uniform across the grid, so it
+// costs no divergence).
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/kernels_common.cuh"
 
 namespace sluice::cuda {
 namespace {
 
-constexpr unsigned kFull = 0xffffffffu;
 // Elements of a row each lane keeps in registers; longer rows are read again for each pass.
 constexpr int kPerLane = 32;
 
@@ -34,192 +34,139 @@ __device__ __forceinline__ void store(void* p, int c, int64_t i, float v) {
   else static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
-  return v;
-}
+// Operand access.  The kernels below are written once over these and instantiated twice: with the
+// element types as template parameters (Typed*), plain loads the compiler can issue all at once,
+// for the common case; and with each pointer's type read from its code at run time (Coded*), for
+// what the typed instantiations do not take.  A type switch and a 64-bit modulo in every access
+// leave each lane's loads serialized: the fused LayerNorm read that way ran at 7 % of the copy
+// rate on the H200 (ViT-S rows of 384).
 
-struct Operand {
+// Element i of an operand of `count` elements repeating onto the output (count 0: as long as it).
+template <typename T>
+struct TypedRepeat {
+  const T* p;
+  uint32_t count;
+  __device__ __forceinline__ float at(uint32_t i) const { return to_f(p[count ? i % count : i]); }
+};
+// Element i of an operand as long as the output.
+template <typename T>
+struct TypedIn {
+  const T* p;
+  __device__ __forceinline__ float at(int64_t i) const { return to_f(p[i]); }
+};
+template <typename T>
+struct TypedOut {
+  T* p;
+  __device__ __forceinline__ void put(int64_t i, float v) const { p[i] = from_f<T>(v); }
+};
+struct CodedIn {
   const void* p;
   int c;
-  int64_t count;
+  int64_t count;   // 0: as long as the output
   __device__ __forceinline__ float at(int64_t i) const { return load(p, c, count == 0 ? i : i % count); }
 };
+struct CodedOut {
+  void* p;
+  int c;
+  __device__ __forceinline__ void put(int64_t i, float v) const { store(p, c, i, v); }
+};
 
-__global__ void residual_add_kernel(Operand a, Operand b, void* y, int cy, int64_t n, bool multiply) {
-  SLUICE_GRID_STRIDE(i, n) store(y, cy, i, multiply ? a.at(i) * b.at(i) : a.at(i) + b.at(i));
+// I: the index type (32-bit where the output has fewer than 2^31 elements).
+template <typename I, typename InA, typename InB, typename Out>
+__global__ void residual_add_kernel(InA a, InB b, Out y, I n, bool multiply) {
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += static_cast<I>(gridDim.x) * blockDim.x) {
+    const float x = a.at(i), z = b.at(i);
+    y.put(i, multiply ? x * z : x + z);
+  }
 }
 
+// J: the column index type.
+template <typename J, typename InA, typename InB, typename OutSum, typename OutY>
 struct NormArgs {
-  Operand a, b;
+  InA a;
+  InB b;
   bool add;
-  void* sum;
-  int csum;
-  void* y;
-  int cy;
-  void* mean;
-  void* inv;
-  int cstat;
-  int64_t rows, cols;
+  OutSum sum;   // p null: not written
+  OutY y;
+  CodedOut mean, inv;
+  int64_t rows;
+  J cols;
   float eps;
   const float* gamma;
   const float* beta;
 };
 
-// One warp per row.  The row's values stay in registers when it is at most 32 * kPerLane long; the
-// variance is the mean of squared deviations from the mean (two passes, accurate for large means).
-__global__ void residual_norm_kernel(NormArgs r) {
+// One warp per row.  The row's values stay in registers when it is at most 32 * kPerLane long
+// (always with kInRegisters, which the launch guarantees); longer rows are read again for each
+// pass.  The variance is the mean of squared deviations from the mean (two passes, accurate for
+// large means).
+template <bool kInRegisters, typename J, typename InA, typename InB, typename OutSum, typename OutY>
+__global__ void residual_norm_kernel(NormArgs<J, InA, InB, OutSum, OutY> r) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  const bool cached = r.cols <= 32 * kPerLane;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < r.rows; row += warps) {
+  const bool cached = kInRegisters || r.cols <= 32 * kPerLane;
+  SLUICE_WARP_ROWS(row, r.rows) {
     const int64_t base = row * r.cols;
-    auto value = [&](int64_t j) { return r.add ? r.a.at(base + j) + r.b.at(base + j) : r.a.at(base + j); };
+    auto value = [&](J j) { return r.add ? r.a.at(base + j) + r.b.at(base + j) : r.a.at(base + j); };
     float v[kPerLane];
     float sum = 0.f;
     if (cached) {
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
-        const int64_t j = lane + 32 * k;
-        v[k] = j < r.cols ? value(j) : 0.f;
-        sum += v[k];
+        const J j = lane + 32 * k;
+        v[k] = j < r.cols ? r.a.at(base + j) : 0.f;
       }
+      if (r.add) {
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) {
+          const J j = lane + 32 * k;
+          if (j < r.cols) v[k] += r.b.at(base + j);
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) sum += v[k];
     } else {
-      for (int64_t j = lane; j < r.cols; j += 32) sum += value(j);
+      for (J j = lane; j < r.cols; j += 32) sum += value(j);
     }
     const float mean = warp_sum(sum) / static_cast<float>(r.cols);
     float sq = 0.f;
     if (cached) {
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
-        const int64_t j = lane + 32 * k;
+        const J j = lane + 32 * k;
         const float d = j < r.cols ? v[k] - mean : 0.f;
         sq += d * d;
       }
     } else {
-      for (int64_t j = lane; j < r.cols; j += 32) {
+      for (J j = lane; j < r.cols; j += 32) {
         const float d = value(j) - mean;
         sq += d * d;
       }
     }
     const float inv = rsqrtf(warp_sum(sq) / static_cast<float>(r.cols) + r.eps);
-    auto emit = [&](int64_t j, float x) {
-      if (r.sum) store(r.sum, r.csum, base + j, x);
+    auto emit = [&](J j, float x) {
+      if (r.sum.p) r.sum.put(base + j, x);
       float o = (x - mean) * inv;
       if (r.gamma) o *= r.gamma[j];
       if (r.beta) o += r.beta[j];
-      store(r.y, r.cy, base + j, o);
+      r.y.put(base + j, o);
     };
     if (cached) {
 #pragma unroll
       for (int k = 0; k < kPerLane; ++k) {
-        const int64_t j = lane + 32 * k;
+        const J j = lane + 32 * k;
         if (j < r.cols) emit(j, v[k]);
       }
     } else {
-      for (int64_t j = lane; j < r.cols; j += 32) emit(j, value(j));
+      for (J j = lane; j < r.cols; j += 32) emit(j, value(j));
     }
     if (lane == 0) {
-      if (r.mean) store(r.mean, r.cstat, row, mean);
-      if (r.inv) store(r.inv, r.cstat, row, inv);
+      if (r.mean.p) r.mean.put(row, mean);
+      if (r.inv.p) r.inv.put(row, inv);
     }
   }
 }
 
-
-// ---- the same two kernels with the element types known at compile time ----
-// The type-coded loads above keep a runtime branch and a 64-bit modulo in every access, which
-// leaves each lane's loads serialized: the fused LayerNorm ran at 7 % of the copy rate on the
-// H200 (ViT-S rows of 384).  These take the common case (no operand repeating inside the row
-// loop for the norm, 32-bit indices for the add) with plain typed loads the compiler can issue
-// all at once.
-
-template <typename T> __device__ __forceinline__ float to_f(T v);
-template <> __device__ __forceinline__ float to_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
-template <> __device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_f(float v);
-template <> __device__ __forceinline__ float from_f<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-
-struct FastNorm {
-  const void* a;
-  const void* b;   // null: no add
-  float* sum;      // fp32 running sum out, or null
-  void* y;
-  void* mean;
-  void* inv;
-  int cstat;
-  int64_t rows;
-  int cols;
-  float eps;
-  const float* gamma;
-  const float* beta;
-};
-
-template <typename A, typename B, typename Y>
-__global__ void residual_norm_typed(FastNorm r) {
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  const A* a = static_cast<const A*>(r.a);
-  const B* b = static_cast<const B*>(r.b);
-  Y* y = static_cast<Y*>(r.y);
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; row < r.rows; row += warps) {
-    const int64_t base = row * r.cols;
-    float v[kPerLane];
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const int j = lane + 32 * k;
-      v[k] = j < r.cols ? to_f(a[base + j]) : 0.f;
-    }
-    if (b) {
-#pragma unroll
-      for (int k = 0; k < kPerLane; ++k) {
-        const int j = lane + 32 * k;
-        if (j < r.cols) v[k] += to_f(b[base + j]);
-      }
-    }
-    float total = 0.f;
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) total += v[k];
-    const float mean = warp_sum(total) / static_cast<float>(r.cols);
-    float sq = 0.f;
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const int j = lane + 32 * k;
-      const float d = j < r.cols ? v[k] - mean : 0.f;
-      sq += d * d;
-    }
-    const float inv = rsqrtf(warp_sum(sq) / static_cast<float>(r.cols) + r.eps);
-#pragma unroll
-    for (int k = 0; k < kPerLane; ++k) {
-      const int j = lane + 32 * k;
-      if (j >= r.cols) continue;
-      if (r.sum) r.sum[base + j] = v[k];
-      float o = (v[k] - mean) * inv;
-      if (r.gamma) o *= r.gamma[j];
-      if (r.beta) o += r.beta[j];
-      y[base + j] = from_f<Y>(o);
-    }
-    if (lane == 0) {
-      if (r.mean) store(r.mean, r.cstat, row, mean);
-      if (r.inv) store(r.inv, r.cstat, row, inv);
-    }
-  }
-}
-
-template <typename A, typename B, typename Y>
-__global__ void residual_add_typed(const A* a, uint32_t ca, const B* b, uint32_t cb, Y* y, uint32_t n, bool multiply) {
-  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const float x = to_f(a[ca ? i % ca : i]), z = to_f(b[cb ? i % cb : i]);
-    y[i] = from_f<Y>(multiply ? x * z : x + z);
-  }
-}
-
-Operand operand(const ResidualOperand& o, int64_t n) {
-  return Operand{o.p, code(o.t), o.count >= n ? 0 : o.count};
-}
+CodedIn coded(const ResidualOperand& o, int64_t n) { return CodedIn{o.p, code(o.t), o.count >= n ? 0 : o.count}; }
 
 }  // namespace
 
@@ -228,7 +175,7 @@ void residual_add(const ResidualOperand& a, const ResidualOperand& b, void* y, D
   if (n <= 0) return;
   SLUICE_CHECK(a.count > 0 && b.count > 0 && n % a.count == 0 && n % b.count == 0,
                "cuda residual_add: operands of ", a.count, " and ", b.count, " elements do not repeat onto ", n);
-  if (n < (int64_t{1} << 31)) {
+  if (fits_int32(n)) {
     const uint32_t ca = a.count >= n ? 0 : static_cast<uint32_t>(a.count), cb = b.count >= n ? 0 : static_cast<uint32_t>(b.count);
     dispatch_float(a.t, [&](auto ta) {
       dispatch_float(b.t, [&](auto tb) {
@@ -236,13 +183,14 @@ void residual_add(const ResidualOperand& a, const ResidualOperand& b, void* y, D
           using A = decltype(ta);
           using B = decltype(tb);
           using Y = decltype(tyv);
-          residual_add_typed<A, B, Y><<<grid_for(n), kThreads, 0, s>>>(static_cast<const A*>(a.p), ca, static_cast<const B*>(b.p), cb,
-                                                                      static_cast<Y*>(y), static_cast<uint32_t>(n), multiply);
+          residual_add_kernel<<<grid_for(n), kThreads, 0, s>>>(TypedRepeat<A>{static_cast<const A*>(a.p), ca},
+                                                               TypedRepeat<B>{static_cast<const B*>(b.p), cb},
+                                                               TypedOut<Y>{static_cast<Y*>(y)}, static_cast<uint32_t>(n), multiply);
         });
       });
     });
   } else {
-    residual_add_kernel<<<grid_for(n), kThreads, 0, s>>>(operand(a, n), operand(b, n), y, code(ty), n, multiply);
+    residual_add_kernel<<<grid_for(n), kThreads, 0, s>>>(coded(a, n), coded(b, n), CodedOut{y, code(ty)}, n, multiply);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -253,26 +201,31 @@ void residual_norm(const ResidualNorm& r, cudaStream_t s) {
   const bool add = r.b.p != nullptr;
   SLUICE_CHECK(r.a.count > 0 && n % r.a.count == 0 && (!add || (r.b.count > 0 && n % r.b.count == 0)),
                "cuda residual_norm: operands of ", r.a.count, " and ", r.b.count, " elements do not repeat onto ", n);
-  NormArgs k{operand(r.a, n), add ? operand(r.b, n) : Operand{nullptr, kF32, 0}, add, r.sum, code(r.tsum), r.y, code(r.ty),
-             r.mean, r.inv, code(r.tstat), r.rows, r.cols, r.eps, r.gamma, r.beta};
-  const int64_t per_block = kThreads / 32;
-  int64_t blocks = (r.rows + per_block - 1) / per_block;
-  if (blocks > (1 << 20)) blocks = 1 << 20;
-  // The typed kernel: operands that do not repeat, rows held in registers, an fp32 sum (or none).
+  const CodedOut mean{r.mean, code(r.tstat)}, inv{r.inv, code(r.tstat)};
+  const unsigned grid = warp_grid(r.rows);
+  // Typed: operands that do not repeat, rows held in registers, an fp32 sum (or none).
   const bool typed = r.cols <= 32 * kPerLane && r.a.count >= n && (!add || r.b.count >= n) &&
                      (!r.sum || r.tsum == DType::F32);
   if (typed) {
-    FastNorm f{r.a.p, add ? r.b.p : nullptr, static_cast<float*>(r.sum), r.y, r.mean, r.inv, code(r.tstat),
-               r.rows, static_cast<int>(r.cols), r.eps, r.gamma, r.beta};
     dispatch_float(r.a.t, [&](auto ta) {
       dispatch_float(add ? r.b.t : r.a.t, [&](auto tb) {
         dispatch_float(r.ty, [&](auto tyv) {
-          residual_norm_typed<decltype(ta), decltype(tb), decltype(tyv)><<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(f);
+          using A = decltype(ta);
+          using B = decltype(tb);
+          using Y = decltype(tyv);
+          NormArgs<int, TypedIn<A>, TypedIn<B>, TypedOut<float>, TypedOut<Y>> k{
+              {static_cast<const A*>(r.a.p)}, {static_cast<const B*>(add ? r.b.p : nullptr)}, add,
+              {static_cast<float*>(r.sum)}, {static_cast<Y*>(r.y)}, mean, inv, r.rows, static_cast<int>(r.cols), r.eps,
+              r.gamma, r.beta};
+          residual_norm_kernel<true><<<grid, kThreads, 0, s>>>(k);
         });
       });
     });
   } else {
-    residual_norm_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(k);
+    NormArgs<int64_t, CodedIn, CodedIn, CodedOut, CodedOut> k{
+        coded(r.a, n), add ? coded(r.b, n) : CodedIn{nullptr, kF32, 0}, add, {r.sum, code(r.tsum)}, {r.y, code(r.ty)},
+        mean, inv, r.rows, r.cols, r.eps, r.gamma, r.beta};
+    residual_norm_kernel<false><<<grid, kThreads, 0, s>>>(k);
   }
   CUDA_CHECK_LAUNCH();
 }

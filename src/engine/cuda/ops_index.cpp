@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 
+#include "core/axis_view.h"
 #include "core/cuda/cuda_check.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
@@ -194,9 +195,8 @@ void lower_cumsum(Builder& b, const Node& n) {
   const std::vector<int64_t> av = b.const_ints(n, 1, "axis");
   if (av.size() != 1) b.fail(n, "axis must hold one value");
   const std::size_t axis = static_cast<std::size_t>(b.axis(n, av[0], static_cast<int64_t>(xs.size())));
-  int64_t outer = 1, inner = 1;
-  for (std::size_t d = 0; d < axis; ++d) outer *= xs[d];
-  for (std::size_t d = axis + 1; d < xs.size(); ++d) inner *= xs[d];
+  const AxisView view = axis_view(xs, static_cast<int64_t>(axis));
+  const int64_t outer = view.outer, inner = view.inner;
   const int64_t r = xs[axis];
   const bool exclusive = n.get_int("exclusive", 0) != 0, reverse = n.get_int("reverse", 0) != 0;
   b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "core/axis_view.h"
 #include "core/cuda/cuda_check.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
@@ -16,14 +17,6 @@ std::vector<int64_t> contiguous_strides(const Shape& s) {
   std::vector<int64_t> st(s.size(), 1);
   for (std::size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
   return st;
-}
-
-// The elements before and after `axis`: the tensor seen as [outer, s[axis], inner].
-std::pair<int64_t, int64_t> outer_inner(const Shape& s, int64_t axis) {
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= s[static_cast<std::size_t>(d)];
-  for (std::size_t d = static_cast<std::size_t>(axis) + 1; d < s.size(); ++d) inner *= s[d];
-  return {outer, inner};
 }
 
 void check_rank(const Builder& b, const Node& n, const Shape& s) {
@@ -104,7 +97,8 @@ void lower_concat(Builder& b, const Node& n) {
   const Shape ys = b.slot(y).physical();
   const int64_t axis = nhwc ? 3 : b.axis(n, n.get_int("axis", 0), static_cast<int64_t>(ys.size()));
   const std::size_t es = dtype_size(b.slot(y).dtype);
-  const auto [outer, inner] = outer_inner(ys, axis);
+  const AxisView view = axis_view(ys, axis);
+  const int64_t outer = view.outer, inner = view.inner;
   std::vector<Block2D> blocks;
   std::vector<int> uses = {y};
   int64_t at = 0;
@@ -135,7 +129,8 @@ void lower_split(Builder& b, const Node& n) {
   const Shape xs = b.slot(x).shape;
   const int64_t axis = b.axis(n, n.get_int("axis", 0), static_cast<int64_t>(xs.size()));
   const std::size_t es = dtype_size(b.slot(x).dtype);
-  const auto [outer, inner] = outer_inner(xs, axis);
+  const AxisView view = axis_view(xs, axis);
+  const int64_t outer = view.outer, inner = view.inner;
   std::vector<Block2D> blocks;
   std::vector<int> uses = {x};
   int64_t at = 0;
@@ -208,7 +203,8 @@ void lower_gather(Builder& b, const Node& n) {
   const Shape xs = b.slot(x).shape;
   const int64_t axis = b.axis(n, n.get_int("axis", 0), static_cast<int64_t>(xs.size()));
   const std::size_t es = dtype_size(b.slot(x).dtype);
-  const auto [outer, inner] = outer_inner(xs, axis);
+  const AxisView view = axis_view(xs, axis);
+  const int64_t outer = view.outer, inner = view.inner;
   const int64_t dim = xs[static_cast<std::size_t>(axis)];
   const Tensor* constant = b.const_input(n, 1);
   if (!constant || constant->numel() > 64) {
