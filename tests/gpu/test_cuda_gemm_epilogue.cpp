@@ -4,6 +4,8 @@
 // for a branch tail of the residual stream, the erf GELU at bf16 against the separate steps; which
 // steps the builder makes for them, with and without SLUICE_CUDA_GEMM_EPILOGUE, and for the zoo's
 // vision transformers.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -238,6 +240,45 @@ TEST(GemmEpilogueFusion, TheFusedBf16GeluIsAsCloseToTheErfFormAsTheSeparateSteps
   std::printf("[ epilogue ] bf16 bias + erf GELU: fused %.2e, separate steps %.2e (max|diff|/max|ref|)\n", fused, separate);
   // bf16's half ulp is 2^-9 of a value; the tanh form adds at most 4.7e-4 absolute.
   EXPECT_LE(fused, std::max(separate, 1.0 / 512) + 5e-4);
+}
+
+// Two products of one shape: the first times cuBLASLt's candidates (when its heuristic offers more
+// than one), the second takes that choice; a second engine reads both from the algorithm cache and
+// computes the same bytes; SLUICE_CUDA_GEMM_TUNE=0 times nothing.
+TEST(GemmEpilogueFusion, IdenticalProductsShareOneTimingAndASecondStartReadsItFromTheCache) {
+  SLUICE_REQUIRE_GPU();
+  const Shape ts = {kB, kM, kN};
+  GraphBuilder b(ts);
+  b.random_f("w1", {kN, kN}, 51, -0.2f, 0.2f).random_f("w2", {kN, kN}, 52, -0.2f, 0.2f).random_f("b1", {kN}, 53).random_f("b2", {kN}, 54);
+  b.node("MatMul", {"x", "w1"}, {f32("p1", ts)});
+  b.node("Add", {"p1", "b1"}, {f32("s1", ts)});
+  b.node("MatMul", {"s1", "w2"}, {f32("p2", ts)});
+  b.node("Add", {"p2", "b2"}, {f32("y", ts)});
+  b.output("y");
+  const Graph g = b.g;
+  const fs::path dir = fs::temp_directory_path() / str("sluice-gpu-test-lt-", ::getpid());
+  EngineOptions o;
+  o.precision = Precision::BF16;
+  o.cache_dir = dir.string();
+  o.io_sets = 1;
+  auto first = create_cuda_engine(g, o);
+  const cuda::EngineStats a = *cuda::engine_stats(*first);
+  EXPECT_LE(a.products_measured, 1);
+  EXPECT_EQ(a.products_cached, a.products_measured);
+  auto second = create_cuda_engine(g, o);
+  const cuda::EngineStats c = *cuda::engine_stats(*second);
+  EXPECT_EQ(c.products_measured, 0);
+  EXPECT_EQ(c.products_cached, 2 * a.products_measured);
+  std::printf("[ epilogue ] products timed %d, cached %d; second start timed %d, cached %d\n", a.products_measured,
+              a.products_cached, c.products_measured, c.products_cached);
+  const Tensor x = random_tensor(g.inputs[0], 9);
+  EXPECT_EQ(cuda::run_forward(*first, x)[0].bytes, cuda::run_forward(*second, x)[0].bytes);
+  fs::remove_all(dir);
+  ScopedEnv heuristic("SLUICE_CUDA_GEMM_TUNE", "0");
+  auto untimed = create_cuda_engine(g, o);
+  EXPECT_EQ(cuda::engine_stats(*untimed)->products_measured, 0);
+  EXPECT_EQ(cuda::engine_stats(*untimed)->products_cached, 0);
+  fs::remove_all(dir);
 }
 
 // The zoo of tests/data/zoo, in the checkout SLUICE_ROOT names (the GPU host's copy) or this one.

@@ -169,7 +169,8 @@ class CudaEngine final : public Engine {
     log_debug("cuda engine: ", steps_.size(), " steps, activations ", gib(plan.arena_bytes), " (", gib(plan.naive_bytes),
               " unplanned), weights ", gib(weight_bytes), ", workspace ", gib(workspace), ", algorithms measured ",
               stats_.algos_measured, ", cached ", stats_.algos_cached, ", convolutions as cuDNN graphs ",
-              stats_.graph_convolutions);
+              stats_.graph_convolutions, ", cuBLASLt products timed ", stats_.products_measured, ", cached ",
+              stats_.products_cached);
   }
 
   ~CudaEngine() override {

@@ -1,14 +1,24 @@
 // cuBLASLt products with a bias (and GELU) epilogue (gemm_lt.h).  The mapping to column-major is
 // the one of ops_gemm.cpp: a row-major Y[M,N] = A[M,K] B[K,N] is the column-major Y^T = B^T A^T, so
 // cuBLASLt's A is our B and its B our A, and the bias of length N runs along the rows of its D.
-// The algorithm is cuBLASLt's first heuristic choice for the operand alignments the step sees at
-// set-up (no timing: set-up stays a few milliseconds for a whole transformer).
+// The algorithm: cuBLASLt's heuristic offers up to four for the operand alignments the step sees at
+// set-up; each is timed on the step's own buffers (a warm-up and three runs, well under a
+// millisecond for a transformer's projection) and the fastest kept in the algorithm cache, keyed by
+// the product's shape, types, epilogue and alignments and by cuBLASLt's version (an algorithm is
+// valid for the version that made it).  Identical products of one model share the measurement;
+// deterministic runs and SLUICE_CUDA_GEMM_TUNE=0 take the heuristic's first choice instead.
 #include "engine/cuda/gemm_lt.h"
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "engine/cuda/algo_cache.h"
 #include "engine/cuda/kernels.h"
 
 namespace sluice::cuda {
@@ -65,6 +75,32 @@ MatrixLayout make_layout(DType t, int64_t rows, int64_t cols, int64_t ld, int64_
   return owned;
 }
 
+constexpr int kCandidates = 4;
+
+bool tune_on() {
+  const char* v = std::getenv("SLUICE_CUDA_GEMM_TUNE");
+  const std::string s = v ? v : "";
+  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_GEMM_TUNE must be 0 or 1, not '", s, "'"));
+  return s != "0";
+}
+
+std::string algo_text(const cublasLtMatmulAlgo_t& a) {
+  std::string t;
+  for (uint64_t w : a.data) t += str(t.empty() ? "" : " ", w);
+  return t;
+}
+
+bool parse_algo(const std::string& t, cublasLtMatmulAlgo_t* a) {
+  const char* p = t.c_str();
+  for (uint64_t& w : a->data) {
+    char* end = nullptr;
+    w = std::strtoull(p, &end, 10);
+    if (end == p) return false;
+    p = end;
+  }
+  return *p == '\0';
+}
+
 class LtGemmStep final : public Step {
  public:
   LtGemmStep(std::string label, const LtGemmSpec& spec, int a, int b, int bias, int y)
@@ -89,8 +125,8 @@ class LtGemmStep final : public Step {
     workspace_ = std::min(ctx.workspace_bytes, kMaxLtWorkspace);
     // The epilogue asked for; when cuBLASLt has no kernel for it, the product alone and the
     // epilogue as the engine's own kernels (run()).
-    fused_ = s_.epilogue != GemmEpilogue::None && choose(ctx, s_.epilogue, pbias);
-    if (!fused_ && !choose(ctx, GemmEpilogue::None, nullptr))
+    fused_ = s_.epilogue != GemmEpilogue::None && choose(ctx, bd, s_.epilogue, pbias);
+    if (!fused_ && !choose(ctx, bd, GemmEpilogue::None, nullptr))
       SLUICE_THROW("cuBLASLt offers no algorithm for ", label(), " (", s_.m, "x", s_.n, "x", s_.k, ", batch ", s_.batch, ", ",
                    dtype_name(s_.ab), " in, ", dtype_name(s_.y), " out)");
   }
@@ -130,9 +166,9 @@ class LtGemmStep final : public Step {
   }
 
  private:
-  // Builds the descriptor for epilogue e and takes cuBLASLt's first heuristic algorithm; false
-  // when it returns none.
-  bool choose(Context& ctx, GemmEpilogue e, const void* pbias) {
+  // Builds the descriptor for epilogue e and takes the cached algorithm, the fastest of the
+  // heuristic's candidates, or (SLUICE_CUDA_GEMM_TUNE=0) its first; false when it offers none.
+  bool choose(Context& ctx, const Bindings& bd, GemmEpilogue e, const void* pbias) {
     cublasLtMatmulDesc_t d = nullptr;
     const cublasComputeType_t compute = s_.precision == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&d, compute, CUDA_R_32F));
@@ -162,14 +198,79 @@ class LtGemmStep final : public Step {
       set_pref(p, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK & ~CUBLASLT_REDUCTION_SCHEME_INPLACE));
     }
-    cublasLtMatmulHeuristicResult_t r{};
+    // Under --deterministic the heuristic's first choice: the same algorithm at every start, also
+    // without a cache.
+    const bool tune = tune_on() && ctx.cache && !ctx.deterministic;
+    const std::string key = str(ctx.cache_prefix, "|cublaslt ", cublasLtGetVersion(), "|", s_.m, "x", s_.n, "x", s_.k,
+                                s_.trans_a ? " ta" : "", s_.trans_b ? " tb" : "", "|batch ", s_.batch, " ", s_.stride_a, " ",
+                                s_.stride_b, " ", s_.stride_y, "|", dtype_name(s_.ab), ">", dtype_name(s_.y), "|ep ",
+                                static_cast<int>(ep), "|align ", align_a_, " ", align_b_, " ", align_y_, " ", align_bias_,
+                                "|ws ", workspace_);
+    if (tune) {
+      cublasLtMatmulAlgo_t a{};
+      cublasLtMatmulHeuristicResult_t check{};
+      if (auto hit = ctx.cache->get(key);
+          hit && parse_algo(*hit, &a) &&
+          cublasLtMatmulAlgoCheck(ctx.cublaslt, d, lt_a_, lt_b_, lt_y_, lt_y_, &a, &check) == CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= workspace_) {
+        if (ctx.stats) ctx.stats->products_cached++;
+        desc_ = std::move(desc);
+        algo_ = a;
+        return true;
+      }
+    }
+    cublasLtMatmulHeuristicResult_t r[kCandidates] = {};
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt, d, lt_a_, lt_b_, lt_y_, lt_y_, p, 1, &r, &found);
-    if (st == CUBLAS_STATUS_NOT_SUPPORTED || found == 0 || r.state != CUBLAS_STATUS_SUCCESS) return false;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt, d, lt_a_, lt_b_, lt_y_, lt_y_, p, tune ? kCandidates : 1, r, &found);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) return false;
     CUBLAS_CHECK(st);
+    std::vector<cublasLtMatmulAlgo_t> ok;
+    for (int i = 0; i < found; ++i)
+      if (r[i].state == CUBLAS_STATUS_SUCCESS && r[i].workspaceSize <= workspace_) ok.push_back(r[i].algo);
+    if (ok.empty()) return false;
     desc_ = std::move(desc);
-    algo_ = r.algo;
+    algo_ = ok[0];
+    if (ok.size() > 1) {
+      algo_ = fastest(ctx, ok, bd);
+      if (ctx.stats) ctx.stats->products_measured++;
+      ctx.cache->put(key, algo_text(algo_));
+    }
     return true;
+  }
+
+  // The candidate that runs the product fastest on the step's buffers (their content does not
+  // matter), on a stream of its own, synchronized before and after.
+  cublasLtMatmulAlgo_t fastest(Context& ctx, const std::vector<cublasLtMatmulAlgo_t>& algos, const Bindings& bd) {
+    Stream stream = make_stream();
+    Event start = make_event(true), stop = make_event(true);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const void* pbias = bias_ >= 0 ? bd.at(bias_) : nullptr;
+    if (pbias) set_desc(desc_.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, pbias);
+    const float beta = 0.f;
+    float best_ms = 0;
+    std::size_t best = 0;
+    bool timed = false;
+    for (std::size_t i = 0; i < algos.size(); ++i) {
+      auto once = [&] {
+        return cublasLtMatmul(ctx.cublaslt, desc_, &s_.alpha, bd.at(b_), lt_a_, bd.at(a_), lt_b_, &beta, bd.at(y_), lt_y_,
+                              bd.at(y_), lt_y_, &algos[i], ctx.workspace, workspace_, stream);
+      };
+      if (once() != CUBLAS_STATUS_SUCCESS) continue;   // a candidate that does not run is passed over
+      CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int rep = 0; rep < 3; ++rep) CUBLAS_CHECK(once());
+      CUDA_CHECK(cudaEventRecord(stop, stream));
+      CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (!timed || ms < best_ms) {
+        best_ms = ms;
+        best = i;
+        timed = true;
+      }
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return algos[best];
   }
 
   LtGemmSpec s_;
