@@ -194,13 +194,10 @@ class LtGemmStep final : public Step {
     set_pref(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_y_);
     set_pref(p, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_y_);
     // Split-K may add its partial products in the output's type (in place, or in the workspace):
-    // at fp16/bf16 that rounds each part, so only reductions in the compute type (fp32) are let
-    // through.  In-place split-K also adds the parts in whatever order they finish: not under
-    // --deterministic.
-    uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_MASK;
-    if (s_.y != DType::F32) reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    if (ctx.deterministic) reductions &= ~static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE);
-    set_pref(p, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, reductions);
+    // at fp16/bf16 that rounds each part, so only its reduction in the compute type (fp32) is let
+    // through there (products without split-K pass any mask).
+    if (s_.y != DType::F32)
+      set_pref(p, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
     // Under --deterministic the heuristic's first choice: the same algorithm at every start, also
     // without a cache.
     const bool tune = tune_on() && ctx.cache && !ctx.deterministic;
