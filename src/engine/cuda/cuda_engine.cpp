@@ -14,6 +14,7 @@
 #include "core/timer.h"
 #include "engine/cuda/algo_cache.h"
 #include "engine/cuda/engine_internal.h"
+#include "engine/cuda/gemm_lt.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/memory_plan.h"
 #include "engine/cuda/peaks.h"
@@ -58,6 +59,7 @@ class CudaEngine final : public Engine {
 
     cudnn_ = make_cudnn();
     cublas_ = make_cublas();
+    cublaslt_ = make_cublaslt();
     stream_ = make_stream();
     done_ = make_event();
 
@@ -126,6 +128,7 @@ class CudaEngine final : public Engine {
     CUBLAS_CHECK(cublasSetMathMode(cublas_, options.precision == Precision::FP32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
     ctx_.cudnn = cudnn_;
     ctx_.cublas = cublas_;
+    ctx_.cublaslt = cublaslt_;
     ctx_.workspace = workspace_.get();
     ctx_.workspace_bytes = workspace;
     ctx_.precision = options.precision;
@@ -166,7 +169,8 @@ class CudaEngine final : public Engine {
     log_debug("cuda engine: ", steps_.size(), " steps, activations ", gib(plan.arena_bytes), " (", gib(plan.naive_bytes),
               " unplanned), weights ", gib(weight_bytes), ", workspace ", gib(workspace), ", algorithms measured ",
               stats_.algos_measured, ", cached ", stats_.algos_cached, ", convolutions as cuDNN graphs ",
-              stats_.graph_convolutions);
+              stats_.graph_convolutions, ", cuBLASLt products timed ", stats_.products_measured, ", cached ",
+              stats_.products_cached);
   }
 
   ~CudaEngine() override {
@@ -373,6 +377,7 @@ class CudaEngine final : public Engine {
   EngineSetupTimes times_;
   CudnnHandle cudnn_;
   CublasHandle cublas_;
+  CublasLtHandle cublaslt_;
   Stream stream_;
   Event done_;
   std::vector<TensorSlot> slots_;

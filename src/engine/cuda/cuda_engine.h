@@ -17,6 +17,8 @@ struct EngineStats {
   int graph_convolutions = 0;    // convolutions run as a cuDNN graph (conv_graph.h)
   int algos_measured = 0;   // convolution algorithms found by measurement at this start
   int algos_cached = 0;     // ... and read from the algorithm cache
+  int products_measured = 0;   // cuBLASLt products whose algorithm was timed at this start (gemm_lt.h)
+  int products_cached = 0;     // ... and read from the algorithm cache (or an identical product's timing)
   std::size_t arena_bytes = 0;   // activation arena after the memory plan
   std::size_t naive_bytes = 0;   // what one buffer per activation would have taken
   std::size_t weight_bytes = 0, workspace_bytes = 0, io_bytes = 0;

@@ -7,6 +7,7 @@
 // from the memory plan), in an io set's input or output buffer, in the weights buffer, or alias
 // another slot (Reshape & co).  A Bindings table turns slot ids into pointers for one io set, so
 // the same steps serve every set and a CUDA graph captured per set has its pointers fixed.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -58,6 +59,7 @@ struct Bindings {
 struct Context {
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t cublaslt = nullptr;   // the products with an epilogue (gemm_lt.h)
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   Precision precision = Precision::FP32;

@@ -2,13 +2,25 @@
 // Y[M,N] = A[M,K] B[K,N] is the column-major Y^T = B^T A^T, so every call passes B first.
 // Precision: fp32 computes in CUBLAS_COMPUTE_32F under pedantic math (no TF32), tf32 in
 // CUBLAS_COMPUTE_32F_FAST_TF32, fp16/bf16 store half types and accumulate in fp32.
+//
+// A product whose only reader adds a bias vector (a constant [N] or [1, ..., N]; Gemm's own C of
+// that shape), and whose bias Add's only reader may be a Gelu, is one cuBLASLt step with the bias
+// (and GELU) as its epilogue (gemm_lt.h): the product is written once, in the type the last fused
+// op stores (fp32 for a branch tail of the residual stream).  cuBLASLt's GELU is the tanh form;
+// ONNX's default is the erf form, which is fused only at bf16: there the two differ by at most
+// 4.7e-4 (1.8e-4 RMS over preactivations of N(0, 1.5)), a ninth of bf16's own rounding of the
+// output (1.7e-3 RMS), and the fused step rounds once where the unfused ops round three times.
+// At fp16 that difference would be as large as fp16's rounding, at fp32/tf32 larger: there only
+// the tanh form is fused.  SLUICE_CUDA_GEMM_EPILOGUE=0 turns the fusion off.
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <map>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_raii.h"
 #include "engine/cuda/engine_internal.h"
+#include "engine/cuda/gemm_lt.h"
 #include "engine/cuda/kernels.h"
 
 namespace sluice::cuda {
@@ -60,6 +72,114 @@ void enqueue_gemm(Context& ctx, DType t, const GemmCall& c, const void* a, const
   }
 }
 
+// ---- epilogues (cuBLASLt) ------------------------------------------------------------------------
+
+bool gemm_epilogue_on() {
+  const char* v = std::getenv("SLUICE_CUDA_GEMM_EPILOGUE");
+  const std::string s = v ? v : "";
+  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_GEMM_EPILOGUE must be 0 or 1, not '", s, "'"));
+  return s != "0";
+}
+
+bool float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// The nodes a product's epilogue takes over, and the bias it adds.
+struct EpiloguePlan {
+  const Node* add = nullptr;    // the bias Add (none when it is Gemm's own C)
+  const Node* gelu = nullptr;   // the Gelu after the bias, when fused
+  const Node* last = nullptr;   // whose output the step writes
+  std::vector<float> bias;      // one value per output column
+  Act act = Act::Gelu;
+};
+
+// The only reader of `name` (nullptr when it has several or none, or is a graph output).
+const Node* only_reader(const Builder& b, const std::string& name) {
+  if (b.is_graph_output(name)) return nullptr;
+  const auto r = b.consumers(name);
+  return r.size() == 1 ? r[0] : nullptr;
+}
+
+// Whether the value `name` of node `last` can be written by the product step: stored in the
+// compute type, or in fp32 (the residual stream), with the product's shape.
+bool writable(const Builder& b, const std::string& name, const Shape& shape) {
+  const ValueInfo* v = b.graph.value(name);
+  if (!v || v->shape != shape || !float_type(v->dtype)) return false;
+  const DType t = b.stored(name, v->dtype);
+  return t == b.compute || t == DType::F32;
+}
+
+// The values of constant c as a bias of `cols` columns: c is a single value, or [cols] after
+// leading 1s; empty otherwise.
+std::vector<float> bias_values(const Tensor& c, int64_t cols, std::size_t max_rank) {
+  if (!float_type(c.dtype) || c.shape.size() > max_rank) return {};
+  std::size_t lead = 0;
+  while (lead < c.shape.size() && c.shape[lead] == 1) ++lead;
+  std::vector<float> v = c.as_float();
+  if (v.size() == 1) return std::vector<float>(static_cast<std::size_t>(cols), v[0]);
+  if (c.shape.size() - lead != 1 || c.shape.back() != cols) return {};
+  return v;
+}
+
+// A Gelu reading `name` that the epilogue can compute (see the top of the file).
+void plan_gelu(const Builder& b, const std::string& name, const Shape& shape, EpiloguePlan* p) {
+  if (b.is_wide(name)) return;   // a branch tail: its reader is the residual stream, no Gelu
+  const Node* g = only_reader(b, name);
+  if (!g || !g->domain.empty() || g->op != "Gelu" || g->input(0) != name || !b.has_output(*g, 0)) return;
+  if (!writable(b, g->outputs[0], shape)) return;
+  const bool tanh = g->get_string("approximate", "none") == "tanh";
+  if (!tanh && b.compute != DType::BF16) return;
+  p->gelu = g;
+  p->last = g;
+  p->act = tanh ? Act::GeluTanh : Act::Gelu;
+}
+
+// The bias Add (and Gelu) after product node n, whose output has `shape` with `cols` columns.
+bool plan_epilogue(const Builder& b, const Node& n, const Shape& shape, int64_t cols, EpiloguePlan* p) {
+  if (!b.has_output(n, 0) || !gemm_epilogue_on()) return false;
+  const std::string& out = n.outputs[0];
+  const Node* add = only_reader(b, out);
+  if (!add || !add->domain.empty() || add->op != "Add" || add->inputs.size() != 2 || !b.has_output(*add, 0)) return false;
+  const int k = add->inputs[0] == out ? 1 : (add->inputs[1] == out ? 0 : -1);
+  if (k < 0 || add->inputs[static_cast<std::size_t>(k)] == out) return false;
+  const ValueInfo* v = b.graph.value(out);
+  const Tensor* c = b.graph.constant(add->inputs[static_cast<std::size_t>(k)]);
+  if (!v || v->shape != shape || !c || !writable(b, add->outputs[0], shape)) return false;
+  p->bias = bias_values(*c, cols, shape.size());
+  if (p->bias.empty()) return false;
+  p->add = add;
+  p->last = add;
+  plan_gelu(b, add->outputs[0], shape, p);
+  return true;
+}
+
+// Product c of a and w with the planned epilogue as one cuBLASLt step.
+void lower_with_epilogue(Builder& b, const Node& n, int a, int w, const GemmCall& c, const EpiloguePlan& p) {
+  const int y = b.output(*p.last, 0);
+  if (b.slot(y).numel() != c.batch * c.m * c.n) b.fail(n, "output ", shape_str(b.slot(y).shape), " does not match the product");
+  LtGemmSpec s;
+  s.m = c.m;
+  s.n = c.n;
+  s.k = c.k;
+  s.trans_a = c.trans_a;
+  s.trans_b = c.trans_b;
+  s.batch = c.batch;
+  s.stride_a = c.stride_a;
+  s.stride_b = c.stride_b;
+  s.stride_y = c.stride_y;
+  s.alpha = c.alpha;
+  s.ab = b.compute;
+  s.y = b.slot(y).dtype;   // the compute type, or fp32 for a branch tail of the residual stream
+  s.precision = b.precision;
+  s.epilogue = p.gelu ? GemmEpilogue::BiasGelu : GemmEpilogue::Bias;
+  s.gelu = p.act;
+  Tensor bias = Tensor::from(DType::F32, {c.n}, p.bias);
+  if (s.y != DType::F32) bias = b.to_compute(bias);
+  const int bs = b.constant((p.add ? p.add->name : n.name) + " (bias, " + dtype_name(s.y) + ")", bias);
+  b.add(make_lt_gemm_step(n.name, s, a, w, bs, y), {a, w, bs, y}, n.op + (p.gelu ? "+Bias+Gelu" : "+Bias"));
+  if (p.add) b.skip(*p.add);
+  if (p.gelu) b.skip(*p.gelu);
+}
+
 void check_float(const Builder& b, const Node& n, int slot) {
   if (b.slot(slot).dtype != b.compute)
     b.fail(n, "tensor '", b.slot(slot).name, "' is ", dtype_name(b.slot(slot).dtype), "; products run on ",
@@ -72,7 +192,6 @@ void lower_gemm_op(Builder& b, const Node& n) {
   check_float(b, n, w);
   const Shape as = b.slot(a).shape, ws = b.slot(w).shape;
   if (as.size() != 2 || ws.size() != 2) b.fail(n, "Gemm needs 2-D inputs, not ", shape_str(as), " and ", shape_str(ws));
-  const int y = b.output(n, 0);
   GemmCall c;
   c.trans_a = n.get_int("transA", 0) != 0;
   c.trans_b = n.get_int("transB", 0) != 0;
@@ -82,9 +201,26 @@ void lower_gemm_op(Builder& b, const Node& n) {
   if ((c.trans_b ? ws[1] : ws[0]) != c.k) b.fail(n, "inner dimensions of ", shape_str(as), " and ", shape_str(ws), " differ");
   c.alpha = n.get_float("alpha", 1.f);
   const float beta = n.get_float("beta", 1.f);
+  const bool has_c = b.has_input(n, 2) && beta != 0.f;
+  EpiloguePlan plan;
+  const Shape ys = {c.m, c.n};
+  if (!has_c) {
+    if (plan_epilogue(b, n, ys, c.n, &plan)) return lower_with_epilogue(b, n, a, w, c, plan);
+  } else if (const Tensor* cc = b.const_input(n, 2); cc && b.has_output(n, 0) && gemm_epilogue_on() &&
+                                                     writable(b, n.outputs[0], ys)) {
+    // C a constant row [N] (or [1, N], or one value): beta * C is the bias.
+    plan.bias = bias_values(*cc, c.n, 2);
+    if (!plan.bias.empty()) {
+      for (auto& v : plan.bias) v *= beta;
+      plan.last = &n;
+      plan_gelu(b, n.outputs[0], ys, &plan);
+      return lower_with_epilogue(b, n, a, w, c, plan);
+    }
+  }
+  const int y = b.output(n, 0);
   const DType t = b.compute;
   std::vector<int> uses = {a, w, y};
-  if (b.has_input(n, 2) && beta != 0.f) {
+  if (has_c) {
     // Y starts as C broadcast to [M, N]; cuBLAS adds beta * Y.
     const int cin = b.input(n, 2);
     check_float(b, n, cin);
@@ -113,8 +249,8 @@ void lower_matmul(Builder& b, const Node& n) {
   check_float(b, n, a);
   check_float(b, n, w);
   Shape as = b.slot(a).shape, ws = b.slot(w).shape;
-  const int y = b.output(n, 0);
   if (as.empty() || ws.empty()) b.fail(n, "MatMul of a scalar");
+  const bool vector_w = ws.size() == 1;
   // 1-D operands: [K] is [1, K] on the left and [K, 1] on the right.
   if (as.size() == 1) as.insert(as.begin(), 1);
   if (ws.size() == 1) ws.push_back(1);
@@ -168,6 +304,16 @@ void lower_matmul(Builder& b, const Node& n) {
       calls.push_back(ci);
     }
   }
+  // One product (the batch folded into M, or strided over both operands) with the bias Add after
+  // it: one cuBLASLt step with the epilogue.
+  EpiloguePlan plan;
+  if (calls.size() == 1 && !vector_w && (calls[0].batch == 1 || calls[0].stride_a != 0) && b.has_output(n, 0)) {
+    const ValueInfo* v = b.graph.value(n.outputs[0]);
+    if (v && shape_numel(v->shape) == batch * m * nn && !v->shape.empty() && v->shape.back() == nn &&
+        plan_epilogue(b, n, v->shape, nn, &plan))
+      return lower_with_epilogue(b, n, a, w, calls[0], plan);
+  }
+  const int y = b.output(n, 0);
   if (static_cast<int64_t>(b.slot(y).numel()) != batch * m * nn) b.fail(n, "output ", shape_str(b.slot(y).shape), " does not match the product");
   b.add(n.name, {a, w, y}, [=](Context& ctx, const Bindings& bd, cudaStream_t) {
     for (const auto& call : calls) enqueue_gemm(ctx, t, call, bd.at(a), bd.at(w), bd.at(y));

@@ -1,0 +1,46 @@
+#pragma once
+// Products with their epilogue on cuBLASLt: the bias add, and the GELU after it, done by the GEMM
+// kernel on its accumulators before the one write of the output, which may be fp32 while A and B
+// are fp16/bf16 (a branch tail of the fp32 residual stream, engine/residual_stream.h).  The builder
+// makes these steps for a MatMul or Gemm whose only reader is a bias Add (and whose Add's only
+// reader is a Gelu), ops_gemm.cpp; every other product stays on cublasGemmEx.
+#include <cublasLt.h>
+
+#include <memory>
+#include <string>
+
+#include "core/cuda/cuda_raii.h"
+#include "engine/cuda/engine_internal.h"
+
+namespace sluice::cuda {
+
+enum class GemmEpilogue { None, Bias, BiasGelu };
+
+// One strided-batched row-major product Y[b] = alpha * op(A[b]) op(B[b]) (+ bias[n]) (then GELU),
+// strides in elements (0: the operand is shared by the batch).  A and B are of type `ab` (the
+// compute type), Y of type `y` (`ab`, or F32), the bias of type `y`.
+struct LtGemmSpec {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_y = 0;
+  float alpha = 1.f;
+  DType ab = DType::F32, y = DType::F32;
+  Precision precision = Precision::FP32;
+  GemmEpilogue epilogue = GemmEpilogue::None;
+  // The GELU the graph asks for (Act::Gelu, the erf form, or Act::GeluTanh).  cuBLASLt's epilogue
+  // computes the tanh form; the builder fuses the erf form only at fp16/bf16 (ops_gemm.cpp).  When
+  // cuBLASLt offers no algorithm with the epilogue, the step runs the product alone and this
+  // activation (and the bias) as separate kernels.
+  Act gelu = Act::Gelu;
+};
+
+// The step for `spec` reading slots a, b and bias (-1 without one), writing y.
+std::unique_ptr<Step> make_lt_gemm_step(std::string label, const LtGemmSpec& spec, int a, int b, int bias, int y);
+
+namespace detail {
+inline void destroy_cublaslt(cublasLtHandle_t h) { (void)cublasLtDestroy(h); }
+}  // namespace detail
+using CublasLtHandle = Handle<cublasLtHandle_t, detail::destroy_cublaslt>;
+CublasLtHandle make_cublaslt();
+
+}  // namespace sluice::cuda
