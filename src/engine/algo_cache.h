@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace sluice::cuda {
 
@@ -32,6 +33,26 @@ struct AlgoCacheDevice {
 // The part of every key that the device fields make, e.g. "NVIDIA H200|sm_90|driver 12080|cudnn
 // 9.19.0|bf16"; tabs and newlines in the GPU's name become spaces.  The layer's shapes follow it.
 std::string algo_cache_prefix(const AlgoCacheDevice& d);
+
+// How thoroughly a cached choice was made, weakest first.  A cached choice is used when it was made
+// at least as thoroughly as this start asks for; otherwise it is measured again and replaced, so a
+// `--autotune full` start upgrades the entries a quick one wrote, and a quick start keeps them.
+enum class TuneLevel { Heuristic = 0, Quick = 1, Full = 2 };
+
+// A cache value: the level as a word before the choice ("quick 1 2 0"); full choices carry no word,
+// which is also how every entry written before the levels existed reads (they were all measured in
+// full).
+std::string tuned_value(TuneLevel level, const std::string& choice);
+struct Tuned {
+  TuneLevel level = TuneLevel::Full;
+  std::string choice;
+};
+Tuned parse_tuned(const std::string& value);
+
+// The FLOPs at or below which a layer is too small to be worth timing: the smallest layers whose
+// FLOPs add up to at most `share` of the total (layers of equal FLOPs all or none).  -1 when none
+// qualifies; layers of unknown FLOPs (0 or less) are ignored and never negligible.
+double negligible_flops(const std::vector<double>& flops, double share);
 
 class AlgoCache {
  public:

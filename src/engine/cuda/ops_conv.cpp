@@ -9,10 +9,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
 
 #include "core/cuda/cuda_raii.h"
 #include "core/log.h"
 #include "engine/cuda/algo_cache.h"
+#include "engine/cuda/autotune.h"
 #include "engine/cuda/conv_graph.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
@@ -167,7 +171,8 @@ class ConvStep final : public Step {
     spec_.deterministic = ctx.deterministic;
     const std::string key = str(ctx.cache_prefix, "|convgraph|", d_.key, bias_ >= 0 ? "|bias" : "", z_ >= 0 ? "|z" : "",
                                 "|act", static_cast<int>(act_.act), ",", act_.a, ",", act_.b);
-    const GraphChoice c = choose_graph_conv(ctx, spec_, key, buffers(b), [&](cudaStream_t s) { run_legacy(ctx, b, s); });
+    const GraphChoice c =
+        choose_graph_conv(ctx, spec_, key, tune_level(ctx, flops), buffers(b), [&](cudaStream_t s) { run_legacy(ctx, b, s); });
     graph_ = c.graph;
     plan_ = c.plan;
   }
@@ -186,35 +191,23 @@ class ConvStep final : public Step {
     return {b.at(x_), b.at(w_), bias_ >= 0 ? b.at(bias_) : nullptr, z_ >= 0 ? b.at(z_) : nullptr, b.at(y_)};
   }
 
-  // The legacy API: an algorithm found by measurement (or read from the cache), fused with the
-  // epilogue in one call when cuDNN allows it.
+  // The legacy API: an algorithm chosen at start-up (autotune.h) or read from the cache, fused with
+  // the epilogue in one call when cuDNN allows it.
   void choose_legacy(Context& ctx, const Bindings& b) {
     const std::string key = str(ctx.cache_prefix, "|conv|", d_.key, bias_ >= 0 ? "|bias" : "", z_ >= 0 ? "|z" : "",
                                 "|act", static_cast<int>(act_.act));
+    const TuneLevel level = tune_level(ctx, flops);
     if (auto hit = ctx.cache->get(key)) {
+      const Tuned t = parse_tuned(*hit);
       int algo = -1, math = -1, fused = 0;
-      if (std::sscanf(hit->c_str(), "%d %d %d", &algo, &math, &fused) == 3 &&
+      if (t.level >= level && std::sscanf(t.choice.c_str(), "%d %d %d", &algo, &math, &fused) == 3 &&
           try_use(ctx, b, static_cast<cudnnConvolutionFwdAlgo_t>(algo), static_cast<cudnnMathType_t>(math), fused != 0)) {
         ctx.stats->algos_cached++;
         return;
       }
     }
-    // Measure every algorithm on the real buffers (their content does not matter).
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int returned = 0;
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(ctx.cudnn, d_.x, b.at(x_), d_.w, b.at(w_), d_.conv, d_.y,
-                                                       b.at(y_), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf,
-                                                       ctx.workspace, ctx.workspace_bytes));
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> ok;
-    for (int i = 0; i < returned; ++i) {
-      const auto& r = perf[i];
-      if (r.status != CUDNN_STATUS_SUCCESS || r.memory > ctx.workspace_bytes) continue;
-      if (ctx.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
-      // fp32 must not run on TF32 tensor cores, and float data is never down-converted to fp16.
-      if (p_ == Precision::FP32 && r.mathType == CUDNN_TENSOR_OP_MATH) continue;
-      if (r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
-      ok.push_back(r);
-    }
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> ok = level == TuneLevel::Full ? find_all(ctx, b) : heuristics(ctx);
+    if (level == TuneLevel::Quick) time_best_ranked(ctx, b, &ok);
     if (ok.empty()) SLUICE_THROW("cuDNN found no usable algorithm for convolution ", label(), " (", d_.key, ")");
     // Prefer the fused call when the fastest algorithm allows it; otherwise convolution + epilogue.
     bool chosen = false;
@@ -226,7 +219,77 @@ class ConvStep final : public Step {
     }
     if (!chosen) SLUICE_THROW("cuDNN rejected every measured algorithm for convolution ", label(), " (", d_.key, ")");
     ctx.stats->algos_measured++;
-    ctx.cache->put(key, str(static_cast<int>(algo_), " ", static_cast<int>(math_), " ", fused_ ? 1 : 0));
+    if (level == TuneLevel::Heuristic) ctx.stats->algos_untimed++;
+    ctx.cache->put(key, tuned_value(level, str(static_cast<int>(algo_), " ", static_cast<int>(math_), " ", fused_ ? 1 : 0)));
+  }
+
+  // What the engine may run: cuDNN succeeded, the workspace suffices, deterministic when asked, and
+  // fp32 neither on TF32 tensor cores nor down-converted to fp16.
+  bool usable(const Context& ctx, const cudnnConvolutionFwdAlgoPerf_t& r) const {
+    if (r.status != CUDNN_STATUS_SUCCESS || r.memory > ctx.workspace_bytes) return false;
+    if (ctx.deterministic && r.determinism != CUDNN_DETERMINISTIC) return false;
+    if (p_ == Precision::FP32 && r.mathType == CUDNN_TENSOR_OP_MATH) return false;
+    return r.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+  }
+
+  // Full: every algorithm timed by cuDNN on the real buffers (their content does not matter),
+  // fastest first.
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> find_all(Context& ctx, const Bindings& b) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int returned = 0;
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(ctx.cudnn, d_.x, b.at(x_), d_.w, b.at(w_), d_.conv, d_.y,
+                                                       b.at(y_), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf,
+                                                       ctx.workspace, ctx.workspace_bytes));
+    ctx.stats->candidates_timed += returned;
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> ok;
+    for (int i = 0; i < returned; ++i)
+      if (usable(ctx, perf[i])) ok.push_back(perf[i]);
+    return ok;
+  }
+
+  // Quick and off: cuDNN's heuristics' ranking (nothing runs), best first.
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> heuristics(Context& ctx) {
+    int most = 0;
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(ctx.cudnn, &most));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<std::size_t>(std::max(most, 1)));
+    int returned = 0;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(d_.conv, math_type(p_)));
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn, d_.x, d_.w, d_.conv, d_.y, static_cast<int>(perf.size()),
+                                                       &returned, perf.data()));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> ok;
+    for (int i = 0; i < returned; ++i)
+      if (usable(ctx, perf[i])) ok.push_back(perf[i]);
+    return ok;
+  }
+
+  // Quick: the first kQuickCandidates of the heuristics' ranking timed as the plain convolution
+  // (what cudnnFind times), re-ranked fastest first; the rest keep their order behind them.
+  void time_best_ranked(Context& ctx, const Bindings& b, std::vector<cudnnConvolutionFwdAlgoPerf_t>* ranked) {
+    cudaStream_t s = nullptr;
+    CUDNN_CHECK(cudnnGetStream(ctx.cudnn, &s));
+    std::vector<std::pair<float, cudnnConvolutionFwdAlgoPerf_t>> timed;
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> rest;
+    for (const auto& r : *ranked) {
+      if (static_cast<int>(timed.size()) == kQuickCandidates) {
+        rest.push_back(r);
+        continue;
+      }
+      CUDNN_CHECK(cudnnSetConvolutionMathType(d_.conv, math_for(r.mathType)));
+      if (enqueue(ctx, b, r.algo, false) != CUDNN_STATUS_SUCCESS || cudaStreamSynchronize(s) != cudaSuccess) {
+        (void)cudaGetLastError();
+        continue;   // refused after all: not a candidate
+      }
+      const float ms = time_candidate(s, TuneLevel::Quick, [&] { (void)enqueue(ctx, b, r.algo, false); });
+      ctx.stats->candidates_timed++;
+      timed.emplace_back(ms, r);
+    }
+    std::stable_sort(timed.begin(), timed.end(), [](const auto& a, const auto& c) { return a.first < c.first; });
+    ranked->clear();
+    for (auto& t : timed) ranked->push_back(t.second);
+    ranked->insert(ranked->end(), rest.begin(), rest.end());
+    if (!timed.empty())
+      log_debug("cuda engine: ", label(), ": ", timed.size(), " of cuDNN's best-ranked algorithms timed, algorithm ",
+                static_cast<int>(timed[0].second.algo), " fastest at ", timed[0].first, " ms (", d_.key, ")");
   }
 
   void run_legacy(Context& ctx, const Bindings& b, cudaStream_t s) {
@@ -292,31 +355,68 @@ class ConvTransposeStep final : public Step {
   void prepare(Context& ctx, const Bindings& b) override {
     ctx.stats->convolutions++;
     const std::string key = str(ctx.cache_prefix, "|convT|", d_.key);
+    const TuneLevel level = tune_level(ctx, flops);
     if (auto hit = ctx.cache->get(key)) {
+      const Tuned t = parse_tuned(*hit);
       int algo = -1, math = -1;
-      if (std::sscanf(hit->c_str(), "%d %d", &algo, &math) == 2 &&
+      if (t.level >= level && std::sscanf(t.choice.c_str(), "%d %d", &algo, &math) == 2 &&
           try_use(ctx, b, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), static_cast<cudnnMathType_t>(math))) {
         ctx.stats->algos_cached++;
         return;
       }
     }
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    // Full: every algorithm timed by cuDNN; quick: the heuristics' best-ranked few timed here; off:
+    // the heuristics' ranking as it is.
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
     int returned = 0;
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(ctx.cudnn, d_.w, b.at(w_), d_.y, b.at(x_), d_.conv, d_.x,
-                                                            b.at(y_), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned,
-                                                            perf, ctx.workspace, ctx.workspace_bytes));
-    bool chosen = false;
-    for (int i = 0; i < returned && !chosen; ++i) {
-      const auto& r = perf[i];
+    if (level == TuneLevel::Full) {
+      CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(ctx.cudnn, d_.w, b.at(w_), d_.y, b.at(x_), d_.conv, d_.x,
+                                                              b.at(y_), static_cast<int>(perf.size()), &returned,
+                                                              perf.data(), ctx.workspace, ctx.workspace_bytes));
+      ctx.stats->candidates_timed += returned;
+    } else {
+      int most = 0;
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(ctx.cudnn, &most));
+      perf.resize(static_cast<std::size_t>(std::max<int>(most, static_cast<int>(perf.size()))));
+      CUDNN_CHECK(cudnnSetConvolutionMathType(d_.conv, math_type(p_)));
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx.cudnn, d_.w, d_.y, d_.conv, d_.x,
+                                                              static_cast<int>(perf.size()), &returned, perf.data()));
+    }
+    std::vector<std::pair<float, cudnnConvolutionBwdDataAlgoPerf_t>> ok;
+    for (int i = 0; i < returned; ++i) {
+      const auto& r = perf[static_cast<std::size_t>(i)];
       if (r.status != CUDNN_STATUS_SUCCESS || r.memory > ctx.workspace_bytes) continue;
       if (ctx.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
       if (p_ == Precision::FP32 && r.mathType == CUDNN_TENSOR_OP_MATH) continue;
       if (r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
-      chosen = try_use(ctx, b, r.algo, p_ == Precision::FP32 ? CUDNN_FMA_MATH : r.mathType);
+      ok.emplace_back(static_cast<float>(ok.size()), r);   // the order as given, unless timed below
     }
+    if (level == TuneLevel::Quick) {
+      cudaStream_t s = nullptr;
+      CUDNN_CHECK(cudnnGetStream(ctx.cudnn, &s));
+      int timed = 0;
+      for (auto& [ms, r] : ok) {
+        if (timed == kQuickCandidates) {
+          ms = std::numeric_limits<float>::infinity();   // behind every timed one, in their order
+          continue;
+        }
+        if (!try_use(ctx, b, r.algo, math_for(r.mathType)) || cudaStreamSynchronize(s) != cudaSuccess) {
+          (void)cudaGetLastError();
+          ms = std::numeric_limits<float>::infinity();
+          continue;
+        }
+        ms = time_candidate(s, TuneLevel::Quick, [&] { (void)enqueue(ctx, b, r.algo); });
+        ctx.stats->candidates_timed++;
+        ++timed;
+      }
+      std::stable_sort(ok.begin(), ok.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    }
+    bool chosen = false;
+    for (std::size_t i = 0; i < ok.size() && !chosen; ++i) chosen = try_use(ctx, b, ok[i].second.algo, math_for(ok[i].second.mathType));
     if (!chosen) SLUICE_THROW("cuDNN found no usable algorithm for transposed convolution ", label(), " (", d_.key, ")");
     ctx.stats->algos_measured++;
-    ctx.cache->put(key, str(static_cast<int>(algo_), " ", static_cast<int>(math_)));
+    if (level == TuneLevel::Heuristic) ctx.stats->algos_untimed++;
+    ctx.cache->put(key, tuned_value(level, str(static_cast<int>(algo_), " ", static_cast<int>(math_))));
   }
 
   void run(Context& ctx, const Bindings& b, cudaStream_t) override { CUDNN_CHECK(enqueue(ctx, b, algo_)); }
@@ -337,6 +437,8 @@ class ConvTransposeStep final : public Step {
     math_ = math;
     return true;
   }
+
+  cudnnMathType_t math_for(cudnnMathType_t found) const { return p_ == Precision::FP32 ? CUDNN_FMA_MATH : found; }
 
   Precision p_;
   ConvDescs d_;   // cuDNN's view: x = our output (dx), y = our input (dy)
