@@ -114,6 +114,14 @@ double negligible_flops(const std::vector<double>& flops, double share) {
   return below;
 }
 
+int64_t tuning_batch(int64_t batch, int64_t positions_per_sample) {
+  if (batch <= 1) return batch;
+  const int64_t p = std::max<int64_t>(1, positions_per_sample);
+  const int64_t by_positions = (kTuningPositions + p - 1) / p;
+  const int64_t by_share = (batch + kTuningBatchDivisor - 1) / kTuningBatchDivisor;
+  return std::min(batch, std::max(by_positions, by_share));
+}
+
 AlgoCache::AlgoCache(std::string dir) : dir_(std::move(dir)) {
   if (!enabled()) return;
   Loaded l = read_file(path());

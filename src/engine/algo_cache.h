@@ -13,6 +13,7 @@
 // The file logic needs no GPU and is built with every backend, so its tests run anywhere; the cuda
 // engine (engine/cuda/) fills and reads it.
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -53,6 +54,15 @@ Tuned parse_tuned(const std::string& value);
 // FLOPs add up to at most `share` of the total (layers of equal FLOPs all or none).  -1 when none
 // qualifies; layers of unknown FLOPs (0 or less) are ignored and never negligible.
 double negligible_flops(const std::vector<double>& flops, double share);
+
+// Quick autotuning times a layer on the first samples of its batch only (the buffers are the real
+// ones; the batch is the outermost axis in either layout): at least kTuningPositions output
+// positions (samples x output pixels) and at least 1/kTuningBatchDivisor of the batch, so that the
+// kernels still fill the GPU several times over and rank as at the full batch.  The full batch when
+// it is no larger.
+constexpr int64_t kTuningPositions = 65536;
+constexpr int64_t kTuningBatchDivisor = 8;
+int64_t tuning_batch(int64_t batch, int64_t positions_per_sample);
 
 class AlgoCache {
  public:

@@ -221,9 +221,11 @@ TEST(CudaEngine, ASecondBf16BuildOfASegmentationModelMeasuresNothing) {
   fs::remove_all(dir);
 }
 
-TEST(CudaEngine, QuickAutotuneTimesOnlyTheHeuristicsBestRankedFewAndOffTimesNothing) {
+TEST(CudaEngine, QuickAutotuneTimesAPartOfTheBatchAndOffTimesNothing) {
   SLUICE_REQUIRE_GPU();
-  const Graph g = deeplab_like(2, 64, /*argmax=*/false);
+  // 512x512 inputs at batch 16: the first layers' 128x128 maps need only 4 samples for 65,536
+  // output positions.
+  const Graph g = deeplab_like(16, 512, /*argmax=*/false);
   EngineOptions o;
   o.precision = Precision::BF16;
   o.cache_dir = "";   // every start chooses
@@ -240,11 +242,12 @@ TEST(CudaEngine, QuickAutotuneTimesOnlyTheHeuristicsBestRankedFewAndOffTimesNoth
   EXPECT_EQ(z.algos_measured, f.algos_measured);
   EXPECT_EQ(f.algos_untimed, 0) << "full times every layer";
   EXPECT_GT(f.candidates_timed, f.algos_measured) << "cudnnFind tries several algorithms per layer";
-  // Quick: at most the best-ranked few per timed layer (one more, the legacy call, for a graph choice).
-  EXPECT_GT(q.candidates_timed, 0);
-  EXPECT_LE(q.candidates_timed, (cuda::kQuickCandidates + 1) * (q.algos_measured - q.algos_untimed));
-  EXPECT_LT(q.candidates_timed, f.candidates_timed);
+  EXPECT_EQ(f.samples_timed, f.samples_full) << "full times the whole batch";
+  EXPECT_GT(q.samples_timed, 0);
+  EXPECT_LT(q.samples_timed, q.samples_full) << "quick times the large layers on a part of the batch";
+  EXPECT_GE(q.samples_timed * cuda::kTuningBatchDivisor, q.samples_full) << "never less than an eighth";
   EXPECT_EQ(z.candidates_timed, 0);
+  EXPECT_EQ(z.samples_timed, 0);
   EXPECT_EQ(z.algos_untimed, z.algos_measured);
   // Whatever was chosen computes the same convolutions (bf16: a few ulps apart between algorithms).
   const Tensor x = random_tensor(g.inputs[0], 11);

@@ -42,18 +42,23 @@ if want gtest; then
       > "$OUT/gtest.log" 2>&1
   grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Expected|Which is' "$OUT/gtest.log" | head -20
 fi
+# The profile step's three builds and replays need about 40 s after the bench.
+reserve=0
+want profile && reserve=45
 if want bench; then
-  run "bench_w4" $(( $(left) - 5 )) python3 data_tools/bench_w4.py --sluice "$S" --runner "$R" \
-      --work "${WORK:-/tmp/sluice-w4}" --counts "${COUNTS:-2000,8000}" --batch "${BATCH:-64}" --sides "${SIDES:-pytorch,sluice}" --variants "${VARIANTS:-both}" --out "$OUT" --deadline $(( $(left) - 15 )) > "$OUT/bench.log" 2>&1
+  run "bench_w4" $(( $(left) - 5 - reserve )) python3 data_tools/bench_w4.py --sluice "$S" --runner "$R" \
+      --work "${WORK:-/tmp/sluice-w4}" --counts "${COUNTS:-2000,8000}" --batch "${BATCH:-64}" --sides "${SIDES:-pytorch,sluice}" --variants "${VARIANTS:-both}" --out "$OUT" --deadline $(( $(left) - 15 - reserve )) > "$OUT/bench.log" 2>&1
   grep -E 'set-up:|FAILED|missing|skipped|exit [0-9]' "$OUT/bench.log" | grep -v warmup | cut -c1-230
   cat "$OUT/w4.txt" 2>/dev/null || tail -20 "$OUT/bench.log"
 fi
 if want profile; then
   W=${WORK:-/tmp/sluice-w4}
-  if [ -f "$W/deeplabv3_resnet50.onnx" ] && [ -d "$W/photos-${COUNTS##*,}" ]; then
+  counts=${COUNTS:-2000,8000}
+  BIG=${counts##*,}
+  if [ -f "$W/deeplabv3_resnet50.onnx" ] && [ -d "$W/photos-${BIG}" ]; then
     : > "$OUT/profile.txt"
     for mode in ${MODES:-full quick off}; do
-      run "profile --autotune $mode" 40 "$R" "$S" profile --model "$W/deeplabv3_resnet50.onnx" --input "$W/photos-${COUNTS##*,}" \
+      run "profile --autotune $mode" 40 "$R" "$S" profile --model "$W/deeplabv3_resnet50.onnx" --input "$W/photos-${BIG}" \
           --resize 512x512 --batch-size "${BATCH:-64}" --precision bf16 --algo-cache none --autotune "$mode" \
           --replays 20 --no-peaks --top 0 > "$OUT/profile-$mode.log" 2>&1
       echo "autotune $mode: $(grep -E '^engine:' "$OUT/profile-$mode.log" | sed 's/.*built in/built in/'); $(grep -E '^forward pass:' "$OUT/profile-$mode.log" | cut -d';' -f1)" | tee -a "$OUT/profile.txt"

@@ -272,3 +272,16 @@ TEST(AlgoCacheLevels, NegligibleLayersAreTheSmallestWhoseFlopsFitTheShare) {
   EXPECT_EQ(cuda::negligible_flops({}, 0.01), -1);
   EXPECT_EQ(cuda::negligible_flops({10, 10}, 0), -1) << "share 0: every layer is timed";
 }
+
+TEST(AlgoCacheLevels, QuickTimesAPrefixOfTheBatchThatStillFillsTheGpu) {
+  // DeepLabV3 at 512x512, batch 64: 64x64 output maps need 16 samples for 65,536 positions.
+  EXPECT_EQ(cuda::tuning_batch(64, 64 * 64), 16);
+  // Larger maps: never less than an eighth of the batch.
+  EXPECT_EQ(cuda::tuning_batch(64, 256 * 256), 8);
+  EXPECT_EQ(cuda::tuning_batch(65, 256 * 256), 9);
+  // Small maps: the whole batch (nothing to gain, the ranking could change).
+  EXPECT_EQ(cuda::tuning_batch(64, 16 * 16), 64);
+  EXPECT_EQ(cuda::tuning_batch(64, 32 * 32), 64);
+  EXPECT_EQ(cuda::tuning_batch(1, 1 << 20), 1);
+  EXPECT_EQ(cuda::tuning_batch(3, 0), 3) << "unknown positions: the whole batch";
+}

@@ -2,12 +2,20 @@
 // The measurement policy of the engine's start-up choices (convolution algorithms, cuDNN graph
 // plans): how thoroughly a layer is measured and the clock that times the candidates.
 //
-//   --autotune full   every candidate cuDNN has (cudnnFind*Ex for the legacy calls, every graph
-//                     plan that builds), each timed 2 + 5 times: seconds for a ResNet at batch 64;
-//   --autotune quick  (default) the few candidates cuDNN's heuristics rank first, each timed 1 + 3
-//                     times; layers too small to matter (together at most kNegligibleShare of the
-//                     model's FLOPs) take cuDNN's first choice untimed;
-//   --autotune off    cuDNN's first choice everywhere, nothing timed.
+//   --autotune full   every algorithm cuDNN has, timed by cudnnFind*Ex on the layer's whole batch;
+//                     cuDNN graph plans: every plan that builds, 2 warm-ups + 5 timed runs each;
+//   --autotune quick  (default) the same search on the first samples of the batch only
+//                     (algo_cache.h, tuning_batch: at least 65,536 output positions and an eighth
+//                     of the batch), so its cost falls with the batch while the kernels still fill
+//                     the GPU; layers too small to matter (together at most kNegligibleShare of the
+//                     model's FLOPs) take cuDNN's first choice untimed; graph plans: the first
+//                     kQuickCandidates, 1 + 3 runs each;
+//   --autotune off    cuDNN's first choice everywhere (cudnnGetConvolution*Algorithm_v7), nothing
+//                     timed.
+// Timing only the heuristics' three best-ranked legacy algorithms on the whole batch (a check run,
+// a warm-up and three timed runs each) was measured slower than cudnnFind over all of them on the
+// H200: 19.4 s against 7.9 s for DeepLabV3-ResNet50 at batch 64, so the candidates behind the first
+// must be slow ones; cudnnFind stays the search, and the batch is what quick cuts.
 // Whatever was chosen goes to the algorithm cache with its level (algo_cache.h, TuneLevel), and a
 // cached choice is used whenever it was made at least as thoroughly as this start asks.
 #include <cuda_runtime.h>
@@ -20,7 +28,7 @@ namespace sluice::cuda {
 
 struct Context;
 
-// Quick: how many of the heuristics' best-ranked usable candidates are timed.
+// Quick: how many of a cuDNN graph's best-ranked plans are timed.
 constexpr int kQuickCandidates = 3;
 // Quick: the share of the model's FLOPs that its smallest layers may add up to and still be chosen
 // by the heuristics alone.

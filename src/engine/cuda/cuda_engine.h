@@ -19,6 +19,9 @@ struct EngineStats {
   int algos_cached = 0;     // ... and read from the algorithm cache
   int algos_untimed = 0;    // of the measured: cuDNN's first choice, nothing timed (autotune.h)
   int candidates_timed = 0; // algorithms and graph plans timed (cudnnFind's count as one per algorithm it returned)
+  // The samples the timed convolutions were timed on, summed, and their batches summed: quick
+  // autotuning times a part of each batch (algo_cache.h, tuning_batch).
+  int64_t samples_timed = 0, samples_full = 0;
   std::size_t arena_bytes = 0;   // activation arena after the memory plan
   std::size_t naive_bytes = 0;   // what one buffer per activation would have taken
   std::size_t weight_bytes = 0, workspace_bytes = 0, io_bytes = 0;

@@ -2,15 +2,15 @@
 // dilated ones by space-to-batch: ops_atrous.cpp; depthwise ones: ops_depthwise.cpp): Conv and sluice.FusedConv through
 // cudnnConvolutionBiasActivationForward (ReLU, bias and residual in one call) or
 // cudnnConvolutionForward plus one epilogue kernel, ConvTranspose through
-// cudnnConvolutionBackwardData.  Algorithms are measured once at start-up (cudnnFind*Ex) and kept
-// in the algorithm cache.  Notes on the choices: /work/shared/notes/cudnn-on-hopper.md.
+// cudnnConvolutionBackwardData.  Algorithms are chosen once at start-up as --autotune says
+// (autotune.h: cudnnFind*Ex on the whole batch or on its first samples, or cuDNN's heuristics) and
+// kept in the algorithm cache.  Notes on the choices: /work/shared/notes/cudnn-on-hopper.md.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
-#include <utility>
+#include <memory>
 #include <vector>
 
 #include "core/cuda/cuda_raii.h"
@@ -98,6 +98,17 @@ std::string join(const std::vector<int>& v) {
   return s;
 }
 
+Shape with_batch(Shape s, int64_t n) {
+  s[0] = n;
+  return s;
+}
+// Output positions per sample: the product of the spatial dims.
+int64_t positions(const Shape& y) {
+  int64_t p = 1;
+  for (std::size_t i = 2; i < y.size(); ++i) p *= y[i];
+  return p;
+}
+
 // Descriptors shared by forward and transposed convolutions.
 struct ConvDescs {
   TensorDesc x = make_tensor_desc(), y = make_tensor_desc(), bias = make_tensor_desc();
@@ -134,8 +145,8 @@ class ConvStep final : public Step {
  public:
   ConvStep(std::string label, DType t, Precision p, const Shape& xs, const Shape& ws, const Shape& ys, const ConvGeom& g,
            int x, int w, int bias, int z, int y, ActParams act, bool nhwc)
-      : Step(std::move(label)), t_(t), p_(p), d_(t, p, xs, ws, ys, g, g.pad_begin, nhwc), x_(x), w_(w), bias_(bias), z_(z),
-        y_(y), act_(act), channels_(ys[1]), outer_(ys[0]) {
+      : Step(std::move(label)), t_(t), p_(p), d_(t, p, xs, ws, ys, g, g.pad_begin, nhwc), xs_(xs), ws_(ws), ys_(ys), g_(g),
+        nhwc_(nhwc), x_(x), w_(w), bias_(bias), z_(z), y_(y), act_(act), channels_(ys[1]), outer_(ys[0]) {
     inner_ = 1;
     for (std::size_t i = 2; i < ys.size(); ++i) inner_ *= ys[i];
     if (nhwc) {   // the epilogue sees [N*H*W, C, 1]
@@ -206,8 +217,21 @@ class ConvStep final : public Step {
         return;
       }
     }
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> ok = level == TuneLevel::Full ? find_all(ctx, b) : heuristics(ctx);
-    if (level == TuneLevel::Quick) time_best_ranked(ctx, b, &ok);
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> ok;
+    if (level == TuneLevel::Heuristic) {
+      ok = heuristics(ctx);
+    } else {
+      // Quick: the same search on the first samples of the batch (autotune.h).
+      const int64_t n = ys_[0], tb = level == TuneLevel::Quick ? tuning_batch(n, positions(ys_)) : n;
+      ctx.stats->samples_timed += tb;
+      ctx.stats->samples_full += n;
+      if (tb == n) {
+        ok = find_all(ctx, b, d_);
+      } else {
+        const ConvDescs part(t_, p_, with_batch(xs_, tb), ws_, with_batch(ys_, tb), g_, g_.pad_begin, nhwc_);
+        ok = find_all(ctx, b, part);
+      }
+    }
     if (ok.empty()) SLUICE_THROW("cuDNN found no usable algorithm for convolution ", label(), " (", d_.key, ")");
     // Prefer the fused call when the fastest algorithm allows it; otherwise convolution + epilogue.
     bool chosen = false;
@@ -232,14 +256,14 @@ class ConvStep final : public Step {
     return r.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
   }
 
-  // Full: every algorithm timed by cuDNN on the real buffers (their content does not matter),
-  // fastest first.
-  std::vector<cudnnConvolutionFwdAlgoPerf_t> find_all(Context& ctx, const Bindings& b) {
+  // Every algorithm timed by cuDNN on the real buffers (their content does not matter), fastest
+  // first; `d` is this convolution's descriptors, or those of the first samples of its batch.
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> find_all(Context& ctx, const Bindings& b, const ConvDescs& d) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     int returned = 0;
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(ctx.cudnn, d_.x, b.at(x_), d_.w, b.at(w_), d_.conv, d_.y,
-                                                       b.at(y_), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf,
-                                                       ctx.workspace, ctx.workspace_bytes));
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(ctx.cudnn, d.x, b.at(x_), d.w, b.at(w_), d.conv, d.y, b.at(y_),
+                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ctx.workspace,
+                                                       ctx.workspace_bytes));
     ctx.stats->candidates_timed += returned;
     std::vector<cudnnConvolutionFwdAlgoPerf_t> ok;
     for (int i = 0; i < returned; ++i)
@@ -260,36 +284,6 @@ class ConvStep final : public Step {
     for (int i = 0; i < returned; ++i)
       if (usable(ctx, perf[i])) ok.push_back(perf[i]);
     return ok;
-  }
-
-  // Quick: the first kQuickCandidates of the heuristics' ranking timed as the plain convolution
-  // (what cudnnFind times), re-ranked fastest first; the rest keep their order behind them.
-  void time_best_ranked(Context& ctx, const Bindings& b, std::vector<cudnnConvolutionFwdAlgoPerf_t>* ranked) {
-    cudaStream_t s = nullptr;
-    CUDNN_CHECK(cudnnGetStream(ctx.cudnn, &s));
-    std::vector<std::pair<float, cudnnConvolutionFwdAlgoPerf_t>> timed;
-    std::vector<cudnnConvolutionFwdAlgoPerf_t> rest;
-    for (const auto& r : *ranked) {
-      if (static_cast<int>(timed.size()) == kQuickCandidates) {
-        rest.push_back(r);
-        continue;
-      }
-      CUDNN_CHECK(cudnnSetConvolutionMathType(d_.conv, math_for(r.mathType)));
-      if (enqueue(ctx, b, r.algo, false) != CUDNN_STATUS_SUCCESS || cudaStreamSynchronize(s) != cudaSuccess) {
-        (void)cudaGetLastError();
-        continue;   // refused after all: not a candidate
-      }
-      const float ms = time_candidate(s, TuneLevel::Quick, [&] { (void)enqueue(ctx, b, r.algo, false); });
-      ctx.stats->candidates_timed++;
-      timed.emplace_back(ms, r);
-    }
-    std::stable_sort(timed.begin(), timed.end(), [](const auto& a, const auto& c) { return a.first < c.first; });
-    ranked->clear();
-    for (auto& t : timed) ranked->push_back(t.second);
-    ranked->insert(ranked->end(), rest.begin(), rest.end());
-    if (!timed.empty())
-      log_debug("cuda engine: ", label(), ": ", timed.size(), " of cuDNN's best-ranked algorithms timed, algorithm ",
-                static_cast<int>(timed[0].second.algo), " fastest at ", timed[0].first, " ms (", d_.key, ")");
   }
 
   void run_legacy(Context& ctx, const Bindings& b, cudaStream_t s) {
@@ -331,6 +325,9 @@ class ConvStep final : public Step {
   DType t_;
   Precision p_;
   ConvDescs d_;
+  Shape xs_, ws_, ys_;   // for the descriptors of a part of the batch (quick autotuning)
+  ConvGeom g_;
+  bool nhwc_;
   ActivationDesc act_desc_;
   int x_, w_, bias_, z_, y_;
   ActParams act_;
@@ -350,7 +347,8 @@ class ConvTransposeStep final : public Step {
   // y_full: the uncropped output (cuDNN's dx), cropped into y by a later step when pads differ.
   ConvTransposeStep(std::string label, DType t, Precision p, const Shape& xs, const Shape& ws, const Shape& full,
                     const ConvGeom& g, const std::vector<int64_t>& pads, int x, int w, int y_full)
-      : Step(std::move(label)), p_(p), d_(t, p, full, ws, xs, g, pads), x_(x), w_(w), y_(y_full) {}
+      : Step(std::move(label)), t_(t), p_(p), d_(t, p, full, ws, xs, g, pads), xs_(xs), ws_(ws), full_(full), g_(g),
+        pads_(pads), x_(x), w_(w), y_(y_full) {}
 
   void prepare(Context& ctx, const Bindings& b) override {
     ctx.stats->convolutions++;
@@ -365,12 +363,18 @@ class ConvTransposeStep final : public Step {
         return;
       }
     }
-    // Full: every algorithm timed by cuDNN; quick: the heuristics' best-ranked few timed here; off:
-    // the heuristics' ranking as it is.
+    // Full: every algorithm timed by cuDNN; quick: the same on the first samples of the batch
+    // (autotune.h); off: the heuristics' ranking as it is.
     std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
     int returned = 0;
-    if (level == TuneLevel::Full) {
-      CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(ctx.cudnn, d_.w, b.at(w_), d_.y, b.at(x_), d_.conv, d_.x,
+    if (level != TuneLevel::Heuristic) {
+      const int64_t n = xs_[0], tb = level == TuneLevel::Quick ? tuning_batch(n, positions(xs_)) : n;
+      ctx.stats->samples_timed += tb;
+      ctx.stats->samples_full += n;
+      std::unique_ptr<ConvDescs> part;
+      if (tb < n) part = std::make_unique<ConvDescs>(t_, p_, with_batch(full_, tb), ws_, with_batch(xs_, tb), g_, pads_);
+      const ConvDescs& d = part ? *part : d_;
+      CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(ctx.cudnn, d.w, b.at(w_), d.y, b.at(x_), d.conv, d.x,
                                                               b.at(y_), static_cast<int>(perf.size()), &returned,
                                                               perf.data(), ctx.workspace, ctx.workspace_bytes));
       ctx.stats->candidates_timed += returned;
@@ -382,37 +386,17 @@ class ConvTransposeStep final : public Step {
       CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx.cudnn, d_.w, d_.y, d_.conv, d_.x,
                                                               static_cast<int>(perf.size()), &returned, perf.data()));
     }
-    std::vector<std::pair<float, cudnnConvolutionBwdDataAlgoPerf_t>> ok;
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ok;
     for (int i = 0; i < returned; ++i) {
       const auto& r = perf[static_cast<std::size_t>(i)];
       if (r.status != CUDNN_STATUS_SUCCESS || r.memory > ctx.workspace_bytes) continue;
       if (ctx.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
       if (p_ == Precision::FP32 && r.mathType == CUDNN_TENSOR_OP_MATH) continue;
       if (r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
-      ok.emplace_back(static_cast<float>(ok.size()), r);   // the order as given, unless timed below
-    }
-    if (level == TuneLevel::Quick) {
-      cudaStream_t s = nullptr;
-      CUDNN_CHECK(cudnnGetStream(ctx.cudnn, &s));
-      int timed = 0;
-      for (auto& [ms, r] : ok) {
-        if (timed == kQuickCandidates) {
-          ms = std::numeric_limits<float>::infinity();   // behind every timed one, in their order
-          continue;
-        }
-        if (!try_use(ctx, b, r.algo, math_for(r.mathType)) || cudaStreamSynchronize(s) != cudaSuccess) {
-          (void)cudaGetLastError();
-          ms = std::numeric_limits<float>::infinity();
-          continue;
-        }
-        ms = time_candidate(s, TuneLevel::Quick, [&] { (void)enqueue(ctx, b, r.algo); });
-        ctx.stats->candidates_timed++;
-        ++timed;
-      }
-      std::stable_sort(ok.begin(), ok.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+      ok.push_back(r);
     }
     bool chosen = false;
-    for (std::size_t i = 0; i < ok.size() && !chosen; ++i) chosen = try_use(ctx, b, ok[i].second.algo, math_for(ok[i].second.mathType));
+    for (std::size_t i = 0; i < ok.size() && !chosen; ++i) chosen = try_use(ctx, b, ok[i].algo, math_for(ok[i].mathType));
     if (!chosen) SLUICE_THROW("cuDNN found no usable algorithm for transposed convolution ", label(), " (", d_.key, ")");
     ctx.stats->algos_measured++;
     if (level == TuneLevel::Heuristic) ctx.stats->algos_untimed++;
@@ -440,8 +424,12 @@ class ConvTransposeStep final : public Step {
 
   cudnnMathType_t math_for(cudnnMathType_t found) const { return p_ == Precision::FP32 ? CUDNN_FMA_MATH : found; }
 
+  DType t_;
   Precision p_;
   ConvDescs d_;   // cuDNN's view: x = our output (dx), y = our input (dy)
+  Shape xs_, ws_, full_;   // for the descriptors of a part of the batch (quick autotuning)
+  ConvGeom g_;
+  std::vector<int64_t> pads_;
   int x_, w_, y_;
   cudnnConvolutionBwdDataAlgo_t algo_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
   cudnnMathType_t math_ = CUDNN_DEFAULT_MATH;
