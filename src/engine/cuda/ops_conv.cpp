@@ -271,7 +271,8 @@ class ConvStep final : public Step {
     return ok;
   }
 
-  // Quick and off: cuDNN's heuristics' ranking (nothing runs), best first.
+  // The untimed choice (off, and the negligible layers under quick): cuDNN's heuristics' ranking,
+  // best first; nothing runs.
   std::vector<cudnnConvolutionFwdAlgoPerf_t> heuristics(Context& ctx) {
     int most = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(ctx.cudnn, &most));
