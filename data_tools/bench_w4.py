@@ -210,7 +210,9 @@ class Bench:
             photos = self.folders[n]
             ref = {}
             plan = [("pytorch", None, False)] if "pytorch" in a.sides else []
-            for variant in ([False, True] if during else [False]) if "sluice" in a.sides else []:
+            variants = [v for v in ([False, True] if during else [False])
+                        if a.variants == "both" or (a.variants == "during") == v]
+            for variant in variants if "sluice" in a.sides else []:
                 v = "-during" if variant else ""
                 plan += [(f"sluice{v}-cold", "cold", variant), (f"sluice{v}-warm", "warm", variant)]
             for name, cache, variant in plan:
@@ -275,6 +277,8 @@ def main():
     p.add_argument("--deadline", type=float, default=540, help="seconds for the whole call; later runs are skipped")
     p.add_argument("--sides", default="pytorch,sluice", help="which sides to time (a check of one side alone)")
     p.add_argument("--timeout", type=float, default=150, help="seconds for one process")
+    p.add_argument("--variants", default="both", choices=["both", "during", "after"],
+                   help="which Sluice ways: `run --export` (during), `run` then `sluice export` (after), or both")
     a = p.parse_args()
     a.counts = [int(x) for x in a.counts.split(",") if x]
     a.work, a.out = os.path.abspath(a.work), os.path.abspath(a.out)

@@ -104,6 +104,7 @@ JobPlan plan_job(const JobConfig& job, int rank) {
   p.engine.threads = job.cpu_threads;
   // "none": no cache file at all (every start measures); "": the user's cache folder.
   p.engine.cache_dir = job.algo_cache == "none" ? "" : job.algo_cache.empty() ? default_cache_dir() : job.algo_cache;
+  p.engine.autotune = autotune_from_name(job.autotune);
 
   p.pipeline.prefetch = job.prefetch;
   p.pipeline.egress_buffers = job.egress_buffers;

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -65,6 +66,60 @@ class SaveLock {
 std::string algo_cache_prefix(const AlgoCacheDevice& d) {
   return without_controls(str(d.gpu, "|sm_", d.sm_major, d.sm_minor, "|driver ", d.driver, "|cudnn ", d.cudnn, "|",
                               d.precision, d.deterministic ? "|det" : ""));
+}
+
+std::string tuned_value(TuneLevel level, const std::string& choice) {
+  switch (level) {
+    case TuneLevel::Heuristic: return "heuristic " + choice;
+    case TuneLevel::Quick: return "quick " + choice;
+    case TuneLevel::Full: break;
+  }
+  return choice;
+}
+
+Tuned parse_tuned(const std::string& value) {
+  Tuned t;
+  t.choice = value;
+  for (const auto& [word, level] : {std::pair<const char*, TuneLevel>{"heuristic ", TuneLevel::Heuristic},
+                                    std::pair<const char*, TuneLevel>{"quick ", TuneLevel::Quick}}) {
+    const std::string w = word;
+    if (value.compare(0, w.size(), w) == 0) {
+      t.level = level;
+      t.choice = value.substr(w.size());
+    }
+  }
+  return t;
+}
+
+double negligible_flops(const std::vector<double>& flops, double share) {
+  std::vector<double> known;
+  double total = 0;
+  for (double f : flops)
+    if (f > 0) {
+      known.push_back(f);
+      total += f;
+    }
+  std::sort(known.begin(), known.end());
+  const double budget = share * total;
+  double sum = 0, below = -1;
+  for (std::size_t i = 0; i < known.size();) {
+    std::size_t j = i;
+    double group = 0;
+    for (; j < known.size() && known[j] == known[i]; ++j) group += known[j];
+    if (sum + group > budget) break;
+    sum += group;
+    below = known[i];
+    i = j;
+  }
+  return below;
+}
+
+int64_t tuning_batch(int64_t batch, int64_t positions_per_sample) {
+  if (batch <= 1) return batch;
+  const int64_t p = std::max<int64_t>(1, positions_per_sample);
+  const int64_t by_positions = (kTuningPositions + p - 1) / p;
+  const int64_t by_share = (batch + kTuningBatchDivisor - 1) / kTuningBatchDivisor;
+  return std::min(batch, std::max(by_positions, by_share));
 }
 
 AlgoCache::AlgoCache(std::string dir) : dir_(std::move(dir)) {

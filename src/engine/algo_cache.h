@@ -13,9 +13,11 @@
 // The file logic needs no GPU and is built with every backend, so its tests run anywhere; the cuda
 // engine (engine/cuda/) fills and reads it.
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace sluice::cuda {
 
@@ -32,6 +34,35 @@ struct AlgoCacheDevice {
 // The part of every key that the device fields make, e.g. "NVIDIA H200|sm_90|driver 12080|cudnn
 // 9.19.0|bf16"; tabs and newlines in the GPU's name become spaces.  The layer's shapes follow it.
 std::string algo_cache_prefix(const AlgoCacheDevice& d);
+
+// How thoroughly a cached choice was made, weakest first.  A cached choice is used when it was made
+// at least as thoroughly as this start asks for; otherwise it is measured again and replaced, so a
+// `--autotune full` start upgrades the entries a quick one wrote, and a quick start keeps them.
+enum class TuneLevel { Heuristic = 0, Quick = 1, Full = 2 };
+
+// A cache value: the level as a word before the choice ("quick 1 2 0"); full choices carry no word,
+// which is also how every entry written before the levels existed reads (they were all measured in
+// full).
+std::string tuned_value(TuneLevel level, const std::string& choice);
+struct Tuned {
+  TuneLevel level = TuneLevel::Full;
+  std::string choice;
+};
+Tuned parse_tuned(const std::string& value);
+
+// The FLOPs at or below which a layer is too small to be worth timing: the smallest layers whose
+// FLOPs add up to at most `share` of the total (layers of equal FLOPs all or none).  -1 when none
+// qualifies; layers of unknown FLOPs (0 or less) are ignored and never negligible.
+double negligible_flops(const std::vector<double>& flops, double share);
+
+// Quick autotuning times a layer on the first samples of its batch only (the buffers are the real
+// ones; the batch is the outermost axis in either layout): at least kTuningPositions output
+// positions (samples x output pixels) and at least 1/kTuningBatchDivisor of the batch, so that the
+// kernels still fill the GPU several times over and rank as at the full batch.  The full batch when
+// it is no larger.
+constexpr int64_t kTuningPositions = 65536;
+constexpr int64_t kTuningBatchDivisor = 8;
+int64_t tuning_batch(int64_t batch, int64_t positions_per_sample);
 
 class AlgoCache {
  public:

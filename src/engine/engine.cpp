@@ -22,6 +22,22 @@ Precision precision_from_name(const std::string& n) {
   throw UsageError(str("unknown precision '", n, "' (expected fp32, tf32, fp16 or bf16)"));
 }
 
+const char* autotune_name(Autotune a) {
+  switch (a) {
+    case Autotune::Quick: return "quick";
+    case Autotune::Full: return "full";
+    case Autotune::Off: return "off";
+  }
+  return "?";
+}
+
+Autotune autotune_from_name(const std::string& n) {
+  if (n == "quick") return Autotune::Quick;
+  if (n == "full") return Autotune::Full;
+  if (n == "off") return Autotune::Off;
+  throw UsageError(str("unknown autotune mode '", n, "' (expected quick, full or off)"));
+}
+
 EngineProfile Engine::profile(const ProfileOptions&) {
   throw UsageError(str("engine '", describe(), "' cannot be profiled"));
 }

@@ -20,6 +20,15 @@ enum class Precision { FP32, TF32, FP16, BF16 };
 const char* precision_name(Precision p);
 Precision precision_from_name(const std::string& name);  // throws UsageError
 
+// How the cuda engine chooses convolution algorithms that the algorithm cache does not hold:
+// quick times cuDNN's few best-ranked candidates on the real buffers (and takes cuDNN's first choice
+// for layers too small to matter), full times every algorithm cuDNN has (cudnnFind: seconds per
+// model, for long jobs that want the last per cent), off times nothing and takes cuDNN's first
+// choice everywhere.
+enum class Autotune { Quick, Full, Off };
+const char* autotune_name(Autotune a);
+Autotune autotune_from_name(const std::string& name);   // throws UsageError
+
 struct EngineOptions {
   Precision precision = Precision::FP32;
   int device = 0;              // CUDA device ordinal (cuda engine)
@@ -27,6 +36,7 @@ struct EngineOptions {
   std::string cache_dir;       // where the cuda engine keeps its algorithm cache ("" = none)
   bool cuda_graphs = true;     // capture forward() once per set and replay it
   bool deterministic = false;  // skip nondeterministic algorithms
+  Autotune autotune = Autotune::Quick;   // cuda engine: how uncached convolution algorithms are chosen
   int threads = 0;             // cpu engine: compute threads (0: all cores)
 };
 
@@ -35,6 +45,8 @@ struct EngineOptions {
 struct EngineSetupTimes {
   double autotune_s = 0;   // choosing algorithms: measuring them, or reading them from the cache
   double capture_s = 0;    // the first pass of each io set and capturing it as a CUDA graph
+  // Convolutions whose algorithm was chosen at this start (timed, or cuDNN's first choice where
+  // timing was not asked for) and those read from the algorithm cache.
   int algos_measured = 0, algos_cached = 0;
 };
 

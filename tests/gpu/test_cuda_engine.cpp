@@ -9,6 +9,7 @@
 
 #include "core/cuda/cuda_raii.h"
 #include "engine/cuda/algo_cache.h"
+#include "engine/cuda/autotune.h"
 #include "engine/cuda/memory_plan.h"
 #include "gpu_test_util.h"
 #include "test_models.h"
@@ -217,6 +218,70 @@ TEST(CudaEngine, ASecondBf16BuildOfASegmentationModelMeasuresNothing) {
   // No cache (--algo-cache none): everything measured again.
   o.cache_dir = "";
   EXPECT_EQ(create_cuda_engine(g, o)->setup_times().algos_measured, a.algos_measured);
+  fs::remove_all(dir);
+}
+
+TEST(CudaEngine, QuickAutotuneTimesAPartOfTheBatchAndOffTimesNothing) {
+  SLUICE_REQUIRE_GPU();
+  // 512x512 inputs at batch 16: the first layers' 128x128 maps need only 4 samples for 65,536
+  // output positions.
+  const Graph g = deeplab_like(16, 512, /*argmax=*/false);
+  EngineOptions o;
+  o.precision = Precision::BF16;
+  o.cache_dir = "";   // every start chooses
+  o.io_sets = 1;
+  o.autotune = Autotune::Full;
+  auto full = create_cuda_engine(g, o);
+  o.autotune = Autotune::Quick;
+  auto quick = create_cuda_engine(g, o);
+  o.autotune = Autotune::Off;
+  auto off = create_cuda_engine(g, o);
+  const cuda::EngineStats f = *cuda::engine_stats(*full), q = *cuda::engine_stats(*quick), z = *cuda::engine_stats(*off);
+  ASSERT_GT(f.algos_measured, 0);
+  EXPECT_EQ(q.algos_measured, f.algos_measured) << "the same layers are chosen for, only less thoroughly";
+  EXPECT_EQ(z.algos_measured, f.algos_measured);
+  EXPECT_EQ(f.algos_untimed, 0) << "full times every layer";
+  EXPECT_GT(f.candidates_timed, f.algos_measured) << "cudnnFind tries several algorithms per layer";
+  EXPECT_EQ(f.samples_timed, f.samples_full) << "full times the whole batch";
+  EXPECT_GT(q.samples_timed, 0);
+  EXPECT_LT(q.samples_timed, q.samples_full) << "quick times the large layers on a part of the batch";
+  EXPECT_GE(q.samples_timed * cuda::kTuningBatchDivisor, q.samples_full) << "never less than an eighth";
+  EXPECT_EQ(z.candidates_timed, 0);
+  EXPECT_EQ(z.samples_timed, 0);
+  EXPECT_EQ(z.algos_untimed, z.algos_measured);
+  // Whatever was chosen computes the same convolutions (bf16: a few ulps apart between algorithms).
+  const Tensor x = random_tensor(g.inputs[0], 11);
+  const Tensor ref = cuda::run_forward(*full, x)[0];
+  EXPECT_LE(rel_error(cuda::run_forward(*quick, x)[0], ref), 2e-2);
+  EXPECT_LE(rel_error(cuda::run_forward(*off, x)[0], ref), 2e-2);
+}
+
+TEST(CudaEngine, ACachedChoiceIsUsedWhenItWasMadeAtLeastAsThoroughlyAsAsked) {
+  SLUICE_REQUIRE_GPU();
+  const fs::path dir = temp_dir("algos-levels");
+  const Graph g = deeplab_like(2, 64, /*argmax=*/true);
+  EngineOptions o;
+  o.precision = Precision::BF16;
+  o.cache_dir = dir.string();
+  o.io_sets = 1;
+  auto start = [&](Autotune a) {
+    o.autotune = a;
+    return *cuda::engine_stats(*create_cuda_engine(g, o));
+  };
+  const cuda::EngineStats cold = start(Autotune::Quick);
+  const int all = cold.algos_measured;
+  ASSERT_GT(all, 0);
+  EXPECT_EQ(start(Autotune::Quick).algos_measured, 0) << "a warm quick start measures nothing";
+  EXPECT_EQ(start(Autotune::Off).algos_measured, 0) << "a quick choice serves an untimed start";
+  EXPECT_EQ(start(Autotune::Full).algos_measured, all) << "full measures again what quick chose";
+  EXPECT_EQ(start(Autotune::Full).algos_measured, 0) << "... and saves it";
+  EXPECT_EQ(start(Autotune::Quick).algos_measured, 0) << "a full choice serves a quick start";
+  // What an untimed start chose stands in only for the layers quick leaves untimed too.
+  fs::remove_all(dir);
+  EXPECT_EQ(start(Autotune::Off).algos_measured, all);
+  const cuda::EngineStats after_off = start(Autotune::Quick);
+  EXPECT_EQ(after_off.algos_measured, all - cold.algos_untimed);
+  EXPECT_EQ(after_off.algos_untimed, 0) << "the untimed layers came from the cache";
   fs::remove_all(dir);
 }
 

@@ -240,3 +240,48 @@ TEST(AlgoCacheFile, ADisabledCacheWritesNothing) {
   EXPECT_EQ(c.path(), "");
   EXPECT_EQ(c.get("k").value_or(""), "v") << "still shared by identical layers of one start";
 }
+
+TEST(AlgoCacheLevels, AValueCarriesTheLevelItsChoiceWasMadeAt) {
+  using cuda::TuneLevel;
+  EXPECT_EQ(cuda::tuned_value(TuneLevel::Quick, "1 2 0"), "quick 1 2 0");
+  EXPECT_EQ(cuda::tuned_value(TuneLevel::Heuristic, "legacy"), "heuristic legacy");
+  EXPECT_EQ(cuda::tuned_value(TuneLevel::Full, "graph 3 eng0"), "graph 3 eng0") << "full choices read as before";
+  for (TuneLevel l : {TuneLevel::Heuristic, TuneLevel::Quick, TuneLevel::Full})
+    for (const std::string c : {"1 2 0", "legacy", "graph 3 eng0_k2=1"}) {
+      const cuda::Tuned t = cuda::parse_tuned(cuda::tuned_value(l, c));
+      EXPECT_EQ(t.level, l) << c;
+      EXPECT_EQ(t.choice, c);
+    }
+  // Entries of caches written before the levels existed were measured in full.
+  EXPECT_EQ(cuda::parse_tuned("6 1 1").level, TuneLevel::Full);
+  EXPECT_EQ(cuda::parse_tuned("legacy").level, TuneLevel::Full);
+  EXPECT_EQ(cuda::parse_tuned("quickly").level, TuneLevel::Full) << "the word needs its space";
+  EXPECT_LT(TuneLevel::Heuristic, TuneLevel::Quick);
+  EXPECT_LT(TuneLevel::Quick, TuneLevel::Full);
+}
+
+TEST(AlgoCacheLevels, NegligibleLayersAreTheSmallestWhoseFlopsFitTheShare) {
+  // 1 % of 1000: the layers of 1, 2 and 3 FLOPs (6) fit, the one of 5 would make 11.
+  EXPECT_EQ(cuda::negligible_flops({500, 3, 1, 489, 5, 2}, 0.01), 3);
+  // Equal layers go together: the two of 6 (12) do not fit 1 % of 812, so none does; 1.5 % takes both.
+  EXPECT_EQ(cuda::negligible_flops({400, 400, 6, 6}, 0.01), -1);
+  EXPECT_EQ(cuda::negligible_flops({400, 400, 6, 6}, 0.015), 6);
+  // Unknown FLOPs (0) neither count nor qualify; nothing known: none.
+  EXPECT_EQ(cuda::negligible_flops({0, 0, 1000, 1}, 0.01), 1);
+  EXPECT_EQ(cuda::negligible_flops({0, 0}, 0.5), -1);
+  EXPECT_EQ(cuda::negligible_flops({}, 0.01), -1);
+  EXPECT_EQ(cuda::negligible_flops({10, 10}, 0), -1) << "share 0: every layer is timed";
+}
+
+TEST(AlgoCacheLevels, QuickTimesAPrefixOfTheBatchThatStillFillsTheGpu) {
+  // DeepLabV3 at 512x512, batch 64: 64x64 output maps need 16 samples for 65,536 positions.
+  EXPECT_EQ(cuda::tuning_batch(64, 64 * 64), 16);
+  // Larger maps: never less than an eighth of the batch.
+  EXPECT_EQ(cuda::tuning_batch(64, 256 * 256), 8);
+  EXPECT_EQ(cuda::tuning_batch(65, 256 * 256), 9);
+  // Small maps: the whole batch (nothing to gain, the ranking could change).
+  EXPECT_EQ(cuda::tuning_batch(64, 16 * 16), 64);
+  EXPECT_EQ(cuda::tuning_batch(64, 32 * 32), 64);
+  EXPECT_EQ(cuda::tuning_batch(1, 1 << 20), 1);
+  EXPECT_EQ(cuda::tuning_batch(3, 0), 3) << "unknown positions: the whole batch";
+}

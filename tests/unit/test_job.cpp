@@ -163,3 +163,41 @@ TEST(JobOptions, TheAlgorithmCacheIsTheUsersByDefaultAFolderWhenNamedAndOffWithN
   EXPECT_NE(job_to_toml(off.job).find("algo-cache = \"none\""), std::string::npos) << "the echo keeps the word";
   EXPECT_EQ(Parsed({"--config", dir + "/here.toml"}).job.algo_cache, dir + "/algos");
 }
+
+TEST(JobOptions, AutotuneIsQuickByDefaultAndTakesFullOrOffFromTheFlagOrTheJobFile) {
+  EXPECT_EQ(Parsed({}).job.autotune, "quick");
+  EXPECT_EQ(plan_job(Parsed({}).job, 0).engine.autotune, Autotune::Quick);
+  EXPECT_EQ(plan_job(Parsed({"--autotune", "full"}).job, 0).engine.autotune, Autotune::Full);
+  EXPECT_EQ(plan_job(Parsed({"--autotune", "off"}).job, 0).engine.autotune, Autotune::Off);
+  const std::string file = write_file("autotune.toml", "autotune = \"full\"\n");
+  EXPECT_EQ(plan_job(Parsed({"--config", file}).job, 0).engine.autotune, Autotune::Full);
+  EXPECT_EQ(plan_job(Parsed({"--config", file, "--autotune", "off"}).job, 0).engine.autotune, Autotune::Off)
+      << "the flag overrides the file";
+  EXPECT_NE(job_to_toml(Parsed({"--autotune", "full"}).job).find("autotune = \"full\""), std::string::npos);
+}
+
+TEST(JobOptions, AnUnknownAutotuneModeNamesTheThreeThatExist) {
+  try {
+    Parsed({"--autotune", "fast"});
+    FAIL() << "--autotune fast was accepted";
+  } catch (const CLI::ValidationError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("'fast' is not one of quick, full, off"), std::string::npos) << m;
+  }
+  const std::string bad = write_file("autotune-bad.toml", "autotune = \"exhaustive\"\n");
+  try {
+    Parsed({"--config", bad});
+    FAIL() << "autotune = \"exhaustive\" was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("quick, full, off"), std::string::npos) << e.what();
+  }
+  // The engine's own parser (for callers that build EngineOptions without the job options).
+  EXPECT_EQ(autotune_from_name("full"), Autotune::Full);
+  EXPECT_STREQ(autotune_name(Autotune::Quick), "quick");
+  try {
+    autotune_from_name("Full");
+    FAIL() << "autotune_from_name accepted 'Full'";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected quick, full or off"), std::string::npos) << e.what();
+  }
+}

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "engine/cuda/algo_cache.h"
+#include "engine/cuda/autotune.h"
 #include "engine/cuda/engine_internal.h"
 
 #ifdef SLUICE_HAVE_CUDNN_FRONTEND
@@ -153,44 +154,31 @@ std::unique_ptr<GraphConv> GraphConv::create(cudnnHandle_t h, const GraphConvSpe
 #endif
 }
 
-namespace {
-
-// Median time of f() over 5 runs after 2 warm-ups, on stream s, in ms.
-float time_ms(cudaStream_t s, const std::function<void()>& f) {
-  Event a = make_event(true), b = make_event(true);
-  f();
-  f();
-  std::vector<float> t;
-  for (int r = 0; r < 5; ++r) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    f();
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[2];
-}
-
-}  // namespace
-
-GraphChoice choose_graph_conv(Context& ctx, const GraphConvSpec& spec, const std::string& measured_key,
+GraphChoice choose_graph_conv(Context& ctx, const GraphConvSpec& spec, const std::string& measured_key, TuneLevel level,
                               const GraphConvBuffers& b, const std::function<void(cudaStream_t)>& legacy) {
   GraphChoice none;
   if (!graph_conv_supports(spec)) return none;
+  const bool forced = graph_mode() == 2;
   // A forced choice was not measured against the legacy call: it is cached apart.
-  const std::string key = graph_mode() == 2 ? measured_key + "|force" : measured_key;
+  const std::string key = forced ? measured_key + "|force" : measured_key;
   const auto hit = ctx.cache->get(key);
-  if (hit && *hit == "legacy") return none;
+  const Tuned cached = hit ? parse_tuned(*hit) : Tuned{};
+  const bool trusted = hit && cached.level >= level;   // made at least as thoroughly as asked
+  if (trusted && cached.choice == "legacy") return none;
+  // Nothing timed: the legacy call stays (building the graph would compile kernels for nothing).
+  if (level == TuneLevel::Heuristic && !forced) {
+    ctx.stats->algos_measured++;
+    ctx.stats->algos_untimed++;
+    ctx.cache->put(key, tuned_value(level, "legacy"));
+    return none;
+  }
   std::shared_ptr<GraphConv>& g = ctx.graph_convs[key];
   if (!g) {
     std::string why;
     g = GraphConv::create(ctx.cudnn, spec, &why);
     if (!g) {
       log_debug("cuda engine: no cuDNN graph for ", key, ": ", why);
-      ctx.cache->put(key, "legacy");
+      ctx.cache->put(key, tuned_value(level, "legacy"));
       return none;
     }
   }
@@ -200,36 +188,49 @@ GraphChoice choose_graph_conv(Context& ctx, const GraphConvSpec& spec, const std
     return plan >= 0 && plan < g->plans() && g->workspace_bytes(plan) <= ctx.workspace_bytes &&
            g->run(ctx.cudnn, b, ctx.workspace, plan) && cudaStreamSynchronize(s) == cudaSuccess;
   };
-  long long cached = -1;
-  if (hit && std::sscanf(hit->c_str(), "graph %lld", &cached) == 1 && usable(cached) &&
-      hit->substr(hit->find(' ', 6) + 1) == g->plan_name(cached)) {
+  long long plan = -1;
+  if (trusted && std::sscanf(cached.choice.c_str(), "graph %lld", &plan) == 1 && usable(plan) &&
+      cached.choice.substr(cached.choice.find(' ', 6) + 1) == g->plan_name(plan)) {
     ctx.stats->graph_convolutions++;
-    return {g, cached};
+    return {g, plan};
   }
   (void)cudaGetLastError();
-  // Measure: the legacy call as the step runs it, then every plan that fits the workspace.
-  const float legacy_ms = graph_mode() == 2 ? std::numeric_limits<float>::infinity() : time_ms(s, [&] { legacy(s); });
+  // Measure: the legacy call as the step runs it, then the plans in the heuristics' order that fit
+  // the workspace (all of them at full, the first few at quick, the first alone when forced and
+  // nothing is timed).
+  const int most = level == TuneLevel::Full ? std::numeric_limits<int>::max()
+                   : level == TuneLevel::Quick ? kQuickCandidates : 1;
+  const bool timing = level != TuneLevel::Heuristic;
+  float legacy_ms = std::numeric_limits<float>::infinity();
+  if (!forced) {
+    legacy_ms = time_candidate(s, level, [&] { legacy(s); });
+    ctx.stats->candidates_timed++;
+  }
   float best_ms = legacy_ms;
   int64_t best = -1;
-  for (int64_t p = 0; p < g->plans(); ++p) {
+  int tried = 0;
+  for (int64_t p = 0; p < g->plans() && tried < most; ++p) {
     if (!usable(p)) {
       (void)cudaGetLastError();
       continue;
     }
-    const float ms = time_ms(s, [&] { g->run(ctx.cudnn, b, ctx.workspace, p); });
+    ++tried;
+    const float ms = timing ? time_candidate(s, level, [&] { g->run(ctx.cudnn, b, ctx.workspace, p); }) : 0.f;
+    if (timing) ctx.stats->candidates_timed++;
     if (ms < best_ms) {
       best_ms = ms;
       best = p;
     }
   }
   ctx.stats->algos_measured++;
+  if (!timing) ctx.stats->algos_untimed++;
   if (best < 0) {
-    ctx.cache->put(key, "legacy");
+    ctx.cache->put(key, tuned_value(level, "legacy"));
     return none;
   }
   log_debug("cuda engine: cuDNN graph plan ", g->plan_name(best), " ", best_ms, " ms against the legacy call's ", legacy_ms,
             " ms for ", key);
-  ctx.cache->put(key, str("graph ", best, " ", g->plan_name(best)));
+  ctx.cache->put(key, tuned_value(level, str("graph ", best, " ", g->plan_name(best))));
   ctx.stats->graph_convolutions++;
   return {g, best};
 }

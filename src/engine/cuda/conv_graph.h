@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/algo_cache.h"
 #include "engine/cuda/kernels.h"
 #include "engine/engine.h"
 
@@ -59,14 +60,15 @@ struct Context;
 
 // The start-up choice between the graph and the legacy call for one convolution: the plans of the
 // (shared) graph for `spec` timed against legacy(stream) on the real buffers, the faster kept and
-// recorded in the algorithm cache under `key` ("legacy", or "graph PLAN NAME"), so that a later
+// recorded in the algorithm cache under `key` ("legacy", or "graph PLAN NAME", after the level's word), so that a later
 // start with the same GPU, cuDNN, precision and shapes builds only what it uses.  A null graph
 // means: keep the legacy call.
 struct GraphChoice {
   std::shared_ptr<GraphConv> graph;
   int64_t plan = -1;
 };
-GraphChoice choose_graph_conv(Context& ctx, const GraphConvSpec& spec, const std::string& key, const GraphConvBuffers& b,
-                              const std::function<void(cudaStream_t)>& legacy);
+// `level` (autotune.h): how many plans are timed, and which cached choices count.
+GraphChoice choose_graph_conv(Context& ctx, const GraphConvSpec& spec, const std::string& key, TuneLevel level,
+                              const GraphConvBuffers& b, const std::function<void(cudaStream_t)>& legacy);
 
 }  // namespace sluice::cuda

@@ -13,6 +13,7 @@
 #include "core/nvtx.h"
 #include "core/timer.h"
 #include "engine/cuda/algo_cache.h"
+#include "engine/cuda/autotune.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/gemm_lt.h"
 #include "engine/cuda/kernels.h"
@@ -134,6 +135,14 @@ class CudaEngine final : public Engine {
     ctx_.precision = options.precision;
     ctx_.compute = b.compute;
     ctx_.deterministic = options.deterministic;
+    ctx_.autotune = options.autotune;
+    {
+      // Quick autotuning leaves the smallest layers to cuDNN's heuristics (autotune.h): every step's
+      // FLOPs count in the total, so the share is of the whole forward pass.
+      std::vector<double> flops;
+      for (const auto& s : steps_) flops.push_back(s->flops);
+      ctx_.negligible_flops = negligible_flops(flops, kNegligibleShare);
+    }
     ctx_.cache = &cache_;
     AlgoCacheDevice key;
     key.gpu = prop.name;
@@ -167,8 +176,9 @@ class CudaEngine final : public Engine {
     times_.algos_measured = stats_.algos_measured;
     times_.algos_cached = stats_.algos_cached;
     log_debug("cuda engine: ", steps_.size(), " steps, activations ", gib(plan.arena_bytes), " (", gib(plan.naive_bytes),
-              " unplanned), weights ", gib(weight_bytes), ", workspace ", gib(workspace), ", algorithms measured ",
-              stats_.algos_measured, ", cached ", stats_.algos_cached, ", convolutions as cuDNN graphs ",
+              " unplanned), weights ", gib(weight_bytes), ", workspace ", gib(workspace), ", algorithms chosen (",
+              autotune_name(options.autotune), ") ", stats_.algos_measured, " (", stats_.algos_untimed, " untimed, ",
+              stats_.candidates_timed, " candidates timed), cached ", stats_.algos_cached, ", convolutions as cuDNN graphs ",
               stats_.graph_convolutions, ", cuBLASLt products timed ", stats_.products_measured, ", cached ",
               stats_.products_cached);
   }

@@ -15,10 +15,15 @@ struct EngineStats {
   int convolutions = 0;     // cuDNN convolution steps
   int atrous_convolutions = 0;   // dilated convolutions run by space-to-batch (ops_conv.cpp)
   int graph_convolutions = 0;    // convolutions run as a cuDNN graph (conv_graph.h)
-  int algos_measured = 0;   // convolution algorithms found by measurement at this start
+  int algos_measured = 0;   // convolution algorithms chosen at this start (timed or by heuristics)
   int algos_cached = 0;     // ... and read from the algorithm cache
   int products_measured = 0;   // cuBLASLt products whose algorithm was timed at this start (gemm_lt.h)
   int products_cached = 0;     // ... and read from the algorithm cache (or an identical product's timing)
+  int algos_untimed = 0;    // of the measured: cuDNN's first choice, nothing timed (autotune.h)
+  int candidates_timed = 0; // algorithms and graph plans timed (cudnnFind's count as one per algorithm it returned)
+  // The samples the timed convolutions were timed on, summed, and their batches summed: quick
+  // autotuning times a part of each batch (algo_cache.h, tuning_batch).
+  int64_t samples_timed = 0, samples_full = 0;
   std::size_t arena_bytes = 0;   // activation arena after the memory plan
   std::size_t naive_bytes = 0;   // what one buffer per activation would have taken
   std::size_t weight_bytes = 0, workspace_bytes = 0, io_bytes = 0;

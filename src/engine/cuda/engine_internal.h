@@ -65,6 +65,10 @@ struct Context {
   Precision precision = Precision::FP32;
   DType compute = DType::F32;
   bool deterministic = false;
+  // How uncached choices are made (engine/cuda/autotune.h); under quick, layers of at most
+  // negligible_flops FLOPs take cuDNN's first choice untimed (-1: none).
+  Autotune autotune = Autotune::Quick;
+  double negligible_flops = -1;
   AlgoCache* cache = nullptr;
   std::string cache_prefix;   // GPU, cuDNN version and precision: the part of every cache key they share
   EngineStats* stats = nullptr;

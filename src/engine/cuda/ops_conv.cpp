@@ -2,17 +2,21 @@
 // dilated ones by space-to-batch: ops_atrous.cpp; depthwise ones: ops_depthwise.cpp): Conv and sluice.FusedConv through
 // cudnnConvolutionBiasActivationForward (ReLU, bias and residual in one call) or
 // cudnnConvolutionForward plus one epilogue kernel, ConvTranspose through
-// cudnnConvolutionBackwardData.  Algorithms are measured once at start-up (cudnnFind*Ex) and kept
-// in the algorithm cache.  Notes on the choices: /work/shared/notes/cudnn-on-hopper.md.
+// cudnnConvolutionBackwardData.  Algorithms are chosen once at start-up as --autotune says
+// (autotune.h: cudnnFind*Ex on the whole batch or on its first samples, or cuDNN's heuristics) and
+// kept in the algorithm cache.  Notes on the choices: /work/shared/notes/cudnn-on-hopper.md.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "core/cuda/cuda_raii.h"
 #include "core/log.h"
 #include "engine/cuda/algo_cache.h"
+#include "engine/cuda/autotune.h"
 #include "engine/cuda/conv_graph.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
@@ -94,6 +98,17 @@ std::string join(const std::vector<int>& v) {
   return s;
 }
 
+Shape with_batch(Shape s, int64_t n) {
+  s[0] = n;
+  return s;
+}
+// Output positions per sample: the product of the spatial dims.
+int64_t positions(const Shape& y) {
+  int64_t p = 1;
+  for (std::size_t i = 2; i < y.size(); ++i) p *= y[i];
+  return p;
+}
+
 // Descriptors shared by forward and transposed convolutions.
 struct ConvDescs {
   TensorDesc x = make_tensor_desc(), y = make_tensor_desc(), bias = make_tensor_desc();
@@ -130,8 +145,8 @@ class ConvStep final : public Step {
  public:
   ConvStep(std::string label, DType t, Precision p, const Shape& xs, const Shape& ws, const Shape& ys, const ConvGeom& g,
            int x, int w, int bias, int z, int y, ActParams act, bool nhwc)
-      : Step(std::move(label)), t_(t), p_(p), d_(t, p, xs, ws, ys, g, g.pad_begin, nhwc), x_(x), w_(w), bias_(bias), z_(z),
-        y_(y), act_(act), channels_(ys[1]), outer_(ys[0]) {
+      : Step(std::move(label)), t_(t), p_(p), d_(t, p, xs, ws, ys, g, g.pad_begin, nhwc), xs_(xs), ws_(ws), ys_(ys), g_(g),
+        nhwc_(nhwc), x_(x), w_(w), bias_(bias), z_(z), y_(y), act_(act), channels_(ys[1]), outer_(ys[0]) {
     inner_ = 1;
     for (std::size_t i = 2; i < ys.size(); ++i) inner_ *= ys[i];
     if (nhwc) {   // the epilogue sees [N*H*W, C, 1]
@@ -167,7 +182,8 @@ class ConvStep final : public Step {
     spec_.deterministic = ctx.deterministic;
     const std::string key = str(ctx.cache_prefix, "|convgraph|", d_.key, bias_ >= 0 ? "|bias" : "", z_ >= 0 ? "|z" : "",
                                 "|act", static_cast<int>(act_.act), ",", act_.a, ",", act_.b);
-    const GraphChoice c = choose_graph_conv(ctx, spec_, key, buffers(b), [&](cudaStream_t s) { run_legacy(ctx, b, s); });
+    const GraphChoice c =
+        choose_graph_conv(ctx, spec_, key, tune_level(ctx, flops), buffers(b), [&](cudaStream_t s) { run_legacy(ctx, b, s); });
     graph_ = c.graph;
     plan_ = c.plan;
   }
@@ -186,34 +202,35 @@ class ConvStep final : public Step {
     return {b.at(x_), b.at(w_), bias_ >= 0 ? b.at(bias_) : nullptr, z_ >= 0 ? b.at(z_) : nullptr, b.at(y_)};
   }
 
-  // The legacy API: an algorithm found by measurement (or read from the cache), fused with the
-  // epilogue in one call when cuDNN allows it.
+  // The legacy API: an algorithm chosen at start-up (autotune.h) or read from the cache, fused with
+  // the epilogue in one call when cuDNN allows it.
   void choose_legacy(Context& ctx, const Bindings& b) {
     const std::string key = str(ctx.cache_prefix, "|conv|", d_.key, bias_ >= 0 ? "|bias" : "", z_ >= 0 ? "|z" : "",
                                 "|act", static_cast<int>(act_.act));
+    const TuneLevel level = tune_level(ctx, flops);
     if (auto hit = ctx.cache->get(key)) {
+      const Tuned t = parse_tuned(*hit);
       int algo = -1, math = -1, fused = 0;
-      if (std::sscanf(hit->c_str(), "%d %d %d", &algo, &math, &fused) == 3 &&
+      if (t.level >= level && std::sscanf(t.choice.c_str(), "%d %d %d", &algo, &math, &fused) == 3 &&
           try_use(ctx, b, static_cast<cudnnConvolutionFwdAlgo_t>(algo), static_cast<cudnnMathType_t>(math), fused != 0)) {
         ctx.stats->algos_cached++;
         return;
       }
     }
-    // Measure every algorithm on the real buffers (their content does not matter).
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int returned = 0;
-    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(ctx.cudnn, d_.x, b.at(x_), d_.w, b.at(w_), d_.conv, d_.y,
-                                                       b.at(y_), CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf,
-                                                       ctx.workspace, ctx.workspace_bytes));
     std::vector<cudnnConvolutionFwdAlgoPerf_t> ok;
-    for (int i = 0; i < returned; ++i) {
-      const auto& r = perf[i];
-      if (r.status != CUDNN_STATUS_SUCCESS || r.memory > ctx.workspace_bytes) continue;
-      if (ctx.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
-      // fp32 must not run on TF32 tensor cores, and float data is never down-converted to fp16.
-      if (p_ == Precision::FP32 && r.mathType == CUDNN_TENSOR_OP_MATH) continue;
-      if (r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
-      ok.push_back(r);
+    if (level == TuneLevel::Heuristic) {
+      ok = heuristics(ctx);
+    } else {
+      // Quick: the same search on the first samples of the batch (autotune.h).
+      const int64_t n = ys_[0], tb = level == TuneLevel::Quick ? tuning_batch(n, positions(ys_)) : n;
+      ctx.stats->samples_timed += tb;
+      ctx.stats->samples_full += n;
+      if (tb == n) {
+        ok = find_all(ctx, b, d_);
+      } else {
+        const ConvDescs part(t_, p_, with_batch(xs_, tb), ws_, with_batch(ys_, tb), g_, g_.pad_begin, nhwc_);
+        ok = find_all(ctx, b, part);
+      }
     }
     if (ok.empty()) SLUICE_THROW("cuDNN found no usable algorithm for convolution ", label(), " (", d_.key, ")");
     // Prefer the fused call when the fastest algorithm allows it; otherwise convolution + epilogue.
@@ -226,7 +243,48 @@ class ConvStep final : public Step {
     }
     if (!chosen) SLUICE_THROW("cuDNN rejected every measured algorithm for convolution ", label(), " (", d_.key, ")");
     ctx.stats->algos_measured++;
-    ctx.cache->put(key, str(static_cast<int>(algo_), " ", static_cast<int>(math_), " ", fused_ ? 1 : 0));
+    if (level == TuneLevel::Heuristic) ctx.stats->algos_untimed++;
+    ctx.cache->put(key, tuned_value(level, str(static_cast<int>(algo_), " ", static_cast<int>(math_), " ", fused_ ? 1 : 0)));
+  }
+
+  // What the engine may run: cuDNN succeeded, the workspace suffices, deterministic when asked, and
+  // fp32 neither on TF32 tensor cores nor down-converted to fp16.
+  bool usable(const Context& ctx, const cudnnConvolutionFwdAlgoPerf_t& r) const {
+    if (r.status != CUDNN_STATUS_SUCCESS || r.memory > ctx.workspace_bytes) return false;
+    if (ctx.deterministic && r.determinism != CUDNN_DETERMINISTIC) return false;
+    if (p_ == Precision::FP32 && r.mathType == CUDNN_TENSOR_OP_MATH) return false;
+    return r.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+  }
+
+  // Every algorithm timed by cuDNN on the real buffers (their content does not matter), fastest
+  // first; `d` is this convolution's descriptors, or those of the first samples of its batch.
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> find_all(Context& ctx, const Bindings& b, const ConvDescs& d) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int returned = 0;
+    CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(ctx.cudnn, d.x, b.at(x_), d.w, b.at(w_), d.conv, d.y, b.at(y_),
+                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ctx.workspace,
+                                                       ctx.workspace_bytes));
+    ctx.stats->candidates_timed += returned;
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> ok;
+    for (int i = 0; i < returned; ++i)
+      if (usable(ctx, perf[i])) ok.push_back(perf[i]);
+    return ok;
+  }
+
+  // The untimed choice (off, and the negligible layers under quick): cuDNN's heuristics' ranking,
+  // best first; nothing runs.
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> heuristics(Context& ctx) {
+    int most = 0;
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(ctx.cudnn, &most));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<std::size_t>(std::max(most, 1)));
+    int returned = 0;
+    CUDNN_CHECK(cudnnSetConvolutionMathType(d_.conv, math_type(p_)));
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.cudnn, d_.x, d_.w, d_.conv, d_.y, static_cast<int>(perf.size()),
+                                                       &returned, perf.data()));
+    std::vector<cudnnConvolutionFwdAlgoPerf_t> ok;
+    for (int i = 0; i < returned; ++i)
+      if (usable(ctx, perf[i])) ok.push_back(perf[i]);
+    return ok;
   }
 
   void run_legacy(Context& ctx, const Bindings& b, cudaStream_t s) {
@@ -268,6 +326,9 @@ class ConvStep final : public Step {
   DType t_;
   Precision p_;
   ConvDescs d_;
+  Shape xs_, ws_, ys_;   // for the descriptors of a part of the batch (quick autotuning)
+  ConvGeom g_;
+  bool nhwc_;
   ActivationDesc act_desc_;
   int x_, w_, bias_, z_, y_;
   ActParams act_;
@@ -287,36 +348,60 @@ class ConvTransposeStep final : public Step {
   // y_full: the uncropped output (cuDNN's dx), cropped into y by a later step when pads differ.
   ConvTransposeStep(std::string label, DType t, Precision p, const Shape& xs, const Shape& ws, const Shape& full,
                     const ConvGeom& g, const std::vector<int64_t>& pads, int x, int w, int y_full)
-      : Step(std::move(label)), p_(p), d_(t, p, full, ws, xs, g, pads), x_(x), w_(w), y_(y_full) {}
+      : Step(std::move(label)), t_(t), p_(p), d_(t, p, full, ws, xs, g, pads), xs_(xs), ws_(ws), full_(full), g_(g),
+        pads_(pads), x_(x), w_(w), y_(y_full) {}
 
   void prepare(Context& ctx, const Bindings& b) override {
     ctx.stats->convolutions++;
     const std::string key = str(ctx.cache_prefix, "|convT|", d_.key);
+    const TuneLevel level = tune_level(ctx, flops);
     if (auto hit = ctx.cache->get(key)) {
+      const Tuned t = parse_tuned(*hit);
       int algo = -1, math = -1;
-      if (std::sscanf(hit->c_str(), "%d %d", &algo, &math) == 2 &&
+      if (t.level >= level && std::sscanf(t.choice.c_str(), "%d %d", &algo, &math) == 2 &&
           try_use(ctx, b, static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), static_cast<cudnnMathType_t>(math))) {
         ctx.stats->algos_cached++;
         return;
       }
     }
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    // Full: every algorithm timed by cuDNN; quick: the same on the first samples of the batch
+    // (autotune.h); off: the heuristics' ranking as it is.
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
     int returned = 0;
-    CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(ctx.cudnn, d_.w, b.at(w_), d_.y, b.at(x_), d_.conv, d_.x,
-                                                            b.at(y_), CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned,
-                                                            perf, ctx.workspace, ctx.workspace_bytes));
-    bool chosen = false;
-    for (int i = 0; i < returned && !chosen; ++i) {
-      const auto& r = perf[i];
+    if (level != TuneLevel::Heuristic) {
+      const int64_t n = xs_[0], tb = level == TuneLevel::Quick ? tuning_batch(n, positions(xs_)) : n;
+      ctx.stats->samples_timed += tb;
+      ctx.stats->samples_full += n;
+      std::unique_ptr<ConvDescs> part;
+      if (tb < n) part = std::make_unique<ConvDescs>(t_, p_, with_batch(full_, tb), ws_, with_batch(xs_, tb), g_, pads_);
+      const ConvDescs& d = part ? *part : d_;
+      CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(ctx.cudnn, d.w, b.at(w_), d.y, b.at(x_), d.conv, d.x,
+                                                              b.at(y_), static_cast<int>(perf.size()), &returned,
+                                                              perf.data(), ctx.workspace, ctx.workspace_bytes));
+      ctx.stats->candidates_timed += returned;
+    } else {
+      int most = 0;
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(ctx.cudnn, &most));
+      perf.resize(static_cast<std::size_t>(std::max<int>(most, static_cast<int>(perf.size()))));
+      CUDNN_CHECK(cudnnSetConvolutionMathType(d_.conv, math_type(p_)));
+      CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx.cudnn, d_.w, d_.y, d_.conv, d_.x,
+                                                              static_cast<int>(perf.size()), &returned, perf.data()));
+    }
+    std::vector<cudnnConvolutionBwdDataAlgoPerf_t> ok;
+    for (int i = 0; i < returned; ++i) {
+      const auto& r = perf[static_cast<std::size_t>(i)];
       if (r.status != CUDNN_STATUS_SUCCESS || r.memory > ctx.workspace_bytes) continue;
       if (ctx.deterministic && r.determinism != CUDNN_DETERMINISTIC) continue;
       if (p_ == Precision::FP32 && r.mathType == CUDNN_TENSOR_OP_MATH) continue;
       if (r.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
-      chosen = try_use(ctx, b, r.algo, p_ == Precision::FP32 ? CUDNN_FMA_MATH : r.mathType);
+      ok.push_back(r);
     }
+    bool chosen = false;
+    for (std::size_t i = 0; i < ok.size() && !chosen; ++i) chosen = try_use(ctx, b, ok[i].algo, math_for(ok[i].mathType));
     if (!chosen) SLUICE_THROW("cuDNN found no usable algorithm for transposed convolution ", label(), " (", d_.key, ")");
     ctx.stats->algos_measured++;
-    ctx.cache->put(key, str(static_cast<int>(algo_), " ", static_cast<int>(math_)));
+    if (level == TuneLevel::Heuristic) ctx.stats->algos_untimed++;
+    ctx.cache->put(key, tuned_value(level, str(static_cast<int>(algo_), " ", static_cast<int>(math_))));
   }
 
   void run(Context& ctx, const Bindings& b, cudaStream_t) override { CUDNN_CHECK(enqueue(ctx, b, algo_)); }
@@ -338,8 +423,14 @@ class ConvTransposeStep final : public Step {
     return true;
   }
 
+  cudnnMathType_t math_for(cudnnMathType_t found) const { return p_ == Precision::FP32 ? CUDNN_FMA_MATH : found; }
+
+  DType t_;
   Precision p_;
   ConvDescs d_;   // cuDNN's view: x = our output (dx), y = our input (dy)
+  Shape xs_, ws_, full_;   // for the descriptors of a part of the batch (quick autotuning)
+  ConvGeom g_;
+  std::vector<int64_t> pads_;
   int x_, w_, y_;
   cudnnConvolutionBwdDataAlgo_t algo_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
   cudnnMathType_t math_ = CUDNN_DEFAULT_MATH;
