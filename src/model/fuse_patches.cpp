@@ -12,6 +12,15 @@
 // Transpose (0, 2, 1)); where they do, the product is their result and neither the grid nor those
 // two steps are written.  Reshape targets copy the batch (0), so the rewrite holds at any batch.
 // SLUICE_PATCH_GEMM=0 keeps the convolution.
+//
+// A strided stem on a few channels (ResNet's 7x7/2 on 3 channels) is the same problem with
+// overlapping windows: cuDNN ran DeepLabV3-R50's at 2 % of the GEMM rate.  Space-to-depth turns it
+// into a stride-1 convolution on s x s as many channels with a kernel ceil(k / s) wide, the weights
+// zero where the s-aligned kernel reaches past the original one:
+//   x [N, C, H, W] -> Pad (the convolution's pads, then up to a multiple of s)
+//     -> Reshape [N, C, H'/s, s, W'/s, s] -> Transpose (0, 1, 3, 5, 2, 4) -> Reshape [N, C s s, H'/s, W'/s]
+//     -> Conv (or FusedConv, its bias, residual and activation kept) k' x k', stride 1, no pads
+// with W'[o, (c, bh, bw), a, b] = W[o, c, s a + bh, s b + bw].  SLUICE_STEM_S2D=0 keeps the stem.
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -136,11 +145,93 @@ bool rewrite_patch_conv(Graph& g, std::size_t index) {
   return true;
 }
 
+// The space-to-depth rewrite of one strided stem convolution, or false when it is not one.
+bool rewrite_strided_stem(Graph& g, std::size_t index) {
+  const Node conv = g.nodes[index];
+  const bool fused = conv.op == "FusedConv" && conv.domain == "sluice";
+  if (!(conv.op == "Conv" && conv.domain.empty()) && !fused) return false;
+  const Tensor* w = g.constant(conv.input(1));
+  const Shape* xs = static_shape(g, conv.input(0));
+  const ValueInfo* yv = g.value(conv.outputs.at(0));
+  if (!w || !xs || xs->size() != 4 || w->shape.size() != 4 || !yv || yv->shape.size() != 4) return false;
+  if (w->dtype != DType::F32 || yv->dtype != DType::F32) return false;
+  const int64_t O = w->shape[0], C = w->shape[1], kh = w->shape[2], kw = w->shape[3];
+  const std::vector<int64_t> st = conv.get_ints("strides", {1, 1});
+  if (C != (*xs)[1] || C > kMaxPatchChannels || conv.get_int("group", 1) != 1 || st.size() != 2 || st[0] != st[1]) return false;
+  const int64_t s = st[0];
+  // Kernels of 5 and more (7x7/2 in ResNets, 7x7/4 in Segformer); a 3x3/2 stem is cheap already.
+  if (s < 2 || kh <= s || kw <= s || kh < 5 || kw < 5) return false;
+  if (conv.get_ints("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return false;
+  if (conv.get_string("auto_pad", "NOTSET") != "NOTSET") return false;
+  const std::vector<int64_t> pads = conv.get_ints("pads", {0, 0, 0, 0});
+  if (pads.size() != 4) return false;
+  const int64_t oh = yv->shape[2], ow = yv->shape[3];
+  const int64_t kh2 = (kh + s - 1) / s, kw2 = (kw + s - 1) / s;
+  // The padded input the stride-1 convolution needs: s (out + k' - 1) rows, the model's pads first.
+  const int64_t hp = s * (oh + kh2 - 1), wp = s * (ow + kw2 - 1);
+  const int64_t pad_bottom = hp - (*xs)[2] - pads[0], pad_right = wp - (*xs)[3] - pads[1];
+  if (pad_bottom < 0 || pad_right < 0) return false;  // the model crops instead: leave it
+
+  const std::string base = conv.name.empty() ? std::string("stem") : conv.name;
+  auto tensor = [&](const std::string& what) { return unique_tensor_name(g, base + "_s2d_" + what); };
+  const int64_t C2 = C * s * s;
+  Tensor w2(DType::F32, Shape{O, C2, kh2, kw2});
+  const float* src = w->data<float>();
+  float* dst = w2.data<float>();
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < kh; ++i)
+        for (int64_t j = 0; j < kw; ++j) {
+          const int64_t ch = (c * s + i % s) * s + j % s;
+          dst[((o * C2 + ch) * kh2 + i / s) * kw2 + j / s] = src[((o * C + c) * kh + i) * kw + j];
+        }
+  const std::string wname = unique_tensor_name(g, base + "_s2d_weight");
+  g.constants[wname] = std::move(w2);
+
+  std::vector<Node> nodes;
+  const std::string padded = tensor("padded"), cut = tensor("cut"), moved = tensor("moved"), depth = tensor("depth");
+  nodes.push_back(make_node(g, "Pad", base + "/s2d_pad",
+                            {conv.inputs[0], add_int64_constant(g, base + "_s2d_pads", {0, 0, pads[0], pads[1], 0, 0, pad_bottom, pad_right})},
+                            padded));
+  nodes.push_back(make_node(g, "Reshape", base + "/s2d_cut",
+                            {padded, add_int64_constant(g, base + "_s2d_cut_shape", {0, C, hp / s, s, wp / s, s})}, cut));
+  nodes.push_back(make_node(g, "Transpose", base + "/s2d_move", {cut}, moved));
+  nodes.back().attrs["perm"] = Attribute::of_ints({0, 1, 3, 5, 2, 4});
+  nodes.push_back(make_node(g, "Reshape", base + "/s2d_depth",
+                            {moved, add_int64_constant(g, base + "_s2d_depth_shape", {0, C2, hp / s, wp / s})}, depth));
+  Node c2 = conv;
+  c2.inputs[0] = depth;
+  c2.inputs[1] = wname;
+  c2.attrs["kernel_shape"] = Attribute::of_ints({kh2, kw2});
+  c2.attrs["strides"] = Attribute::of_ints({1, 1});
+  c2.attrs["pads"] = Attribute::of_ints({0, 0, 0, 0});
+  c2.attrs.erase("auto_pad");
+  nodes.push_back(std::move(c2));
+  g.nodes.erase(g.nodes.begin() + static_cast<long>(index));
+  g.nodes.insert(g.nodes.begin() + static_cast<long>(index), nodes.begin(), nodes.end());
+  return true;
+}
+
+bool switched_off(const char* name) {
+  const char* env = std::getenv(name);
+  return env && std::string(env) == "0";
+}
+
 }  // namespace
 
 int fuse_patch_convolutions(Graph& g) {
-  const char* env = std::getenv("SLUICE_PATCH_GEMM");
-  if (env && std::string(env) == "0") return 0;
+  int stems = 0;
+  if (!switched_off("SLUICE_STEM_S2D"))
+    for (std::size_t i = 0; i < g.nodes.size(); ++i)
+      if (rewrite_strided_stem(g, i)) {
+        ++stems;
+        i += 4;  // past the new convolution
+      }
+  if (stems) {
+    infer_known_shapes(g);
+    log_debug(g.source, ": ", stems, " strided stem convolution(s) as space-to-depth");
+  }
+  if (switched_off("SLUICE_PATCH_GEMM")) return stems;
   int rewritten = 0;
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
     if (rewrite_patch_conv(g, i)) ++rewritten;
@@ -148,7 +239,7 @@ int fuse_patch_convolutions(Graph& g) {
     infer_known_shapes(g);
     log_debug(g.source, ": ", rewritten, " patch-embedding convolution(s) as matrix products");
   }
-  return rewritten;
+  return stems + rewritten;
 }
 
 }  // namespace sluice

@@ -1,7 +1,7 @@
 // fuse_patch_convolutions: a convolution whose kernel equals its stride on a few channels (a patch
 // embedding) becomes a permutation and one MatMul, the model's own flatten-and-transpose after it
-// disappears, and the outputs equal the convolution's (CPU engine, against the graph without the
-// pass, which runs the convolution).
+// disappears; a strided stem (7x7/2) becomes a stride-1 convolution on space-to-depth input; and
+// the outputs equal the convolution's (CPU engine, against the graph without the pass).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,13 +28,13 @@ struct Prepared {
 };
 
 // g prepared at batch 3 with or without the pass, and its first output on a ramp input.
-Prepared run(const Graph& model, const Shape& sample, bool patches) {
-  setenv("SLUICE_PATCH_GEMM", patches ? "1" : "0", 1);
+Prepared run(const Graph& model, const Shape& sample, bool patches, const char* pass = "SLUICE_PATCH_GEMM") {
+  setenv(pass, patches ? "1" : "0", 1);
   PrepareOptions o;
   o.batch_size = 3;
   o.sample_shape = sample;
   Prepared p{prepare_graph(model, o), {}};
-  unsetenv("SLUICE_PATCH_GEMM");
+  unsetenv(pass);
   EngineOptions eo;
   eo.threads = 2;
   eo.io_sets = 1;
@@ -139,4 +139,44 @@ TEST(FusePatches, EveryZooVisionTransformerStemBecomesAMatMul) {
     ASSERT_EQ(with.y.size(), without.y.size()) << name;
     EXPECT_LE(relative_difference(with.y, without.y), 1e-5) << name;
   }
+}
+
+namespace {
+
+// x [B, 3, H, W] -> Conv k x k / s, pads p (+ Relu: a FusedConv) -> y.
+GraphBuilder stem_model(int64_t k, int64_t s, int64_t p, bool relu, int64_t filters = 6) {
+  GraphBuilder b;
+  b.input("x", {-1, 3, 29, 34}).output("y");
+  b.floats("w", {filters, 3, k, k}, ramp(static_cast<std::size_t>(filters * 3 * k * k), 4)).floats("bias", {filters}, ramp(6, 5));
+  Node& c = b.node("Conv", {"x", "w", "bias"}, {relu ? "c" : "y"});
+  c.attrs["kernel_shape"] = Attribute::of_ints({k, k});
+  c.attrs["strides"] = Attribute::of_ints({s, s});
+  c.attrs["pads"] = Attribute::of_ints({p, p, p, p});
+  if (relu) b.node("Relu", {"c"}, {"y"});
+  return b;
+}
+
+}  // namespace
+
+TEST(FusePatches, AStridedStemBecomesAStrideOneConvolutionOnSpaceToDepthInput) {
+  // ResNet's 7x7/2 pad 3 (fused with its ReLU), Segformer's 7x7/4 pad 3, and one without pads, on
+  // odd sizes so that the padding to a multiple of the stride differs per side.
+  struct Case { int64_t k, s, p; bool relu; };
+  for (const Case c : {Case{7, 2, 3, true}, Case{7, 4, 3, false}, Case{5, 2, 0, false}}) {
+    const GraphBuilder b = stem_model(c.k, c.s, c.p, c.relu);
+    const Prepared with = run(b.g, {3, 29, 34}, true, "SLUICE_STEM_S2D");
+    const Prepared without = run(b.g, {3, 29, 34}, false, "SLUICE_STEM_S2D");
+    EXPECT_EQ(count_ops(with.g, "Pad"), 1) << c.k << "/" << c.s;
+    for (const Node& n : with.g.nodes)
+      if (n.op == "Conv" || n.op == "FusedConv") {
+        EXPECT_EQ(n.get_ints("strides"), (std::vector<int64_t>{1, 1})) << c.k << "/" << c.s;
+        EXPECT_EQ(n.get_ints("kernel_shape"), (std::vector<int64_t>{(c.k + c.s - 1) / c.s, (c.k + c.s - 1) / c.s}));
+      }
+    EXPECT_EQ(count_ops(with.g, "FusedConv"), c.relu ? 1 : 0);
+    ASSERT_EQ(with.y.size(), without.y.size());
+    EXPECT_LE(relative_difference(with.y, without.y), 1e-5) << c.k << "/" << c.s;
+  }
+  // A 3x3/2 stem and a 7x7/1 convolution stay as they are.
+  EXPECT_EQ(count_ops(run(stem_model(3, 2, 1, false).g, {3, 29, 34}, true, "SLUICE_STEM_S2D").g, "Pad"), 0);
+  EXPECT_EQ(count_ops(run(stem_model(7, 1, 3, false).g, {3, 29, 34}, true, "SLUICE_STEM_S2D").g, "Pad"), 0);
 }
