@@ -28,7 +28,8 @@ from fullsize_accuracy import make  # noqa: E402
 
 # model -> (batch, image size)
 BATCH = {"vit_b_16": 256, "swin_t": 256, "convnext_tiny": 256, "deit_small_patch16_224": 256,
-         "vit_small_patch14_dinov2": 256, "clip_vit_b16": 256, "segformer_b0": 64}
+         "vit_small_patch14_dinov2": 256, "clip_vit_b16": 256, "segformer_b0": 64, "resnet50": 256,
+         "deeplabv3_resnet50": 64}
 
 
 def export(name, path):

@@ -26,8 +26,20 @@ import numpy as np
 
 def make(name):
     import torchvision
-    if name in ("vit_b_16", "swin_t", "convnext_tiny"):
+    if name in ("vit_b_16", "swin_t", "convnext_tiny", "resnet50"):
         return getattr(torchvision.models, name)(), 224
+    if name == "deeplabv3_resnet50":  # W1's model: its 'out' at 512 x 512
+        import torch
+
+        class Out(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = torchvision.models.segmentation.deeplabv3_resnet50(weights=None, weights_backbone=None)
+
+            def forward(self, x):
+                return self.m(x)["out"]
+
+        return Out(), 512
     if name in ("deit_small_patch16_224", "vit_small_patch14_dinov2"):
         import timm
         size = 224
