@@ -64,7 +64,7 @@ struct JobConfig {
   std::string on_bad_sample = "skip";      // skip (recorded, zeros fed) | fail (exit 3)
   bool cuda_graphs = true;
   std::string algo_cache;                  // cuDNN algorithm cache folder ("": $XDG_CACHE_HOME/sluice or ~/.cache/sluice)
-  std::string autotune = "quick";          // how uncached cuDNN algorithms are chosen: quick | full | off
+  std::string autotune = "auto";           // how uncached cuDNN algorithms are chosen: auto | quick | full | off
   int cpu_threads = 0;                     // CPU engine threads (0: all cores, shared among a node's ranks)
   std::string gpu_map;                     // "" (node-local rank) or a comma list of GPU ordinals
   double progress_interval = 5.0;          // seconds between progress lines when not on a terminal

@@ -138,9 +138,10 @@ void visit_job(JobConfig& j, V& v) {
   v("algo-cache", j.algo_cache,
     "Folder of the cuDNN algorithm cache (default: $XDG_CACHE_HOME/sluice or ~/.cache/sluice; none: no cache)", none);
   v("autotune", j.autotune,
-    "How the GPU chooses a convolution algorithm the cache lacks: quick (time every algorithm on the first samples "
-    "of the batch) | full (on the whole batch: several seconds per model, for long jobs) | off (cuDNN's first "
-    "choice, nothing timed)", one_of({"quick", "full", "off"}));
+    "How the GPU chooses a convolution algorithm the cache lacks: auto (full when each rank runs at least 2000 "
+    "batches, else off) | quick (time every algorithm on the first samples of the batch) | full (on the whole "
+    "batch: several seconds per model) | off (cuDNN's first choice, nothing timed)",
+    one_of({"auto", "quick", "full", "off"}));
   v("cpu-threads", j.cpu_threads,
     "CPU engine threads (0: all cores, shared among the node's ranks; at most 4 per core, or 8)", at_least(0));
   v("gpu-map", j.gpu_map, "GPU of each node-local rank, comma list (default: the node-local rank)", none);

@@ -74,6 +74,13 @@ std::string mb(double bytes) {
   return os.str();
 }
 
+Autotune autotune_for_job(const std::string& mode, int64_t samples, int ranks, int64_t batch_size) {
+  if (mode != "auto") return autotune_from_name(mode);
+  const int64_t per_rank = (samples + std::max(ranks, 1) - 1) / std::max(ranks, 1);
+  const int64_t batches = (per_rank + std::max<int64_t>(batch_size, 1) - 1) / std::max<int64_t>(batch_size, 1);
+  return batches >= kAutotuneFullBatches ? Autotune::Full : Autotune::Off;
+}
+
 JobPlan plan_job(const JobConfig& job, int rank) {
   JobPlan p;
   p.model = job.model;
@@ -104,7 +111,9 @@ JobPlan plan_job(const JobConfig& job, int rank) {
   p.engine.threads = job.cpu_threads;
   // "none": no cache file at all (every start measures); "": the user's cache folder.
   p.engine.cache_dir = job.algo_cache == "none" ? "" : job.algo_cache.empty() ? default_cache_dir() : job.algo_cache;
-  p.engine.autotune = autotune_from_name(job.autotune);
+  // auto: full until the run knows its length (RunContext::build, autotune_for_job); `sluice profile`
+  // and `sluice check` measure the steady state, which is what full chooses for.
+  p.engine.autotune = autotune_from_name(job.autotune == "auto" ? "full" : job.autotune);
 
   p.pipeline.prefetch = job.prefetch;
   p.pipeline.egress_buffers = job.egress_buffers;

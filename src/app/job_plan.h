@@ -58,6 +58,13 @@ struct JobPlan {
 // The plan of `job` for rank `rank` (which takes part in the test-only faults).
 JobPlan plan_job(const JobConfig& job, int rank = 0);
 
+// --autotune auto: timing the convolutions on the whole batch (full) costs a DeepLabV3-ResNet50 at
+// batch 64 about 8 s on an H200, some 170 of its batches, and gains at most a few percent a batch
+// (cuDNN's first choice ran as fast as the full search's on that model); it pays off on long runs.
+// Full when each rank has at least kAutotuneFullBatches batches to run, else off.  Other modes as named.
+constexpr int64_t kAutotuneFullBatches = 2000;
+Autotune autotune_for_job(const std::string& mode, int64_t samples, int ranks, int64_t batch_size);
+
 // The backend for --device auto | cpu | cuda: InputError when cuda is asked for and absent.
 std::string choose_backend(const std::string& device);
 

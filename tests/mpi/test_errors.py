@@ -92,7 +92,7 @@ CASES = [
     ("bad-number", 2, "batch-size", ["--batch-size", "0", "--output", "{out}"]),
     ("bad-choice", 2, "probs", ["--outputs", "probs", "--output", "{out}"]),
     ("bad-on-nan", 2, "on-nan", ["--on-nan", "maybe", "--output", "{out}"]),
-    ("bad-autotune", 2, "'fast' is not one of quick, full, off", ["--autotune", "fast", "--output", "{out}"]),
+    ("bad-autotune", 2, "'fast' is not one of auto, quick, full, off", ["--autotune", "fast", "--output", "{out}"]),
     ("malformed-job-file", 2, "is not closed with", ["--config", "{malformed_toml}", "--output", "{out}"]),
     ("unknown-job-key", 2, "unknown key", ["--config", "{unknown_toml}", "--output", "{out}"]),
     ("config-is-a-folder", 2, "is a folder", ["--config", "{dir}", "--output", "{out}"]),

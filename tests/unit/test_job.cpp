@@ -164,9 +164,11 @@ TEST(JobOptions, TheAlgorithmCacheIsTheUsersByDefaultAFolderWhenNamedAndOffWithN
   EXPECT_EQ(Parsed({"--config", dir + "/here.toml"}).job.algo_cache, dir + "/algos");
 }
 
-TEST(JobOptions, AutotuneIsQuickByDefaultAndTakesFullOrOffFromTheFlagOrTheJobFile) {
-  EXPECT_EQ(Parsed({}).job.autotune, "quick");
-  EXPECT_EQ(plan_job(Parsed({}).job, 0).engine.autotune, Autotune::Quick);
+TEST(JobOptions, AutotuneIsAutoByDefaultAndTakesTheOtherModesFromTheFlagOrTheJobFile) {
+  EXPECT_EQ(Parsed({}).job.autotune, "auto");
+  // auto plans the steady state's choice (sluice profile, check); a run resolves it by its length.
+  EXPECT_EQ(plan_job(Parsed({}).job, 0).engine.autotune, Autotune::Full);
+  EXPECT_EQ(plan_job(Parsed({"--autotune", "quick"}).job, 0).engine.autotune, Autotune::Quick);
   EXPECT_EQ(plan_job(Parsed({"--autotune", "full"}).job, 0).engine.autotune, Autotune::Full);
   EXPECT_EQ(plan_job(Parsed({"--autotune", "off"}).job, 0).engine.autotune, Autotune::Off);
   const std::string file = write_file("autotune.toml", "autotune = \"full\"\n");
@@ -176,13 +178,13 @@ TEST(JobOptions, AutotuneIsQuickByDefaultAndTakesFullOrOffFromTheFlagOrTheJobFil
   EXPECT_NE(job_to_toml(Parsed({"--autotune", "full"}).job).find("autotune = \"full\""), std::string::npos);
 }
 
-TEST(JobOptions, AnUnknownAutotuneModeNamesTheThreeThatExist) {
+TEST(JobOptions, AnUnknownAutotuneModeNamesTheModesThatExist) {
   try {
     Parsed({"--autotune", "fast"});
     FAIL() << "--autotune fast was accepted";
   } catch (const CLI::ValidationError& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("'fast' is not one of quick, full, off"), std::string::npos) << m;
+    EXPECT_NE(m.find("'fast' is not one of auto, quick, full, off"), std::string::npos) << m;
   }
   const std::string bad = write_file("autotune-bad.toml", "autotune = \"exhaustive\"\n");
   try {
@@ -200,4 +202,19 @@ TEST(JobOptions, AnUnknownAutotuneModeNamesTheThreeThatExist) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("expected quick, full or off"), std::string::npos) << e.what();
   }
+}
+
+TEST(JobPlan, AutotuneAutoTimesTheConvolutionsOnlyForRunsLongEnoughToPayForIt) {
+  // 8,000 photos at batch 64 on one rank: 125 batches, cuDNN's first choice.
+  EXPECT_EQ(autotune_for_job("auto", 8000, 1, 64), Autotune::Off);
+  // 2,000 batches a rank and more: the whole search, on the whole batch.
+  EXPECT_EQ(autotune_for_job("auto", kAutotuneFullBatches * 64, 1, 64), Autotune::Full);
+  EXPECT_EQ(autotune_for_job("auto", (kAutotuneFullBatches - 1) * 64, 1, 64), Autotune::Off);
+  // Shared among the ranks: each runs its part.
+  EXPECT_EQ(autotune_for_job("auto", kAutotuneFullBatches * 64 * 4, 4, 64), Autotune::Full);
+  EXPECT_EQ(autotune_for_job("auto", kAutotuneFullBatches * 64 * 4, 8, 64), Autotune::Off);
+  // A named mode is what it says, whatever the length.
+  EXPECT_EQ(autotune_for_job("full", 10, 1, 64), Autotune::Full);
+  EXPECT_EQ(autotune_for_job("quick", 1 << 30, 1, 64), Autotune::Quick);
+  EXPECT_EQ(autotune_for_job("off", 1 << 30, 1, 64), Autotune::Off);
 }
