@@ -166,20 +166,34 @@ def detr_reference(logits, boxes, h, w, thr):
     return rows, f"numpy port of transformers ({why})"
 
 
+# batched_nms itself where no two scores tie; with ties (bf16 scores take few values) its own
+# per-class path (torchvision.ops.nms for each class) with the kept rows ordered by score and then
+# candidate index, since batched_nms's last sort is not stable and its top-K cut then keeps other
+# rows of an equal score than a stable order does (seen on the CPU: 6 of 400 rows of bf16-valued
+# scores differ from Sluice's, none with the tie order fixed).
 NMS = r"""
 import sys
 import numpy as np, torch, torchvision
 pred = torch.from_numpy(np.load(sys.argv[1]))
 thr, iou, k = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-rows = []
+rows, how = [], set()
 for p in pred:
     p = p.T
     scores, labels = p[:, 4:].max(1)
     boxes = torchvision.ops.box_convert(p[:, :4], "cxcywh", "xyxy")
     m = scores > thr
-    keep = torchvision.ops.batched_nms(boxes[m], scores[m], labels[m], iou)[:k]
-    rows.append(torch.cat([boxes[m][keep], scores[m][keep, None], labels[m][keep, None].float()], 1).numpy())
+    b, s, l = boxes[m], scores[m], labels[m]
+    if len(s.unique()) == len(s):
+        keep = torchvision.ops.batched_nms(b, s, l, iou)[:k]
+        how.add("torchvision.ops.batched_nms")
+    else:
+        keep = torch.cat([torch.nonzero(l == c).flatten()[torchvision.ops.nms(b[l == c], s[l == c], iou)]
+                          for c in l.unique()]) if len(s) else torch.zeros(0, dtype=torch.long)
+        keep = keep[sorted(range(len(keep)), key=lambda i: (-float(s[keep[i]]), int(keep[i])))][:k]
+        how.add("torchvision.ops.nms per class (tied scores by index)")
+    rows.append(torch.cat([b[keep], s[keep, None], l[keep, None].float()], 1).numpy())
 np.savez(sys.argv[5], *rows)
+print(" + ".join(sorted(how)))
 """
 
 
@@ -190,9 +204,9 @@ def nms_reference(a, pred, thr, iou, k):
         r = subprocess.run([a.torch_python, "-c", NMS, os.path.join(d, "p.npy"), str(thr), str(iou), str(k),
                             os.path.join(d, "r.npz")], capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
-            return None
+            return None, r.stderr.strip().splitlines()[-1:] or ["failed"]
         z = np.load(os.path.join(d, "r.npz"))
-        return [z[f"arr_{i}"] for i in range(len(pred))]
+        return [z[f"arr_{i}"] for i in range(len(pred))], r.stdout.strip()
 
 
 def iou1(p, q):
@@ -391,7 +405,7 @@ def detector_rows(a, fmt, spec, raws):
     h, w = spec["size"]
     if fmt == "detr":
         return detr_reference(raws[0], raws[1], h, w, spec["thr"])
-    return nms_reference(a, raws[0], spec["thr"], spec["iou"], spec["k"]), "torchvision.ops.batched_nms"
+    return nms_reference(a, raws[0], spec["thr"], spec["iou"], spec["k"])
 
 
 def check_detector(a, name, spec, model, photos, keys, x):
@@ -424,25 +438,28 @@ def check_detector(a, name, spec, model, photos, keys, x):
             assert len(coco) == int(count.sum()), (len(coco), int(count.sum()))
             assert all(e["bbox"][2] >= 0 and e["bbox"][3] >= 0 for e in coco)
         rerr = max(rel(r, o) for r, o in zip(raws, refs))
-        own_rows, _ = detector_rows(a, fmt, spec, raws)
+        own_rows, own_how = detector_rows(a, fmt, spec, raws)
         if own_rows is None or ort_rows is None:
             lines.append(f"{name:5} {prec:5} raw {rerr:.2e} vs onnxruntime; detections: no torchvision here "
                          f"({count.sum()} stored), {ips:.0f} images/s")
             continue
-        own = compare_detections(dets, count, own_rows, 1e-3, 1e-5)
+        tight = prec in ("fp32", "tf32") or a.device == "cpu"
+        # DETR's boxes output comes from a second run, whose bf16 values need not be this run's (its
+        # graph and algorithm choices differ): at bf16 the rows are matched by class and score alone.
+        own = compare_detections(dets, count, own_rows, 1e-3 if tight or fmt != "detr" else np.inf, 1e-5)
         if fmt == "detr":
             box_tol = float(np.abs(raws[1].astype(np.float64) - refs[1]).max()) * max(h, w) + 1e-3
-            score_tol = float(np.abs(raws[0].astype(np.float64) - refs[0]).max()) + 1e-5
+            # softmax moves a probability p by at most 2 p max|d logit|
+            score_tol = 2 * float(np.abs(raws[0].astype(np.float64) - refs[0]).max()) + 1e-5
         else:
             d = np.abs(raws[0].astype(np.float64) - refs[0])
             box_tol = 1.5 * float(d[:, :4].max()) + 1e-3
             score_tol = float(d[:, 4:].max()) + 1e-5
-        tight = prec in ("fp32", "tf32") or a.device == "cpu"
         exact, total, agree, dbox, dscore, bad = compare_detections(dets, count, ort_rows, box_tol, score_tol)
         ok_own = own[0] == own[1] and own[5] == 0
         verdict = "ok" if ok_own and (not tight or (exact == total and bad == 0)) else "MISS"
-        lines.append(f"{name:5} {prec:5} {verdict}: {own[0]}/{own[1]} rows match {how} on Sluice's own raw outputs "
-                     f"(<= 1e-3 px, 1e-5; max |dbox| {own[3]:.1e} px); on onnxruntime's: {exact}/{total} within the "
+        lines.append(f"{name:5} {prec:5} {verdict}: {own[0]}/{own[1]} rows match {own_how} on Sluice's own raw outputs "
+                     f"({'<= 1e-3 px' if tight or fmt != 'detr' else 'class and score'}, 1e-5; max |dbox| {own[3]:.1e} px); on onnxruntime's: {exact}/{total} within the "
                      f"raw outputs' own difference (boxes {box_tol:.2g} px, scores {score_tol:.1g}; raw max|diff|/max|ref| "
                      f"{rerr:.1e}), {agree}/{total} same class at IoU >= 0.9, counts differ on {bad}/{len(keys)} photos; "
                      f"{ips:.0f} images/s")
@@ -553,6 +570,8 @@ def main():
         for name in a.only.split(","):
             if time.time() - start > a.deadline:
                 summary.append(f"{name:5} skipped: past the {a.deadline:.0f} s deadline")
+                print(summary[-1], flush=True)
+                failed = True
                 continue
             t0 = time.time()
             spec = specs[name]

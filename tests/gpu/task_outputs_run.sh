@@ -23,7 +23,8 @@ export PYTHONUNBUFFERED=1
 source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
 status=0
 if want gtest; then
-  run "gtest detections" 120 "$R" "$T" --gtest_color=no --gtest_filter='CudaDetections.*:CudaEmbedding.*' \
+  # SLUICE_ROOT: the prepared-model tests read tests/data of this tree, wherever the binary was built.
+  run "gtest detections" 120 env SLUICE_ROOT="$PWD" "$R" "$T" --gtest_color=no --gtest_filter='CudaDetections.*:CudaEmbedding.*' \
     > "$OUT/task_gtest.log" 2>&1 || status=1
   tail -5 "$OUT/task_gtest.log"
 fi
