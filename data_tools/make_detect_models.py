@@ -4,6 +4,9 @@
   yolo_v8.onnx  [B, 3, 64, 64] -> output0 [B, 4+C, N]: cx, cy, w, h in input pixels, then C class
                 scores (the ultralytics v8+ export layout), C = 3, N = 16 x 16 = 256
   yolo_v5.onnx  [B, 3, 64, 64] -> output0 [B, N, 5+C]: boxes, objectness, class scores (v5-style)
+  yolo_v10.onnx [B, 3, 64, 64] -> output0 [B, N, 6]: final rows x1, y1, x2, y2, score, class (the
+                layout of YOLOv10's end-to-end export; here every candidate, unsorted: the best
+                class score and its index as a float)
 
 A stride-4 convolution, ReLU and a 1x1 convolution give each 4x4 patch a candidate; sigmoids scale
 the box fields to pixels (centres over the whole input, sizes up to 24 px) so the boxes vary with
@@ -58,11 +61,43 @@ def model(objectness: bool, seed: int) -> onnx.ModelProto:
     return m
 
 
+def final_rows(seed: int) -> onnx.ModelProto:
+    """The v8 prediction turned into final rows: corners, the best class score, its index."""
+    m = model(False, seed)
+    g = m.graph
+    fields = 4 + CLASSES
+    g.output[0].name = "pred"
+    for n in g.node:
+        n.output[:] = ["pred" if o == "output0" else o for o in n.output]
+    g.initializer.extend([numpy_helper.from_array(np.array(v, np.int64), n) for v, n in
+                          [([0], "i0"), ([2], "i2"), ([4], "i4"), ([fields], "iend"), ([2], "axis2")]] +
+                         [numpy_helper.from_array(np.array([0.5], np.float32), "half")])
+    g.node.extend([
+        helper.make_node("Transpose", ["pred"], ["rows"], perm=[0, 2, 1]),
+        helper.make_node("Slice", ["rows", "i0", "i2", "axis2"], ["cxcy"]),
+        helper.make_node("Slice", ["rows", "i2", "i4", "axis2"], ["wh"]),
+        helper.make_node("Slice", ["rows", "i4", "iend", "axis2"], ["cls"]),
+        helper.make_node("Mul", ["wh", "half"], ["halfwh"]),
+        helper.make_node("Sub", ["cxcy", "halfwh"], ["x1y1"]),
+        helper.make_node("Add", ["cxcy", "halfwh"], ["x2y2"]),
+        helper.make_node("ReduceMax", ["cls"], ["score"], axes=[2], keepdims=1),
+        helper.make_node("ArgMax", ["cls"], ["label"], axis=2, keepdims=1),
+        helper.make_node("Cast", ["label"], ["labelf"], to=TensorProto.FLOAT),
+        helper.make_node("Concat", ["x1y1", "x2y2", "score", "labelf"], ["output0"], axis=2),
+    ])
+    del g.output[:]
+    g.output.extend([helper.make_tensor_value_info("output0", TensorProto.FLOAT, ["batch", (SIZE // STRIDE) ** 2, 6])])
+    g.name = "yolo_v10"
+    onnx.checker.check_model(m)
+    return m
+
+
 def main() -> None:
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "detect")
     os.makedirs(out, exist_ok=True)
     onnx.save(model(False, 8), os.path.join(out, "yolo_v8.onnx"))
     onnx.save(model(True, 5), os.path.join(out, "yolo_v5.onnx"))
+    onnx.save(final_rows(10), os.path.join(out, "yolo_v10.onnx"))
 
 
 if __name__ == "__main__":

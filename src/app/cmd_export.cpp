@@ -201,10 +201,11 @@ Plan make_plan(const RunOutputs& r, const ExportOptions& o) {
     p.softmax = !p.stored_topk && p.source != "softmax";
     if (p.stored_topk && p.source != "topk_probs") p.value_name = "logit";
   }
-  if (o.original_size && p.what == "masks" && !r.has_sizes())
+  const bool resampled = p.what == "masks" || p.what == "dense";  // what --original-size applies to
+  if (o.original_size && resampled && !r.has_sizes())
     throw InputError(str("export: --original-size needs /sample_size in ", r.path(),
                          " (written for image inputs); this run's input had no image sizes"));
-  if (o.original_size && p.what == "masks" && !r.preprocess()) {
+  if (o.original_size && resampled && !r.preprocess()) {
     // A run from before the geometry was recorded: a plain resize is undone by a resize, but the
     // padding of --letterbox or the cut of --center-crop cannot be told from the file.
     const std::string job = job_text_of_report(o.run_dir);
@@ -566,9 +567,28 @@ class Exporter {
         auto [it, fresh] = owner.emplace(rel, key);
         if (!fresh) throw InputError(str("export: keys '", it->second, "' and '", key, "' would both be written to ", rel));
         const float* m = v.data() + i * h * w;
+        int64_t mh = h, mw = w;
+        std::vector<float> back;
+        if (o_.original_size) {  // the map in the photo's pixels: its pixel indices through the masks' geometry
+          const auto [ih, iw] = r_.original_size(first + i);
+          if (ih < 1 || iw < 1)
+            throw InputError(str("export: sample '", key, "' has no original size in /sample_size (", ih, "x", iw, ")"));
+          Mask index;
+          index.height = h;
+          index.width = w;
+          index.classes.resize(static_cast<std::size_t>(h * w));
+          for (int64_t j = 0; j < h * w; ++j) index.classes[static_cast<std::size_t>(j)] = static_cast<uint32_t>(j);
+          constexpr uint32_t kCut = 0xffffffffu;  // cut off by a center crop: the model never saw it
+          const Mask at = geometry_ ? undo_geometry(index, ih, iw, *geometry_, kCut) : resize_nearest(index, ih, iw);
+          back.resize(at.classes.size());
+          for (std::size_t j = 0; j < back.size(); ++j) back[j] = at.classes[j] == kCut ? NAN : m[at.classes[j]];
+          m = back.data();
+          mh = ih;
+          mw = iw;
+        }
         // The range of the finite values; a non-finite pixel is written as 0.
         float lo = INFINITY, hi = -INFINITY;
-        for (int64_t j = 0; j < h * w; ++j)
+        for (int64_t j = 0; j < mh * mw; ++j)
           if (std::isfinite(m[j])) {
             lo = std::min(lo, m[j]);
             hi = std::max(hi, m[j]);
@@ -577,11 +597,11 @@ class Exporter {
         table += str(csv_field(key), ",", csv_field(rel), ",", str_float(lo), ",", str_float(hi), "\n");
         if (j_.done(rel)) continue;
         Mask q;
-        q.height = h;
-        q.width = w;
-        q.classes.resize(static_cast<std::size_t>(h * w));
+        q.height = mh;
+        q.width = mw;
+        q.classes.resize(static_cast<std::size_t>(mh * mw));
         const double span = static_cast<double>(hi) - static_cast<double>(lo);
-        for (int64_t j = 0; j < h * w; ++j)
+        for (int64_t j = 0; j < mh * mw; ++j)
           q.classes[static_cast<std::size_t>(j)] =
               !std::isfinite(m[j]) || span <= 0 ? 0u
                                                 : static_cast<uint32_t>(std::lround((static_cast<double>(m[j]) - lo) / span * 65535.0));
@@ -624,7 +644,7 @@ std::string header_of(const ExportOptions& o, const RunOutputs& r, const Plan& p
          {"what", p.what},
          {"source", p.source},
          {"keep_extension", o.keep_extension}};
-  if (p.what == "masks") h["original_size"] = o.original_size;
+  if (p.what == "masks" || p.what == "dense") h["original_size"] = o.original_size;
   if (p.what == "masks" && o.original_size) h["outside"] = o.outside;
   if (p.what == "detections") {
     h["labels_sha256"] = o.labels.empty() ? "" : sha256_file(o.labels);
@@ -696,7 +716,8 @@ void export_command(const ExportOptions& o) {
                      str("`sluice inspect ", o.run_dir, "` shows how far the job is"));
   const RunOutputs r(o.run_dir);
   const Plan p = make_plan(r, opts);
-  if (p.what != "masks" && o.original_size) throw UsageError("--original-size applies to masks only");
+  if (p.what != "masks" && p.what != "dense" && o.original_size)
+    throw UsageError("--original-size applies to masks and dense maps (--what dense) only");
   if (p.what != "detections" && o.draw) throw UsageError("--draw applies to detections only");
   if (p.what != "classes" && p.what != "detections" && !o.labels.empty())
     throw UsageError("--labels applies to classes and detections only");
@@ -755,8 +776,8 @@ void add_export_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "masks", "classes", "logits", "detections", "embeddings", "dense"}));
   sub->add_option("--output", o->output, "the stored output to read (e.g. argmax, logits, topk_probs)");
   sub->add_flag("--original-size", o->original_size,
-                "masks: each mask at its image's original size, undoing the run's resize, center crop or letterbox "
-                "(nearest neighbour, as PIL's NEAREST)");
+                "masks, dense: each mask or map at its image's original size, undoing the run's resize, center crop "
+                "or letterbox (nearest neighbour, as PIL's NEAREST; a dense map's pixels the crop cut off are 0)");
   sub->add_option("--outside", o->outside,
                   "masks with --original-size: the class of the pixels a --center-crop cut off (the model never saw them)")
       ->capture_default_str()

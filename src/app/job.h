@@ -30,7 +30,7 @@ struct JobConfig {
   int top_k = 5;                           // for the topk and topk_probs outputs
   std::string model_output;                // the graph output the heads read ("": the model's first)
   bool normalize = true;                   // embedding: L2-normalise each vector
-  std::string detection_format = "auto";   // detections: detr | rtdetr | yolo | auto
+  std::string detection_format = "auto";   // detections: detr | rtdetr | yolo | yolov5 | yolov10 | auto
   float score_threshold = 0.25f;           // detections: keep scores above it
   float iou_threshold = 0.45f;             // detections (yolo): NMS overlap limit
   int max_detections = 100;                // detections: K rows per sample

@@ -88,8 +88,9 @@ void visit_job(JobConfig& j, V& v) {
   v("normalize", j.normalize, "embedding: L2-normalise each vector (--no-normalize stores it as the model gives it)", none);
   v("detection-format", j.detection_format,
     "detections: detr (class logits [B, Q, C+1] and boxes [B, Q, 4], softmax) | rtdetr (logits [B, Q, C], sigmoid, "
-    "and boxes) | yolo ([B, 4+C, N] or [B, N, 5+C]) | auto (detr or yolo, from the outputs' shapes)",
-    one_of({"detr", "rtdetr", "yolo", "auto"}));
+    "and boxes) | yolo ([B, 4+C, N], [B, N, 5+C] or final rows [B, N, 6]) | yolov5 ([B, N, 5+C], one class too) | "
+    "yolov10 (final rows [B, N, 6]: x1, y1, x2, y2, score, class) | auto (detr or yolo, from the outputs' shapes)",
+    one_of({"detr", "rtdetr", "yolo", "yolov5", "yolov10", "auto"}));
   v("score-threshold", j.score_threshold, "detections: keep those whose score exceeds it", CLI::Range(0.0, 0.999999));
   v("iou-threshold", j.iou_threshold, "detections (yolo): class-aware NMS drops a box overlapping a kept one by more IoU",
     CLI::Range(0.0, 1.0));

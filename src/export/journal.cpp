@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "core/error.h"
 #include "core/json_text.h"
@@ -72,6 +73,17 @@ ExportJournal::ExportJournal(const std::string& out_dir, const std::string& head
   }
   const long name_max = pathconf(dir_.c_str(), _PC_NAME_MAX);
   if (name_max > 0) name_max_ = name_max;
+  // The folder `sluice run --export` of this very run wrote (its marker names the run folder).
+  if (!protected_.empty()) {
+    std::ifstream marker(fs::path(dir_) / kLiveMarker, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(marker)), std::istreambuf_iterator<char>());
+    const json m = json::parse(text, nullptr, false);
+    if (m.is_object() && m.contains("run") && m["run"].is_string() && m.contains("export") && m["export"].is_string()) {
+      std::error_code mec;
+      const std::string run = fs::weakly_canonical(m["run"].get<std::string>(), mec).string();
+      if (!mec && run == protected_) live_format_ = m["export"].get<std::string>();
+    }
+  }
   const fs::path log_path = fs::path(dir_) / kName;
   if (fs::is_symlink(fs::symlink_status(log_path, ec)))
     throw InputError(str("export: ", log_path.string(), " is a symbolic link; the export appends only to its own "
@@ -208,15 +220,20 @@ std::string ExportJournal::begin(const std::string& rel) {
     std::error_code ec;
     if (present(p) && fs::is_directory(fs::symlink_status(p, ec)))
       throw InputError(str("export: ", p.string(), " is a folder where the export would write a file"));
-    if (present(p) && !e.claimed && !overwrite_)
+    if (present(p) && !e.claimed && !overwrite_ && !(p == full && !live_format_.empty() && fs::is_regular_file(p, ec)))
       throw InputError(str("export: ", p.string(), " exists and was not written by sluice export (", kName,
                            " does not name it); move it away, export to another --out, or pass --overwrite"));
   }
   std::error_code ec;
   fs::create_directories(full.parent_path(), ec);
   if (ec) throw InputError(str("export: cannot create ", full.parent_path().string(), ": ", ec.message()));
-  append(record(json{{"begin", rel}}, rel));
-  e.claimed = true;
+  // A file of the run's live export: whether it is this export's file too is known once the new
+  // bytes are written, so the path is claimed only then (commit).
+  e.live = !e.claimed && !live_format_.empty() && present(full);
+  if (!e.live) {
+    append(record(json{{"begin", rel}}, rel));
+    e.claimed = true;
+  }
   e.complete = false;
   fs::remove(partial, ec);
   return partial.string();
@@ -225,6 +242,31 @@ std::string ExportJournal::begin(const std::string& rel) {
 void ExportJournal::commit(const std::string& rel, const std::string& key) {
   const fs::path full = path(rel), partial = partial_path(rel);
   std::error_code ec;
+  Entry& live = entries_[rel];
+  if (live.live) {
+    live.live = false;
+    const std::string sha = sha256_file(partial.string());
+    const auto bytes = static_cast<int64_t>(fs::file_size(partial, ec));
+    if (!ec && bytes == static_cast<int64_t>(fs::file_size(full, ec)) && !ec && sha == sha256_file(full.string())) {
+      fs::remove(partial, ec);  // the run's own file is this export's, byte for byte: kept
+      append(record(json{{"begin", rel}}, rel));
+      live.claimed = true;
+      live.bytes = bytes;
+      live.sha256 = sha;
+      append(record(json{{"file", rel}, {"key", key}, {"bytes", bytes}, {"sha256", sha}}, rel + key));
+      live.complete = true;
+      ++skipped_;
+      return;
+    }
+    if (!overwrite_) {
+      fs::remove(partial, ec);
+      throw InputError(str("export: ", full.string(), " was written by the run's own --export ", live_format_,
+                           " and differs from what this export writes there"),
+                       "export to another folder (--out DIR), or pass --overwrite to replace the run's files");
+    }
+    append(record(json{{"begin", rel}}, rel));
+    live.claimed = true;
+  }
   fs::rename(partial, full, ec);
   if (ec) throw Error(str("export: cannot move ", partial.string(), " to ", full.string(), ": ", ec.message()));
   Entry& e = entries_[rel];

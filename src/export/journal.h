@@ -12,7 +12,11 @@
 // A path is the manifest's once a "begin" names it.  A rerun with the same "export" object skips the
 // files whose last record is a "file" line written under it and whose size and sha256 still match;
 // everything else of the manifest's is written again.  A file at a target path the manifest does not
-// name is someone else's: an error, unless `overwrite`.
+// name is someone else's: an error, unless `overwrite`.  Except in the folder of the run's own
+// `sluice run --export` (its .sluice-run-export.json names the run being exported): a file there
+// that already holds exactly the bytes this export would write is taken into the manifest and
+// counted as already there; one that differs (another format, --original-size, labels) is an
+// error that says so, unless `overwrite`.
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -24,6 +28,8 @@ namespace sluice {
 class ExportJournal {
  public:
   static constexpr const char* kName = ".sluice-export.json";
+  // The marker `sluice run --export` leaves in its folder (export/live_export.h).
+  static constexpr const char* kLiveMarker = ".sluice-run-export.json";
 
   // Creates `out_dir` when needed and reads its manifest.  `header` is a JSON object (dumped) that
   // says what this export writes and how; `overwrite` allows replacing foreign files.  Nothing is
@@ -46,7 +52,9 @@ class ExportJournal {
   // Claims `rel` (relative to the folder; creates its parent folders) and returns the temporary path
   // to write it to.  Throws InputError when a file the manifest does not name is in the way.
   std::string begin(const std::string& rel);
-  // Moves the temporary file into place and records it.
+  // Moves the temporary file into place and records it (in the run's live export folder, a file
+  // already there with the same bytes is kept and recorded instead; one that differs is an
+  // InputError unless `overwrite`).
   void commit(const std::string& rel, const std::string& key);
   // begin + write `bytes` + commit.
   void write(const std::string& rel, const std::string& key, const std::string& bytes);
@@ -58,6 +66,7 @@ class ExportJournal {
  private:
   struct Entry {
     bool claimed = false;  // a "begin" names it: the manifest's file
+    bool live = false;     // begun over a file of the run's live export: recorded only at commit
     bool complete = false; // the last record is a "file" line under the current header
     int64_t bytes = -1;
     std::string sha256;
@@ -69,6 +78,7 @@ class ExportJournal {
   std::string dir_;
   bool overwrite_;
   std::string real_dir_, protected_;  // canonical paths ("" protected: none)
+  std::string live_format_;           // the run's `--export` format when this is its folder, else ""
   std::set<std::string> checked_dirs_;  // folders of the export already seen to be no links
   long name_max_ = 255;
   std::map<std::string, Entry> entries_;

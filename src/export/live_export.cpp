@@ -37,7 +37,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr char kMarker[] = ".sluice-run-export.json";  // the folder is this run's export
+constexpr const char* kMarker = ExportJournal::kLiveMarker;  // the folder is this run's export
 constexpr char kTemp[] = ".sluice-partial";            // temporaries end so (sluice export's too)
 
 bool is_temp(const std::string& name) {

@@ -76,4 +76,12 @@ SLUICE_HD void decode_yolo(Get value, int64_t classes, bool objectness, float* o
   out_box[3] = cy + 0.5f * h;
 }
 
+// YOLOv10-style final row: value(j) is field j of x1, y1, x2, y2 (input pixels), score, class.
+template <typename Get>
+SLUICE_HD void decode_final(Get value, float* out_box, float* score, int32_t* cls) {
+  for (int j = 0; j < 4; ++j) out_box[j] = value(j);
+  *score = value(4);
+  *cls = static_cast<int32_t>(floorf(value(5) + 0.5f));  // a class index stored as a float
+}
+
 }  // namespace sluice

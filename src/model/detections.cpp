@@ -14,15 +14,26 @@ bool detr_fits(const std::vector<Shape>& in) {
   return in[0][0] == in[1][0] && in[0][1] == in[1][1] && in[0][2] >= 2 && in[1][2] == 4 && in[0][1] >= 1;
 }
 
-// [B, 4+C, N] when the second axis is the shorter (N candidates outnumber 4+C rows), else [B, N, 5+C].
-bool yolo_fits(const std::vector<Shape>& in, DetectionLayout::Kind* kind) {
+// [B, 4+C, N] when the second axis is the shorter (N candidates outnumber 4+C rows), else [B, N, 6]
+// final rows (an end-to-end export; a one-class v5 model of that shape needs the yolov5 format), else
+// [B, N, 5+C].
+bool yolo_fits(const std::string& format, const std::vector<Shape>& in, DetectionLayout::Kind* kind) {
   if (in.empty() || in[0].size() != 3) return false;
   const int64_t a = in[0][1], b = in[0][2];
+  if (format == "yolov10" || format == "yolov5") {
+    *kind = format == "yolov10" ? DetectionLayout::Kind::YoloFinal : DetectionLayout::Kind::YoloObjectness;
+    // yolov5: the channels-first reading (N > 5+C on the last axis) excluded, as for yolo.
+    return a >= 1 && (format == "yolov10" ? b == 6 : b >= 6 && !(a >= 5 && b > a));
+  }
   if (a >= 5 && b > a) {
     *kind = DetectionLayout::Kind::YoloChannelsFirst;
     return true;
   }
-  if (b >= 6 && a >= 1) {
+  if (b == 6 && a >= 1) {
+    *kind = DetectionLayout::Kind::YoloFinal;
+    return true;
+  }
+  if (b >= 7 && a >= 1) {
     *kind = DetectionLayout::Kind::YoloObjectness;
     return true;
   }
@@ -43,6 +54,18 @@ const char* detection_kind_name(DetectionLayout::Kind k) {
     case DetectionLayout::Kind::YoloChannelsFirst: return "yolo [B, 4+C, N]";
     case DetectionLayout::Kind::YoloObjectness: return "yolo [B, N, 5+C]";
     case DetectionLayout::Kind::QuerySigmoid: return "rtdetr";
+    case DetectionLayout::Kind::YoloFinal: return "yolov10 [B, N, 6]";
+  }
+  return "?";
+}
+
+const char* detection_kind_format(DetectionLayout::Kind k) {
+  switch (k) {
+    case DetectionLayout::Kind::Detr: return "detr";
+    case DetectionLayout::Kind::YoloChannelsFirst: return "yolo";
+    case DetectionLayout::Kind::YoloObjectness: return "yolov5";
+    case DetectionLayout::Kind::QuerySigmoid: return "rtdetr";
+    case DetectionLayout::Kind::YoloFinal: return "yolov10";
   }
   return "?";
 }
@@ -54,9 +77,11 @@ DetectionLayout detection_layout(const std::string& format, const std::vector<Sh
   const bool sigmoid = format == "rtdetr" && in.size() >= 2 && in[0].size() == 3 && in[1].size() == 3 &&
                        in[0][0] == in[1][0] && in[0][1] == in[1][1] && in[0][1] >= 1 && in[0][2] >= 1 && in[1][2] == 4;
   DetectionLayout::Kind yk{};
-  const bool yolo = !detr && (format == "yolo" || format == "auto") && yolo_fits(in, &yk);
-  if (format != "detr" && format != "rtdetr" && format != "yolo" && format != "auto")
-    throw UsageError(str("--detection-format '", format, "' is not one of detr, rtdetr, yolo, auto"));
+  const bool yolo = !detr && (format == "yolo" || format == "yolov5" || format == "yolov10" || format == "auto") &&
+                    yolo_fits(format, in, &yk);
+  if (format != "detr" && format != "rtdetr" && format != "yolo" && format != "yolov5" && format != "yolov10" &&
+      format != "auto")
+    throw UsageError(str("--detection-format '", format, "' is not one of detr, rtdetr, yolo, yolov5, yolov10, auto"));
   if (sigmoid) {
     l.kind = DetectionLayout::Kind::QuerySigmoid;
     l.batch = in[0][0];
@@ -72,14 +97,18 @@ DetectionLayout detection_layout(const std::string& format, const std::vector<Sh
     l.batch = in[0][0];
     const bool cf = yk == DetectionLayout::Kind::YoloChannelsFirst;
     l.candidates = cf ? in[0][2] : in[0][1];
-    l.classes = cf ? in[0][1] - 4 : in[0][2] - 5;
+    l.classes = cf ? in[0][1] - 4 : yk == DetectionLayout::Kind::YoloFinal ? 0 : in[0][2] - 5;  // yolov10: classes unknown
   } else {
     const char* detr_need = "two outputs [B, Q, C+1] (class logits, last = no object) and [B, Q, 4] (boxes)";
-    const char* yolo_need = "one output [B, 4+C, N] (N > 4+C) or [B, N, 5+C]";
+    const char* yolo_need = "one output [B, 4+C, N] (N > 4+C), [B, N, 5+C] or [B, N, 6] (final rows)";
+    const char* v5_need = "one output [B, N, 5+C] (boxes, objectness, class scores)";
+    const char* v10_need = "one output [B, N, 6] (x1, y1, x2, y2, score, class)";
     const char* rtdetr_need = "two outputs [B, Q, C] (class logits, sigmoid-scored) and [B, Q, 4] (boxes)";
     const std::string need = format == "detr"     ? std::string(detr_need)
                              : format == "rtdetr" ? std::string(rtdetr_need)
                              : format == "yolo"   ? std::string(yolo_need)
+                             : format == "yolov5" ? std::string(v5_need)
+                             : format == "yolov10" ? std::string(v10_need)
                                                   : str(detr_need, " (detr), or ", yolo_need, " (yolo)");
     throw InputError(str("--outputs detections --detection-format ", format, ": the model's outputs have shape(s) ",
                          shapes_text(in), "; the format needs ", need),

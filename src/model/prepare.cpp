@@ -206,18 +206,16 @@ void add_detections(Graph& g, std::size_t source, const OutputSpec& s, const std
   std::vector<std::string> ins = {g.outputs[source].name};
   // DETR's pair: the chosen output is the class logits, the boxes the first other output.
   for (std::size_t i = 0; i < g.outputs.size() && ins.size() < 2; ++i)
-    if (i != source && d.format != "yolo") ins.push_back(g.outputs[i].name);
+    if (i != source && d.format != "yolo" && d.format != "yolov5" && d.format != "yolov10") ins.push_back(g.outputs[i].name);
   std::vector<Shape> shapes = {known_shape(g, ins[0], "detections")};
   const ValueInfo* second = ins.size() > 1 ? g.value(ins[1]) : nullptr;
   if (second && !second->shape.empty()) shapes.push_back(second->shape);
   else ins.resize(1);
   const DetectionLayout l = detection_layout(d.format, shapes);
-  const bool two = !l.nms();  // detr, rtdetr: logits and boxes
-  if (!two) ins.resize(1);
+  if (!l.pair()) ins.resize(1);  // detr, rtdetr: logits and boxes; yolo: one output
   const Shape& in = g.inputs.at(0).shape;  // [B, C, H, W]: DETR's boxes are fractions of it
   Node n = make_node(g, "Detections", "sluice", ins, {dets, count});
-  n.attrs["format"] = Attribute::of_string(l.kind == DetectionLayout::Kind::Detr ? "detr"
-                                           : l.kind == DetectionLayout::Kind::QuerySigmoid ? "rtdetr" : "yolo");
+  n.attrs["format"] = Attribute::of_string(detection_kind_format(l.kind));
   n.attrs["score_threshold"] = Attribute::of_float(d.score_threshold);
   n.attrs["iou_threshold"] = Attribute::of_float(d.iou_threshold);
   n.attrs["max_detections"] = Attribute::of_int(d.max_detections);

@@ -24,7 +24,7 @@ namespace sluice {
 //              "<name>" float32 [B, K, 6] (x1, y1, x2, y2 in input pixels, score, class; by score,
 //              unused rows zero) and "<name>_count" int32 [B]
 struct DetectionOptions {
-  std::string format = "auto";   // detr | rtdetr | yolo | auto (detr or yolo, from the outputs' shapes)
+  std::string format = "auto";   // detr | rtdetr | yolo | yolov5 | yolov10 | auto (detr or yolo, from the outputs' shapes)
   float score_threshold = 0.25f; // a detection's score must exceed it
   float iou_threshold = 0.45f;   // yolo: class-aware NMS drops boxes overlapping a kept one by more
   int max_detections = 100;      // K

@@ -3,8 +3,8 @@
 // class-aware NMS in both YOLO layouts, with thousands of overlapping candidates (the selection
 // loop, its block-wide arg-max and the suppression all run) and a K that cuts the list.  At fp32
 // the counts and every row agree (the decode is the same code, the IoU is rounded step by step on
-// both).  Not compared at fp16/bf16: the GPU rounds the scores first, and near-equal scores then
-// swap rows the CPU keeps in order.
+// both).  At bf16 the rows are compared with the CPU's float decode of the same bf16 raw values:
+// the step itself must add no rounding.
 #include <cstdlib>
 #include <filesystem>
 
@@ -49,6 +49,22 @@ TEST(CudaDetections, YoloWithObjectnessAndASmallKMatchesCpu) {
   expect_matches_cpu(b.g, Precision::FP32, unit_range());
 }
 
+TEST(CudaDetections, Yolov10FinalRowsMatchCpu) {
+  // [2, 300, 6] final rows (x1, y1, x2, y2, score, class): class = floor(6 * u) of a sixth column
+  // in [0, 1), kept as a float index; threshold, order and K without suppression.
+  GraphBuilder b({2, 300, 6});
+  b.constant_i("s0", {1}, {0}).constant_i("e0", {1}, {5}).constant_i("s1", {1}, {5}).constant_i("e1", {1}, {6});
+  b.constant_i("ax", {1}, {2});
+  b.constant_f("six", {1}, {6.f});
+  b.node("Slice", {"x", "s0", "e0", "ax"}, {f32("fields", {2, 300, 5})});
+  b.node("Slice", {"x", "s1", "e1", "ax"}, {f32("u", {2, 300, 1})});
+  b.node("Mul", {"u", "six"}, {f32("u6", {2, 300, 1})});
+  b.node("Floor", {"u6"}, {f32("cls", {2, 300, 1})});
+  set_int(b.node("Concat", {"fields", "cls"}, {f32("rows", {2, 300, 6})}), "axis", 2);
+  add_detections(b, {"rows"}, "yolov10", 2, 100, 0.3f, 0.45f);
+  expect_matches_cpu(b.g, Precision::FP32, unit_range());
+}
+
 TEST(CudaDetections, DetrDecodeMatchesCpu) {
   // x [2, 300, 96]: class logits [.., 0:92) (91 classes + no object), boxes sigmoid([92, 96)).
   GraphBuilder b({2, 300, 96});
@@ -81,6 +97,36 @@ TEST(CudaDetections, RtDetrSigmoidQueriesMatchCpu) {
   c.lo = -1.f;
   c.hi = 1.f;
   expect_matches_cpu(b.g, Precision::FP32, c);
+}
+
+// At bf16 the model's raw outputs are bf16 numbers, but the step adds no rounding of its own:
+// the stored rows are the float decode and selection of those very values.  The engine's raw
+// prediction here is bf16(bf16(x) * scale) (the Mul rounds its product to bf16; 640, 128 and 1 are
+// exact in bf16), computed on the host and decoded by the CPU engine in float: every box and score
+// must agree to float rounding (1e-6 of the 640 px range, 0.6 ms px).  Rows written in the compute
+// type were off by up to 2 px (bf16 keeps 8 bits: steps of 4 px above 512) and scores by 2e-3.
+TEST(CudaDetections, Bf16RowsAreTheFloatDecodeOfTheBf16RawOutputs) {
+  constexpr int64_t kBatch = 2, kFields = 4 + 5, kN = 3000;
+  std::vector<float> scale(kFields, 1.f);
+  scale[0] = scale[1] = 640.f;
+  scale[2] = scale[3] = 128.f;
+  GraphBuilder b({kBatch, kFields, kN});
+  b.constant_f("scale", {1, kFields, 1}, scale);
+  b.node("Mul", {"x", "scale"}, {f32("pred", {kBatch, kFields, kN})});
+  add_detections(b, {"pred"}, "yolo", kBatch, 100, 0.5f, 0.45f);
+  GraphBuilder d({kBatch, kFields, kN});
+  add_detections(d, {"x"}, "yolo", kBatch, 100, 0.5f, 0.45f);
+  const Graph decode_only = d.g;
+  CompareOptions c = unit_range();
+  c.tol = 1e-6;
+  expect_matches_reference(b.g, Precision::BF16, [&](const Tensor& x) {
+    Tensor raw(DType::F32, x.shape);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const float s = scale[static_cast<std::size_t>((i / kN) % kFields)];
+      raw.data<float>()[i] = round_to(Precision::BF16, round_to(Precision::BF16, x.data<float>()[i]) * s);
+    }
+    return run_cpu(decode_only, raw);
+  }, c);
 }
 
 // Whole prepared models with the heads prepare_graph puts behind them, at fp32: the tiny

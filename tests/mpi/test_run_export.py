@@ -248,3 +248,38 @@ def test_export_of_an_output_the_format_cannot_take_is_a_usage_error(tmp_path):
     assert p.returncode == 2, p.stderr
     errs = error_lines(p.stderr)
     assert len(errs) == 1 and "--export classes" in errs[0], p.stderr
+
+
+def test_sluice_export_into_the_runs_own_export_folder_keeps_its_files_and_names_one_that_differs(tmp_path):
+    run = fresh_dir(str(tmp_path / "run"))
+    out = os.path.join(run, "export")
+    job = [*BASE, "--samples", 24, "--outputs", "argmax", "--export", "masks", "--output", run]
+    sluice("run", *job, np_=2, check=True, timeout=TIMEOUT)
+    live = files_of(out)
+    assert len(live) == 24
+    # Another run's export into this folder: the files are foreign to that run, refused as ever.
+    other = fresh_dir(str(tmp_path / "other"))
+    sluice("run", *BASE, "--samples", 24, "--outputs", "argmax", "--output", other, np_=2, check=True, timeout=TIMEOUT)
+    p = sluice("export", other, "--out", out, np_=2, timeout=TIMEOUT)
+    assert p.returncode == 3 and "was not written by sluice export" in p.stderr, p.stderr
+    assert files_of(out) == live
+    # One of the run's files changed after the run (as another export's would differ: another format,
+    # --original-size): the export says which file, and whose, and replaces nothing.
+    with open(os.path.join(out, "3.png"), "wb") as f:
+        f.write(b"not the export's mask")
+    p = sluice("export", run, np_=2, timeout=TIMEOUT)
+    assert p.returncode == 3, p.stderr
+    lines = error_lines(p.stderr)
+    assert len(lines) == 1 and "3.png" in lines[0] and "run's own --export masks" in lines[0], p.stderr
+    assert "--overwrite" in p.stderr and "--out" in p.stderr
+    assert open(os.path.join(out, "3.png"), "rb").read() == b"not the export's mask"
+    # The same export over the run's files, byte for byte: kept as they are (the same inodes), not
+    # rewritten; --overwrite replaces the one that differs.
+    inodes = {n: os.stat(os.path.join(out, n)).st_ino for n in live}
+    p = sluice("export", run, "--overwrite", np_=2, check=True, timeout=TIMEOUT)
+    assert "1 masks written, 23 already there" in p.stdout, p.stdout
+    assert files_of(out) == live == reference_export(run, "masks", tmp_path)
+    assert {n: os.stat(os.path.join(out, n)).st_ino for n in live if n != "3.png"} == \
+        {n: i for n, i in inodes.items() if n != "3.png"}
+    p = sluice("export", run, np_=2, check=True, timeout=TIMEOUT)
+    assert "0 masks written, 24 already there" in p.stdout, p.stdout

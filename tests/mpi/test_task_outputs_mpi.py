@@ -203,3 +203,60 @@ def test_a_failed_detection_run_resumes_to_the_rows_of_an_unbroken_one(tmp_path)
     assert c0.sum() > 0
     np.testing.assert_array_equal(c0, c1)
     np.testing.assert_array_equal(d0, d1)
+
+
+def resized_size_and_offset(w, h, geometry, size):
+    """The resized photo (rw x rh) and where the model input starts in it (ox, oy), by the
+    letterbox's rule and torchvision's (shorter side to size * 9 / 8, then the centre size x size)."""
+    if geometry == "letterbox":
+        if w <= h:
+            rh, rw = size, (2 * w * size + h) // (2 * h)
+        else:
+            rw, rh = size, (2 * h * size + w) // (2 * w)
+        return rw, rh, -((size - rw) // 2), -((size - rh) // 2)
+    if geometry == "exact":
+        return size, size, 0, 0
+    short = size * 9 // 8
+    rh, rw = (short, short * w // h) if h <= w else (short * h // w, short)
+    return rw, rh, round((rw - size) / 2), round((rh - size) / 2)
+
+
+@pytest.mark.parametrize("geometry", ["exact", "letterbox", "crop"])
+def test_depth_maps_at_the_photos_size_undo_the_resize_the_letterbox_and_the_crop(photos, geometry, tmp_path):
+    # The tiny DPT maps its 32 x 32 input to 64 x 64.  The reference, with PIL's NEAREST throughout
+    # (mode F): the map to the input's size, each input pixel to its place in the resized photo
+    # (letterbox padding dropped, what the crop cut off NaN), that to the photo's size.
+    size = 32
+    flags = {"exact": ["--resize", "32x32"], "letterbox": ["--letterbox"],
+             "crop": ["--resize", size * 9 // 8, "--center-crop", size]}[geometry]
+    run = fresh_dir(str(tmp_path / "run"))
+    sluice("run", "--model", os.path.join(ZOO, "hf_dpt.torchscript.onnx"), "--input", photos, *flags,
+           "--scale", 1 / 255, "--outputs", "logits", "--batch-size", 2, "--device", "cpu", "--cpu-threads", 1,
+           "--output", run, "--quiet", np_=2, check=True, timeout=TIMEOUT)
+    out = tmp_path / "png"
+    sluice("export", run, "--what", "dense", "--original-size", "--out", out, np_=2, check=True, timeout=TIMEOUT)
+    keys, (depth,) = stored(run, "logits")
+    rows = [ln.split(",") for ln in open(out / "dense_scale.csv").read().splitlines()[1:]]
+    assert [r[0] for r in rows] == keys
+    for (key, file, lo, hi), d in zip(rows, depth):
+        w, h = SIZES[int(os.path.basename(key)[:12]) - 100]
+        rw, rh, ox, oy = resized_size_and_offset(w, h, geometry, size)
+        if (rw, rh, ox, oy) == (size, size, 0, 0):  # a plain resize (a square photo letterboxed too): one step
+            ref = np.array(Image.fromarray(d).resize((w, h), Image.NEAREST))
+        else:
+            at_input = np.array(Image.fromarray(d).resize((size, size), Image.NEAREST))
+            canvas = np.full((rh, rw), np.nan, np.float32)
+            for y in range(rh):
+                for x in range(rw):
+                    iy, ix = y - oy, x - ox
+                    if 0 <= iy < size and 0 <= ix < size:
+                        canvas[y, x] = at_input[iy, ix]
+            ref = np.array(Image.fromarray(canvas).resize((w, h), Image.NEAREST))
+        assert bool(np.isnan(ref).any()) == (geometry == "crop"), key  # only a crop cuts pixels off
+        lo, hi = float(np.float32(lo)), float(np.float32(hi))  # the table's shortest text of each float32
+        assert lo == np.nanmin(ref) and hi == np.nanmax(ref), (key, lo, hi)
+        with Image.open(out / file) as im:
+            assert im.size == (w, h)
+            px = np.array(im).astype(np.float64)
+        want = np.where(np.isnan(ref), 0, np.floor((ref.astype(np.float64) - lo) / (hi - lo) * 65535 + 0.5))  # lround
+        np.testing.assert_array_equal(px, want, err_msg=key)

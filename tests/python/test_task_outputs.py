@@ -4,6 +4,7 @@
   its detections; torchvision (box_convert, batched_nms, in /usr/bin/python3's torch) decodes and
   suppresses that same prediction.  The float32 decode and IoU are the same operations in both, so
   counts match exactly and rows to 1e-4 px;
+- detections, YOLOv10's final rows [B, N, 6]: onnxruntime's rows above the threshold in score order;
 - detections, DETR format (hf_detr, hf_yolos of the zoo): a numpy re-implementation of
   transformers' post_process_object_detection (softmax, drop no-object, max, corners times the
   input size) on onnxruntime's outputs for the same samples, to 1e-3 (the engines agree to 1e-4
@@ -102,6 +103,29 @@ def test_yolo_detections_match_torchvision_batched_nms(layout, iou, k, tmp_path)
     else:
         assert all(len(rr) == k for rr in ref_rows), [len(rr) for rr in ref_rows]
     check_rows(outs["detections"], outs["detections_count"], ref_rows, k, 1e-4)
+
+
+@pytest.mark.parametrize("fmt", ["yolov10", "auto"])
+def test_yolov10_final_rows_are_kept_above_the_threshold_in_score_order(fmt, tmp_path):
+    # The model's rows are final (x1, y1, x2, y2, score, class; the model has done its selection):
+    # Sluice's stored rows (to onnxruntime's within 1e-4) above the threshold, sorted by score
+    # (stable: equal scores keep the model's order), the first K, no suppression.
+    import onnxruntime as ort
+    rng = np.random.default_rng(11)
+    x = (np.kron(rng.random((5, 3, 8, 8)), np.ones((8, 8))) + 0.02 * rng.random((5, 3, 64, 64))).astype(np.float32)
+    model = os.path.join(DETECT, "yolo_v10.onnx")
+    thr, k = 0.66, 20
+    outs = run_heads(tmp_path, model, x, "--outputs", "logits,detections", "--detection-format", fmt,
+                     "--score-threshold", thr, "--max-detections", k, batch=2)
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"images": x})[0]
+    np.testing.assert_allclose(outs["logits"], ref, atol=1e-4, rtol=0)
+    rows = []
+    for r in outs["logits"]:
+        keep = np.nonzero(r[:, 4] > thr)[0]
+        rows.append(r[keep[np.argsort(-r[keep, 4], kind="stable")]])
+    # The threshold cuts rows of every sample and K the list of some, or the test would not test them.
+    assert all(0 < len(rr) < len(r) for rr, r in zip(rows, ref)) and any(len(rr) > k for rr in rows), [len(r) for r in rows]
+    check_rows(outs["detections"], outs["detections_count"], rows, k, 1e-4)
 
 
 def detr_reference(logits, boxes, width, height, thr):

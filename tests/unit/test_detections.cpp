@@ -52,13 +52,32 @@ TEST(Detections, YoloWithObjectnessMultipliesTheScoresAndKCapsTheList) {
                                 50, 50, 4, 4, 0.9f, 0.8f,  //
                                 90, 90, 4, 4, 1.0f, 0.3f};
   GraphBuilder gb({1, 3, 6});
-  detections(gb, {"x"}, "yolo", 1, 2);
+  detections(gb, {"x"}, "yolov5", 1, 2);  // one class: [B, N, 6] reads as final rows unless asked
   const auto out = run_bytes(gb.g, x.data());
   EXPECT_EQ(as<int32_t>(out[1]), (std::vector<int32_t>{2}));
   const std::vector<float> d = as<float>(out[0]);
   EXPECT_FLOAT_EQ(d[4], 0.9f * 0.8f);
   EXPECT_FLOAT_EQ(d[0], 48);
   EXPECT_FLOAT_EQ(d[10], 0.5f * 0.8f);
+}
+
+TEST(Detections, Yolov10FinalRowsAreThresholdedAndSortedWithoutSuppression) {
+  // [1, 4, 6] rows x1, y1, x2, y2, score, class (a class index as a float): rows 0 and 2 overlap
+  // fully with one class and are both kept (the model has done its own selection); row 3 is below
+  // the threshold.  Sorted by score, the K = 3 rows; the last row stays zero.
+  const std::vector<float> x = {10, 10, 20, 20, 0.6f, 2,  //
+                                50, 50, 60, 70, 0.9f, 0,  //
+                                10, 10, 20, 20, 0.7f, 2,  //
+                                0, 0, 5, 5, 0.1f, 1};
+  for (const char* format : {"yolov10", "yolo", "auto"}) {
+    SCOPED_TRACE(format);
+    GraphBuilder gb({1, 4, 6});
+    detections(gb, {"x"}, format, 1, 4);
+    const auto out = run_bytes(gb.g, x.data());
+    EXPECT_EQ(as<int32_t>(out[1]), (std::vector<int32_t>{3}));
+    EXPECT_EQ(as<float>(out[0]), (std::vector<float>{50, 50, 60, 70, 0.9f, 0, 10, 10, 20, 20, 0.7f, 2,  //
+                                                     10, 10, 20, 20, 0.6f, 2, 0, 0, 0, 0, 0, 0}));
+  }
 }
 
 TEST(Detections, DetrTakesTheBestRealClassAndScalesBoxesToPixels) {
@@ -126,6 +145,22 @@ TEST(Detections, ShapesThatDoNotFitAFormatAreRefusedNamingBoth) {
   EXPECT_EQ(detection_layout("rtdetr", {{2, 300, 80}, {2, 300, 4}}).kind, DetectionLayout::Kind::QuerySigmoid);
   EXPECT_EQ(detection_layout("rtdetr", {{2, 300, 80}, {2, 300, 4}}).candidates, 300 * 80);
   EXPECT_THROW(detection_layout("rtdetr", {{2, 84, 8400}}), InputError);
+  // [B, N, 6]: final rows (YOLOv10) for yolo and auto; a one-class v5 model only when asked.
+  EXPECT_EQ(detection_layout("auto", {{2, 300, 6}}).kind, DetectionLayout::Kind::YoloFinal);
+  EXPECT_EQ(detection_layout("yolo", {{2, 300, 6}}).kind, DetectionLayout::Kind::YoloFinal);
+  EXPECT_EQ(detection_layout("yolov10", {{2, 300, 6}}).candidates, 300);
+  EXPECT_EQ(detection_layout("yolov5", {{2, 25200, 6}}).kind, DetectionLayout::Kind::YoloObjectness);
+  EXPECT_EQ(detection_layout("yolov5", {{2, 25200, 6}}).classes, 1);
+  EXPECT_EQ(detection_layout("yolo", {{2, 25200, 7}}).kind, DetectionLayout::Kind::YoloObjectness);
+  try {
+    detection_layout("yolov10", {{2, 84, 8400}});
+    FAIL() << "a v8 prediction passed as final rows";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("[2,84,8400]"), std::string::npos) << m;
+    EXPECT_NE(m.find("[B, N, 6] (x1, y1, x2, y2, score, class)"), std::string::npos) << m;
+  }
+  EXPECT_THROW(detection_layout("yolov5", {{2, 84, 8400}}), InputError);
 }
 
 }  // namespace

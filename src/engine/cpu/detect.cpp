@@ -27,7 +27,7 @@ std::unique_ptr<Kernel> make_detections(const KernelInit& init) {
   if (init.output(0).shape != Shape{l.batch, k, 6}) init.fail("detections output ", shape_str(init.output(0).shape), " is not [B, K, 6]");
   return lambda_kernel([=](const KernelArgs& a) {
     const float* x0 = static_cast<const float*>(a.in[0]);
-    const float* x1 = l.nms() ? nullptr : static_cast<const float*>(a.in[1]);
+    const float* x1 = l.pair() ? static_cast<const float*>(a.in[1]) : nullptr;
     float* dets = static_cast<float*>(a.out[0]);
     int32_t* count = static_cast<int32_t*>(a.out[1]);
     const int64_t n = l.candidates, c = l.classes;
@@ -45,6 +45,9 @@ std::unique_ptr<Kernel> make_detections(const KernelInit& init) {
           const float* bx = x1 + (b * n + i) * 4;
           decode_detr([lg](int64_t j) { return lg[j]; }, [bx](int64_t j) { return bx[j]; }, c, width, height, d.box,
                       &d.score, &d.cls);
+        } else if (l.kind == DetectionLayout::Kind::YoloFinal) {
+          const float* p = x0 + (b * n + i) * 6;
+          decode_final([p](int64_t j) { return p[j]; }, d.box, &d.score, &d.cls);
         } else if (l.kind == DetectionLayout::Kind::YoloChannelsFirst) {
           const float* p = x0 + b * (4 + c) * n + i;  // field j at p[j * n]
           decode_yolo([p, n](int64_t j) { return p[j * n]; }, c, false, d.box, &d.score, &d.cls);

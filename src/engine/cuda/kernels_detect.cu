@@ -1,5 +1,6 @@
 // sluice.Detections on the GPU.  The decode is model/detection_decode.h, shared with the CPU
-// engine; the selection takes, K times, the best candidate still eligible (score above the
+// engine, in float whatever the raw outputs' type; the rows are written in float (boxes of a 640 px
+// input would lose 2 px to bf16); the selection takes, K times, the best candidate still eligible (score above the
 // threshold, not taken, not suppressed; ties: the lower index) and then suppresses the candidates
 // of its class that overlap it: the same greedy result as sorting first, without a sort.
 #include "engine/cuda/kernels_common.cuh"
@@ -30,6 +31,9 @@ __global__ void decode_kernel(DetectArgs a, const T* x0, const T* x1, float* can
       const T* bx = x1 + idx * 4;
       decode_detr([lg](int64_t j) { return to_f(lg[j]); }, [bx](int64_t j) { return to_f(bx[j]); }, c, a.width, a.height,
                   box, &score, &cls);
+    } else if (a.kind == 4) {  // final rows
+      const T* p = x0 + idx * 6;
+      decode_final([p](int64_t j) { return to_f(p[j]); }, box, &score, &cls);
     } else if (a.kind == 1) {
       const T* p = x0 + b * (4 + c) * n + i;
       decode_yolo([p, n](int64_t j) { return to_f(p[j * n]); }, c, false, box, &score, &cls);
@@ -60,11 +64,10 @@ __device__ __forceinline__ bool better(float s, int64_t i, float bs, int64_t bi)
   return s > bs || (s == bs && bi >= 0 && i < bi) || (bi < 0 && s > -INFINITY);
 }
 
-template <typename T>
-__global__ void select_kernel(DetectArgs a, float* cand, T* dets, int32_t* count) {
+__global__ void select_kernel(DetectArgs a, float* cand, float* dets, int32_t* count) {
   const int64_t b = blockIdx.x, n = a.candidates;
   float* cs = cand + b * n * 6;
-  T* out = dets + b * a.k * 6;
+  float* out = dets + b * a.k * 6;
   __shared__ float warp_s[kSelectThreads / 32];
   __shared__ int64_t warp_i[kSelectThreads / 32];
   __shared__ float chosen[6];
@@ -94,7 +97,7 @@ __global__ void select_kernel(DetectArgs a, float* cand, T* dets, int32_t* count
       if (at >= 0) {
         for (int j = 0; j < 6; ++j) chosen[j] = cs[at * 6 + j];
         cs[at * 6 + 4] = -INFINITY;  // taken
-        for (int j = 0; j < 6; ++j) out[kept * 6 + j] = from_f<T>(chosen[j]);
+        for (int j = 0; j < 6; ++j) out[kept * 6 + j] = chosen[j];
       }
     }
     __syncthreads();
@@ -107,21 +110,21 @@ __global__ void select_kernel(DetectArgs a, float* cand, T* dets, int32_t* count
     }
     __syncthreads();
   }
-  for (int64_t j = kept * 6 + threadIdx.x; j < a.k * 6; j += blockDim.x) out[j] = from_f<T>(0.f);
+  for (int64_t j = kept * 6 + threadIdx.x; j < a.k * 6; j += blockDim.x) out[j] = 0.f;
   if (threadIdx.x == 0) count[b] = static_cast<int32_t>(kept);
 }
 
 }  // namespace
 
-void detections(DType t, const DetectArgs& a, const void* x0, const void* x1, float* cand, void* dets, int32_t* count,
+void detections(DType t, const DetectArgs& a, const void* x0, const void* x1, float* cand, float* dets, int32_t* count,
                 cudaStream_t s) {
   if (a.batch == 0) return;
   dispatch_float(t, [&](auto tag) {
     using T = decltype(tag);
     decode_kernel<T><<<grid_for(a.batch * a.candidates), kThreads, 0, s>>>(a, static_cast<const T*>(x0),
                                                                            static_cast<const T*>(x1), cand);
-    select_kernel<T><<<static_cast<unsigned>(a.batch), kSelectThreads, 0, s>>>(a, cand, static_cast<T*>(dets), count);
   });
+  select_kernel<<<static_cast<unsigned>(a.batch), kSelectThreads, 0, s>>>(a, cand, dets, count);
   CUDA_CHECK_LAUNCH();
 }
 
