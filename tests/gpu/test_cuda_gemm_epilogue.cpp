@@ -11,11 +11,12 @@
 #include <filesystem>
 
 #include "gpu_test_util.h"
-#include "model/onnx_loader.h"
 #include "model/prepare.h"
+#include "support/zoo_model.h"
 
 using namespace sluice;
 using namespace sluice::gputest;
+using sluice::testsupport::zoo_model;
 namespace fs = std::filesystem;
 
 namespace {
@@ -23,14 +24,6 @@ namespace {
 constexpr int64_t kB = 3, kM = 37, kK = 29, kN = 53;
 
 enum class Tail { Bias, BiasGelu, BiasGeluTanh };
-
-std::vector<std::string> step_kinds(const Graph& g, Precision p) {
-  cuda::Builder b(g, p);
-  b.lower_all();
-  std::vector<std::string> kinds;
-  for (const auto& s : b.steps) kinds.push_back(s->kind);
-  return kinds;
-}
 
 int count(const std::vector<std::string>& v, const std::string& k) { return static_cast<int>(std::count(v.begin(), v.end(), k)); }
 
@@ -279,22 +272,6 @@ TEST(GemmEpilogueFusion, IdenticalProductsShareOneTimingAndASecondStartReadsItFr
   EXPECT_EQ(cuda::engine_stats(*untimed)->products_measured, 0);
   EXPECT_EQ(cuda::engine_stats(*untimed)->products_cached, 0);
   fs::remove_all(dir);
-}
-
-// The zoo of tests/data/zoo, in the checkout SLUICE_ROOT names (the GPU host's copy) or this one.
-fs::path zoo_dir() {
-  const char* root = std::getenv("SLUICE_ROOT");
-  return (root && *root ? fs::path(root) : fs::path(SLUICE_SOURCE_DIR)) / "tests" / "data" / "zoo";
-}
-
-Graph zoo_model(const std::string& name) {
-  Graph g = load_onnx((zoo_dir() / (name + ".onnx")).string());
-  PrepareOptions o;
-  o.batch_size = 3;
-  const Shape in = g.inputs.at(0).shape;
-  o.sample_shape = Shape(in.begin() + 1, in.end());
-  o.outputs = {{"logits", OutputSpec::Kind::Logits, DType::F32, 0}};
-  return prepare_graph(std::move(g), o);
 }
 
 TEST(GemmEpilogueFusion, TheZoosVisionTransformersFuseEveryProjectionsBiasAndTheirMlpGelu) {
