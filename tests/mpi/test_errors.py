@@ -34,6 +34,10 @@ def batch_breaking_model(path, op):
     elif op == "Transpose":  # the batch moved to axis 1
         node = helper.make_node("Transpose", ["input"], ["logits"], perm=[1, 0, 2, 3])
         inits = []
+    elif op == "Reshape":  # the batch merged with the channels: [B x 3, 64, 64], rows are not samples
+        shape = helper.make_tensor("shape", TensorProto.INT64, [3], [-1, 64, 64])
+        node = helper.make_node("Reshape", ["input", "shape"], ["logits"])
+        inits = [shape]
     else:  # Softmax across the samples of a batch: the shape is kept, the rows are mixed
         node = helper.make_node("Softmax", ["input"], ["logits"], axis=0)
         inits = []
@@ -68,7 +72,7 @@ def files(tmp_path_factory):
         f[name.replace(".", "_")] = str(d / name)
         with open(f[name.replace(".", "_")], "w") as t:
             t.write(body)
-    for op in ["ReduceMean", "Transpose", "Softmax"]:
+    for op in ["ReduceMean", "Transpose", "Softmax", "Reshape"]:
         f[op] = batch_breaking_model(str(d / f"{op}.onnx"), op)
     other = quickstart_model()
     other.producer_name = "another export of the same graph"  # other bytes: another sha256
@@ -126,6 +130,8 @@ CASES = [
     ("model-moves-the-batch", 3, "holds the batch on axis 1", ["--model", "{Transpose}", "--outputs", "logits",
                                                                 "--output", "{out}"]),
     ("model-mixes-the-batch", 3, "across samples", ["--model", "{Softmax}", "--outputs", "logits", "--output", "{out}"]),
+    ("model-merges-the-batch", 3, "holds the batch merged with other axes", ["--model", "{Reshape}", "--outputs",
+                                                                             "logits", "--output", "{out}"]),
     ("input-missing", 3, "no such file", ["--input", "{dir}/nope.h5", "--output", "{out}"]),
     ("input-not-hdf5", 3, "not an HDF5 file", ["--input", "{text}", "--output", "{out}"]),
     ("input-dataset-missing", 3, "no dataset", ["--input", "{good_h5}", "--input-dataset", "/nope", "--output", "{out}"]),
