@@ -286,6 +286,7 @@ void RunContext::build() {
                  setup_parts_.autotune_s = e.autotune_s;
                  setup_parts_.capture_s = e.capture_s;
                  setup_parts_.algos_measured = e.algos_measured;
+                 if (backend_ == "cuda") setup_parts_.autotune = autotune_name(eo.autotune);
                  setup_parts_.algos_cached = e.algos_cached;
                  setup_parts_.engine_build_s = std::max(0.0, seconds_since(t_engine) - e.autotune_s - e.capture_s);
                } catch (const Error& e) {  // the engines' own "cannot allocate N bytes"

@@ -41,6 +41,7 @@ nlohmann::json RankReport::to_json() const {
                 {"other_s", setup_other_s()},
                 {"algorithms_measured", setup.algos_measured},
                 {"algorithms_cached", setup.algos_cached}};
+  if (!setup.autotune.empty()) j["setup"]["autotune"] = setup.autotune;
   j["samples"] = s.samples;
   j["batches"] = s.batches;
   j["chunks"] = s.chunks;
@@ -152,6 +153,7 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
     r.setup.capture_s = p.value("graph_capture_s", 0.0);
     r.setup.algos_measured = p.value("algorithms_measured", 0);
     r.setup.algos_cached = p.value("algorithms_cached", 0);
+    r.setup.autotune = p.value("autotune", std::string());
   }
   auto& s = r.stats;
   s.samples = j.at("samples").get<int64_t>();
@@ -326,7 +328,8 @@ std::string format_setup_line(const JobReport& r) {
   if (r.world_size > 1) os << ", model to the ranks " << p.share_s << " s";
   os << ", engine build " << p.engine_build_s << " s";
   if (p.autotune_s > 0 || p.algos_measured + p.algos_cached > 0)
-    os << ", autotune " << p.autotune_s << " s (" << p.algos_measured << " measured, " << p.algos_cached << " cached)";
+    os << ", autotune " << p.autotune_s << " s (" << (p.autotune.empty() ? "" : p.autotune + ": ") << p.algos_measured
+       << (p.autotune == "off" ? " by cuDNN's first choice, " : " measured, ") << p.algos_cached << " cached)";
   if (p.capture_s > 0) os << ", graph capture " << p.capture_s << " s";
   os << ", other " << rr->setup_other_s() << " s; then the first batch " << rr->stats.first_batch_s << " s\n";
   return os.str();

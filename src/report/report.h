@@ -32,6 +32,7 @@ struct SetupParts {
   double autotune_s = 0;       // choosing convolution algorithms (measured, or read from the cache)
   double capture_s = 0;        // each io set's first pass and its CUDA graph capture
   int algos_measured = 0, algos_cached = 0;
+  std::string autotune;        // the --autotune mode the engine ran (auto resolved: full, quick, off); "" on the CPU
 };
 
 struct RankReport {

@@ -260,3 +260,24 @@ TEST(Report, TheSetUpLineShowsTheLongestRanksPartsAndOnlyThoseItHad) {
   EXPECT_NE(line.find("other 0.50 s; then the first batch 0.50 s"), std::string::npos) << line;
   EXPECT_NE(format_report_table(j).find(line), std::string::npos);
 }
+
+TEST(Report, TheSetUpLineNamesTheAutotuneModeAndWhetherItTimedAnything) {
+  JobReport j;
+  j.world_size = 1;
+  j.ranks = {rank(0, 100, 10)};
+  j.ranks[0].setup_s = 2;
+  j.ranks[0].setup.autotune_s = 0.3;
+  j.ranks[0].setup.algos_measured = 31;
+  j.ranks[0].setup.algos_cached = 30;
+  j.ranks[0].setup.autotune = "off";
+  EXPECT_NE(format_setup_line(j).find("autotune 0.30 s (off: 31 by cuDNN's first choice, 30 cached)"), std::string::npos)
+      << format_setup_line(j);
+  j.ranks[0].setup.autotune = "full";
+  EXPECT_NE(format_setup_line(j).find("autotune 0.30 s (full: 31 measured, 30 cached)"), std::string::npos)
+      << format_setup_line(j);
+  const RankReport back = RankReport::from_json(j.ranks[0].to_json());
+  EXPECT_EQ(back.setup.autotune, "full");
+  // The CPU engine has no mode: the key is left out.
+  j.ranks[0].setup.autotune.clear();
+  EXPECT_FALSE(j.ranks[0].to_json()["setup"].contains("autotune"));
+}
