@@ -1,8 +1,10 @@
 #pragma once
 // Small move-only owners for CUDA, cuDNN and cuBLAS handles.  Destructors never throw (errors at
 // release time are ignored: the process is usually unwinding from a first failure already).
+#include <algorithm>
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "core/cuda/cuda_check.h"
 
@@ -122,6 +124,26 @@ inline Event make_event(bool timing = false) {
   cudaEvent_t e = nullptr;
   CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
   return Event(e);
+}
+// The median of `reps` timings of f() on stream s (its work enqueued between two timing events), in
+// ms, after `warmups` untimed calls.  Every candidate timing at set-up and every ceiling goes
+// through it, so they are measured alike.
+template <typename F>
+float median_elapsed_ms(cudaStream_t s, int warmups, int reps, F&& f) {
+  Event a = make_event(true), b = make_event(true);
+  for (int i = 0; i < warmups; ++i) f();
+  std::vector<float> ms;
+  for (int r = 0; r < reps; ++r) {
+    CUDA_CHECK(cudaEventRecord(a, s));
+    f();
+    CUDA_CHECK(cudaEventRecord(b, s));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
 }
 inline CudnnHandle make_cudnn() {
   cudnnHandle_t h = nullptr;

@@ -1,8 +1,5 @@
 #include "engine/cuda/autotune.h"
 
-#include <algorithm>
-#include <vector>
-
 #include "core/cuda/cuda_raii.h"
 #include "engine/cuda/engine_internal.h"
 
@@ -19,21 +16,7 @@ TuneLevel tune_level(const Context& ctx, double flops) {
 
 float time_candidate(cudaStream_t s, TuneLevel level, const std::function<void()>& f) {
   const bool full = level == TuneLevel::Full;
-  const int warmups = full ? 2 : 1, reps = full ? 5 : 3;
-  Event a = make_event(true), b = make_event(true);
-  for (int i = 0; i < warmups; ++i) f();
-  std::vector<float> t;
-  for (int r = 0; r < reps; ++r) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    f();
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median_elapsed_ms(s, full ? 2 : 1, full ? 5 : 3, f);
 }
 
 }  // namespace sluice::cuda

@@ -29,25 +29,6 @@ __global__ void random_fill_kernel(T* y, int64_t n, uint32_t seed) {
   }
 }
 
-// Median of `reps` timings of f() on stream s, in ms, after one untimed call.
-template <typename F>
-float median_ms(cudaStream_t s, int reps, F&& f) {
-  Event a = make_event(true), b = make_event(true);
-  f();
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    f();
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 // A buffer of `bytes`, halving the request (down to `min_bytes`) while the device has no room.
 DeviceBuffer allocate_up_to(std::size_t* bytes, std::size_t min_bytes) {
   for (;;) {
@@ -77,7 +58,7 @@ DevicePeaks measure_device_peaks(cublasHandle_t blas, cudaStream_t s, Precision 
     random_fill_kernel<float><<<grid_for(n * 4), kThreads, 0, s>>>(src.as<float>(), n * 4, 7u);
     CUDA_CHECK_LAUNCH();
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(grid_for(n), static_cast<int64_t>(sms) * 16));
-    const float ms = median_ms(s, 10, [&] {
+    const float ms = median_elapsed_ms(s, 1, 10, [&] {
       copy16_kernel<<<blocks, kThreads, 0, s>>>(src.as<uint4>(), dst.as<uint4>(), n);
       CUDA_CHECK_LAUNCH();
     });
@@ -100,7 +81,7 @@ DevicePeaks measure_device_peaks(cublasHandle_t blas, cudaStream_t s, Precision 
     CUDA_CHECK_LAUNCH();
     const float alpha = 1.f, beta = 0.f;
     const int ni = static_cast<int>(n);
-    const float ms = median_ms(s, 10, [&] {
+    const float ms = median_elapsed_ms(s, 1, 10, [&] {
       CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, a.get(), dt, ni, b.get(), dt, ni, &beta,
                                 c.get(), dt, ni, ct, CUBLAS_GEMM_DEFAULT));
     });
