@@ -48,17 +48,6 @@ std::string shapes_text(const std::vector<Shape>& in) {
 
 }  // namespace
 
-const char* detection_kind_name(DetectionLayout::Kind k) {
-  switch (k) {
-    case DetectionLayout::Kind::Detr: return "detr";
-    case DetectionLayout::Kind::YoloChannelsFirst: return "yolo [B, 4+C, N]";
-    case DetectionLayout::Kind::YoloObjectness: return "yolo [B, N, 5+C]";
-    case DetectionLayout::Kind::QuerySigmoid: return "rtdetr";
-    case DetectionLayout::Kind::YoloFinal: return "yolov10 [B, N, 6]";
-  }
-  return "?";
-}
-
 const char* detection_kind_format(DetectionLayout::Kind k) {
   switch (k) {
     case DetectionLayout::Kind::Detr: return "detr";

@@ -44,7 +44,6 @@ struct DetectionLayout {
 // the format needs when they do not fit.
 DetectionLayout detection_layout(const std::string& format, const std::vector<Shape>& inputs);
 
-const char* detection_kind_name(DetectionLayout::Kind k);
 // The format name that resolves to exactly this layout again (the attribute prepare writes).
 const char* detection_kind_format(DetectionLayout::Kind k);
 
