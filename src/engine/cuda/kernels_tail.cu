@@ -47,19 +47,30 @@ __device__ __forceinline__ bool ranks_before(float va, int64_t ia, float vb, int
   return ia < ib;
 }
 
-template <typename T>
+// T is the input's type, L the stored logits' (the other heads' types are read at run time: they
+// are written once or k times a pixel, the logits once per channel).
+template <typename T, typename L>
 __global__ void tail_kernel(const T* __restrict__ x, uint32_t pixels, TailArgs a, TailOutputs o) {
+  // Channel c of a low-resolution position sits at offset(y, x) + c * cstride.
+  const size_t cstride = a.nhwc ? 1 : static_cast<size_t>(a.h) * a.w;
+  auto offset = [&](int64_t yy, int64_t xx) {
+    const size_t p = static_cast<size_t>(yy) * a.w + static_cast<size_t>(xx);
+    return a.nhwc ? p * a.c : p;
+  };
   for (uint32_t q = blockIdx.x * blockDim.x + threadIdx.x; q < pixels; q += gridDim.x * blockDim.x) {
     uint32_t ox, oy;
     const uint32_t n = a.oh.divmod(a.ow.divmod(q, &ox), &oy);
     const AxisTaps ty = axis_taps(oy, 2, a.s), tx = axis_taps(ox, 3, a.s);
     const T* xb = x + static_cast<size_t>(n) * a.c * a.h * a.w;
-    // The interpolated value of channel c at this pixel.
+    // The four taps' channel-0 elements, found once a pixel; each channel then costs four loads.
+    const T* p00 = xb + offset(ty.i0, tx.i0);
+    const T* p10 = xb + offset(ty.i1, tx.i0);
+    const T* p01 = xb + offset(ty.i0, tx.i1);
+    const T* p11 = xb + offset(ty.i1, tx.i1);
+    // The interpolated value of channel c at this pixel, summed as the resize kernels sum it.
     auto value = [&](uint32_t c) {
-      return interpolate2d(ty, tx, [&](int64_t yy, int64_t xx) {
-        const size_t at = a.nhwc ? (static_cast<size_t>(yy) * a.w + xx) * a.c + c : (static_cast<size_t>(c) * a.h + yy) * a.w + xx;
-        return to_f(xb[at]);
-      });
+      const size_t at = c * cstride;
+      return blend4(ty, tx, to_f(p00[at]), to_f(p10[at]), to_f(p01[at]), to_f(p11[at]));
     };
     const size_t pix = static_cast<size_t>(oy) * a.ow.d + ox;   // position within one output plane
     const size_t chan0 = static_cast<size_t>(n) * a.c * a.plane + pix;   // channel 0 of this pixel, NCHW
@@ -68,7 +79,7 @@ __global__ void tail_kernel(const T* __restrict__ x, uint32_t pixels, TailArgs a
       int64_t best_i = -1;
       for (uint32_t c = 0; c < a.c; ++c) {
         const float v = value(c);
-        if (o.logits) store_as(o.logits_type, o.logits, chan0 + static_cast<size_t>(c) * a.plane, v);
+        if (o.logits) static_cast<L*>(o.logits)[chan0 + static_cast<size_t>(c) * a.plane] = from_f<L>(v);
         if (best_i < 0 || v > best || (a.select_last && v == best)) { best = v; best_i = c; }
         mx = fmaxf(mx, v);
       }
@@ -124,9 +135,13 @@ void resize_tail(DType t, const void* x, const ResizeShape& s, bool nhwc, const 
   a.plane = static_cast<uint32_t>(s.out[2] * s.out[3]);
   a.nhwc = nhwc;
   a.select_last = o.argmax_select_last;
+  // Without logits, L is never used: the input's type stands in.
   dispatch_float(t, [&](auto tag) {
     using T = decltype(tag);
-    tail_kernel<T><<<waves_grid(pixels), kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<uint32_t>(pixels), a, o);
+    dispatch_float(o.logits ? o.logits_type : t, [&](auto ltag) {
+      using L = decltype(ltag);
+      tail_kernel<T, L><<<waves_grid(pixels), kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<uint32_t>(pixels), a, o);
+    });
   });
   CUDA_CHECK_LAUNCH();
 }
