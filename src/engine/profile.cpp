@@ -50,6 +50,12 @@ double node_flops(const Node& n, const std::vector<Shape>& in, const std::vector
   }
   if (op == "Attention") {
     // Two products: q k^T (2·S·S_kv·D per matrix) and p v (2·S·S_kv·Dv); the softmax is noise.
+    if (n.get_string("layout", "") == "strided") {   // q, k, v hold views: the sizes say it
+      const std::vector<int64_t> sz = n.get_ints("sizes");
+      if (sz.size() != 4 || x.empty()) return 0;
+      const double mats = static_cast<double>(x[0]) * static_cast<double>(n.get_int("heads", 1));
+      return 2.0 * mats * static_cast<double>(sz[0]) * static_cast<double>(sz[1]) * static_cast<double>(sz[2] + sz[3]);
+    }
     const Shape& v = at(in, 2);
     if (v.size() < 2) return 0;
     const double s_kv = static_cast<double>(v[v.size() - 2]);

@@ -12,7 +12,7 @@
 //   ArgMaxCast  input X, attributes axis, to (onnx dtype of the index output: uint8 or int32):
 //               ArgMax with keepdims=0 whose indices are written in the narrow type
 //   Attention   inputs q [L..., S, D], k, v [L..., S_kv, Dv], [bias]; attributes scale (float),
-//               layout "bhsd" (k is [L..., S_kv, D]) or "bhds" (k given transposed, [L..., D, S_kv]),
+//               layout "bhsd" (k is [L..., S_kv, D]), "bhds" (k given transposed, [L..., D, S_kv]) or "strided" (q, k, v, y strided views of [N, ...] tensors: model/attention_layout.cpp),
 //               zero_masked_rows (int, default 0: a row whose scores are all -inf gives zeros, not NaN)
 //               y = softmax(scale * q k^T + bias) v over the last axis, y [L..., S, Dv].  bias holds
 //               P * S * S_kv values ([P, S, S_kv]) with P dividing the product of L: the scores'

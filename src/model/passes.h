@@ -26,6 +26,10 @@ void fuse_transformer_patterns(Graph& g);  // LayerNormalization and Gelu from t
 // Scaled dot-product attention chains into sluice.Attention (model/fuse_attention.cpp); returns how
 // many were fused.  SLUICE_FUSE_ATTENTION=0 turns it off.
 int fuse_attention(Graph& g);
+// sluice.Attention reading q, k, v and writing y through strided views of the tensors around the
+// exporters' Reshape/Transpose/Split chains (layout "strided", model/attention_layout.cpp); returns
+// how many.  SLUICE_ATTENTION_LAYOUT=0 turns it off.
+int attention_layout(Graph& g);
 void eliminate_dead_nodes(Graph& g);
 
 }  // namespace sluice

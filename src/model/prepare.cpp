@@ -387,6 +387,7 @@ Graph prepare_graph(Graph g, const PrepareOptions& o) {
     fuse_patch_convolutions(g);
     fuse_transformer_patterns(g);
     fuse_attention(g);
+    attention_layout(g);
   }
   eliminate_dead_nodes(g);
   check_ops(g);

@@ -383,13 +383,46 @@ bool infer_topk_argmax(Ctx& c) {
   return true;
 }
 
+// sluice.Attention, layout "strided" (graph.h): y [N, y_shape...] from q, k, v [N, ...] whose views
+// lie inside each sample's block.
+bool infer_strided_attention(Ctx& c) {
+  const int64_t h = c.n.get_int("heads", 0);
+  const std::vector<int64_t> sz = c.n.get_ints("sizes");
+  const std::vector<int64_t> ys = c.n.get_ints("y_shape");
+  if (h < 1 || sz.size() != 4 || *std::min_element(sz.begin(), sz.end()) < 1 || ys.empty())
+    c.fail("strided attention needs heads >= 1, sizes [S, S_kv, D, Dv] and y_shape");
+  const int64_t n = c.input(0)->shape.empty() ? 0 : c.input(0)->shape[0];
+  Shape y = {n};
+  y.insert(y.end(), ys.begin(), ys.end());
+  const char* names[4] = {"q", "k", "v", "y"};
+  const char* keys[4] = {"q_view", "k_view", "v_view", "y_view"};
+  for (std::size_t i = 0; i < 4; ++i) {
+    const Shape& x = i < 3 ? c.input(i)->shape : y;
+    const std::vector<int64_t> v = c.n.get_ints(keys[i]);
+    const int64_t rows = i == 0 || i == 3 ? sz[0] : sz[1], cols = i == 2 || i == 3 ? sz[3] : sz[2];
+    if (x.empty() || x[0] != n || n < 1)
+      c.fail(str(names[i], " ", shape_str(x), " does not lead with the ", n, " samples of q"));
+    const int64_t sample = shape_numel(x) / n;
+    if (v.size() != 3 || v[0] < 0 || v[1] < 0 || v[2] < 0 || v[0] + (h - 1) * v[1] + (rows - 1) * v[2] + cols > sample)
+      c.fail(str(names[i], "'s view does not lie in its sample's ", sample, " elements"));
+  }
+  if (const ValueInfo* b = c.input(3)) {
+    const int64_t nb = shape_numel(b->shape), per = sz[0] * sz[1];
+    if (nb % per != 0 || nb == 0 || (n * h) % (nb / per) != 0)
+      c.fail(str("bias ", shape_str(b->shape), " does not repeat along the ", n * h, " score matrices of ", sz[0], "x", sz[1]));
+  }
+  c.set(0, c.input(0)->dtype, y);
+  return true;
+}
+
 // sluice.Attention (graph.h): y [L..., S, Dv] from q [L..., S, D], k, v [L..., S_kv, Dv].
 bool infer_attention(Ctx& c) {
   for (std::size_t i = 0; i < 3; ++i)
     if (!c.input(i)) return c.missing(i, i == 0 ? "q" : i == 1 ? "k" : "v");
   const Shape &q = c.input(0)->shape, &k = c.input(1)->shape, &v = c.input(2)->shape;
   const std::string layout = c.n.get_string("layout", "bhsd");
-  if (layout != "bhsd" && layout != "bhds") c.fail(str("layout '", layout, "' is neither bhsd nor bhds"));
+  if (layout == "strided") return infer_strided_attention(c);
+  if (layout != "bhsd" && layout != "bhds") c.fail(str("layout '", layout, "' is neither bhsd, bhds nor strided"));
   if (q.size() < 3 || k.size() != q.size() || v.size() != q.size())
     c.fail(str("q ", shape_str(q), ", k ", shape_str(k), " and v ", shape_str(v), " must have one rank of 3 or more"));
   const std::size_t r = q.size();

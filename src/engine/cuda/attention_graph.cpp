@@ -11,9 +11,19 @@
 
 namespace sluice::cuda {
 
-bool attention_graph_fits(const AttentionGraphSpec& s) {
+bool attention_graph_fits(const AttentionGraphSpec& s, const int64_t* offsets) {
   if (s.t != DType::BF16 && s.t != DType::F16) return false;
-  return s.d % 8 == 0 && s.dv % 8 == 0 && s.d <= 128 && s.dv <= 128 && s.s > 0 && s.s_kv > 0;
+  if (!(s.d % 8 == 0 && s.dv % 8 == 0 && s.d <= 128 && s.dv <= 128 && s.s > 0 && s.s_kv > 0)) return false;
+  if (s.strided) {
+    // Rows of views start on 16-byte boundaries (8 elements of a 16-bit type), as the kernels'
+    // vector loads want.
+    for (int i = 0; i < 4; ++i) {
+      if (offsets && offsets[i] % 8 != 0) return false;
+      for (int j = 0; j < 3; ++j)
+        if (s.strides[i][j] % 8 != 0 || s.strides[i][j] < 0) return false;
+    }
+  }
+  return true;
 }
 
 #ifdef SLUICE_HAVE_CUDNN_FRONTEND
@@ -58,18 +68,23 @@ std::unique_ptr<AttentionGraph> AttentionGraph::create(cudnnHandle_t h, const At
   }
   try {
     auto g = frontend::float_graph(s.t);   // s.t is F16 or BF16 (attention_graph_fits)
-    auto packed_tensor = [&](const char* name, int64_t uid, const std::vector<int64_t>& dims) {
-      return tensor(*g, name, uid, dims, packed(dims));
+    // Dims and strides of operand i (q, k, v, o).
+    auto strides_of = [&](int i, const std::vector<int64_t>& dims) {
+      if (!s.strided) return packed(dims);
+      return std::vector<int64_t>{s.strides[i][0], s.strides[i][1], s.strides[i][2], 1};
     };
-    auto q = packed_tensor("q", kQ, {s.b, s.h, s.s, s.d});
-    auto k = packed_tensor("k", kK, {s.b, s.h, s.s_kv, s.d});
-    auto v = packed_tensor("v", kV, {s.b, s.h, s.s_kv, s.dv});
+    auto input_tensor = [&](const char* name, int64_t uid, int i, const std::vector<int64_t>& dims) {
+      return tensor(*g, name, uid, dims, strides_of(i, dims));
+    };
+    auto q = input_tensor("q", kQ, 0, {s.b, s.h, s.s, s.d});
+    auto k = input_tensor("k", kK, 1, {s.b, s.h, s.s_kv, s.d});
+    auto v = input_tensor("v", kV, 2, {s.b, s.h, s.s_kv, s.dv});
     auto attrs = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(false).set_attn_scale(s.scale);
     if (s.bias)
       attrs.set_bias(tensor(*g, "bias", kBias, {1, s.h, s.s, s.s_kv}, {s.h * s.s * s.s_kv, s.s * s.s_kv, s.s_kv, 1}));
     auto [o, stats] = g->sdpa(q, k, v, attrs);
     (void)stats;
-    o->set_output(true).set_uid(kO).set_dim({s.b, s.h, s.s, s.dv}).set_stride(packed({s.b, s.h, s.s, s.dv}));
+    o->set_output(true).set_uid(kO).set_dim({s.b, s.h, s.s, s.dv}).set_stride(strides_of(3, {s.b, s.h, s.s, s.dv}));
     if (!frontend::build_graph(*g, h, why)) return nullptr;
     int64_t ws = 0;
     if (auto e = g->get_workspace_size(ws); e.is_bad() || ws < 0) {

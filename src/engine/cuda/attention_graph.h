@@ -13,18 +13,23 @@
 
 namespace sluice::cuda {
 
-// Every tensor is packed [b, h, rows, cols]: q [b, h, s, d], k [b, h, s_kv, d], v [b, h, s_kv, dv],
-// o [b, h, s, dv], bias [1, h, s, s_kv] (broadcast over b).
+// The tensors are [b, h, rows, cols]: q [b, h, s, d], k [b, h, s_kv, d], v [b, h, s_kv, dv],
+// o [b, h, s, dv], bias [1, h, s, s_kv] (broadcast over b, packed).  q, k, v and o are packed unless
+// `strides` gives them (b, h, row) strides in elements, columns contiguous (the views of layout
+// "strided"; the pointers passed to run() then point at each view's first element).
 struct AttentionGraphSpec {
   DType t = DType::BF16;
   int64_t b = 1, h = 1, s = 0, s_kv = 0, d = 0, dv = 0;
   float scale = 1.f;
   bool bias = false;
+  bool strided = false;
+  int64_t strides[4][3] = {};   // q, k, v, o: b, h, row
 };
 
-// Whether cuDNN's fused attention takes the shape at all (type, head sizes); the final word is
-// create()'s.
-bool attention_graph_fits(const AttentionGraphSpec& s);
+// Whether cuDNN's fused attention takes the shape at all (type, head sizes, strides that keep rows
+// 16-byte aligned); the final word is create()'s.  `offsets` (q, k, v, o, in elements) are where
+// strided views start.
+bool attention_graph_fits(const AttentionGraphSpec& s, const int64_t* offsets = nullptr);
 
 class AttentionGraph {
  public:

@@ -1,6 +1,7 @@
 // sluice.Attention (model/graph.h) as one step: cuDNN's fused attention where it takes the shape
-// (fp16/bf16, head sizes multiples of 8 up to 128, layout bhsd) and is faster, else two strided
-// batched GEMMs around the engine's own softmax kernel:
+// (fp16/bf16, head sizes multiples of 8 up to 128, layout bhsd, or strided views whose rows start
+// 16-byte aligned with a bias per head at most) and is faster, else two strided batched GEMMs around
+// the engine's own softmax kernel (one pair per head for views of [N, rows, heads, cols] tensors):
 //   scores = scale * q k^T            cublasGemmStridedBatchedEx, fp32 accumulation, stored in the
 //                                     compute type (as the unfused MatMul stores them)
 //   p      = softmax(scores + bias)   attention_softmax: read in that type, fp32 statistics, the
@@ -45,9 +46,19 @@ cudaDataType_t blas_type(DType t) {
   }
 }
 
+// Where matrix m = n * heads + h of an operand (q, k, v, y) lies, in elements: sample block,
+// offset in it, head stride, row stride (k's column stride when given transposed).  Packed
+// operands are one head per "sample".
+struct Operand {
+  int64_t sample = 0, offset = 0, head = 0, row = 0;
+};
+
 struct Dims {
   int64_t mats = 0, s = 0, skv = 0, d = 0, dv = 0, period = 0;   // period 0: no bias
+  int64_t n = 0, heads = 1;                                      // mats = n * heads
   bool kt = false;                                               // k given as [mats, d, skv]
+  bool strided = false;                                          // layout "strided"
+  Operand op[4];                                                 // q, k, v, y
   float scale = 1.f;
   bool zero_rows = false;
 };
@@ -84,7 +95,10 @@ class AttentionStep final : public Step {
 
   void choose(Context& ctx, const Bindings& b) {
     const Path want = forced_path();
-    if (want == Path::Gemm || !attention_graph_fits(spec_) || d_.kt || (d_.period > 0 && bias_half_ < 0)) return;
+    const int64_t offsets[4] = {d_.op[0].offset, d_.op[1].offset, d_.op[2].offset, d_.op[3].offset};
+    if (want == Path::Gemm || !attention_graph_fits(spec_, offsets) || d_.kt || (d_.period > 0 && bias_half_ < 0)) return;
+    // Strided views reach cuDNN as [n, heads, rows, cols]: a bias must be one per head.
+    if (d_.strided && d_.period > 0 && d_.period != d_.heads) return;
     std::string why;
     std::shared_ptr<AttentionGraph> g = AttentionGraph::create(ctx.cudnn, spec_, &why);
     if (!g) {
@@ -97,7 +111,7 @@ class AttentionStep final : public Step {
     }
     cudaStream_t s = nullptr;
     CUDNN_CHECK(cudnnGetStream(ctx.cudnn, &s));
-    auto fused = [&] { return g->run(ctx.cudnn, b.at(q_), b.at(k_), b.at(v_), bias_half_ >= 0 ? b.at(bias_half_) : nullptr, b.at(y_), ctx.workspace); };
+    auto fused = [&] { return run_fused(*g, ctx, b); };
     if (!fused() || cudaStreamSynchronize(s) != cudaSuccess) {
       (void)cudaGetLastError();
       log_debug("cuda engine: ", label(), ": cuDNN fused attention failed to run; batched GEMMs");
@@ -114,32 +128,58 @@ class AttentionStep final : public Step {
 
   void run(Context& ctx, const Bindings& b, cudaStream_t s) override {
     if (graph_) {
-      if (!graph_->run(ctx.cudnn, b.at(q_), b.at(k_), b.at(v_), bias_half_ >= 0 ? b.at(bias_half_) : nullptr, b.at(y_),
-                       ctx.workspace))
-        SLUICE_THROW("cuda engine: ", label(), ": cuDNN's fused attention failed");
+      if (!run_fused(*graph_, ctx, b)) SLUICE_THROW("cuda engine: ", label(), ": cuDNN's fused attention failed");
       return;
     }
     run_gemm(ctx, b, s);
   }
 
  private:
+  // Operand i's first element of head h in sample 0.
+  const void* at(const Bindings& b, int slot, int i, int64_t h = 0) const {
+    return static_cast<const char*>(b.at(slot)) + (d_.op[i].offset + h * d_.op[i].head) * static_cast<int64_t>(dtype_size(t_));
+  }
+  bool run_fused(AttentionGraph& g, Context& ctx, const Bindings& b) const {
+    return g.run(ctx.cudnn, at(b, q_, 0), at(b, k_, 1), at(b, v_, 2), bias_half_ >= 0 ? b.at(bias_half_) : nullptr,
+                 const_cast<void*>(at(b, y_, 3)), ctx.workspace);
+  }
+
   void run_gemm(Context& ctx, const Bindings& b, cudaStream_t s) {
     const cudaDataType_t dt = blas_type(t_);
     const cublasComputeType_t ct = ctx.precision == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const int m = static_cast<int>(d_.skv), n = static_cast<int>(d_.s), kk = static_cast<int>(d_.d);
     const float alpha = d_.scale, zero = 0.f, one = 1.f;
-    // Column-major: scores^T [skv, s] = op(k) [skv, d] * q^T [d, s].
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.cublas, d_.kt ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, m, n, kk, &alpha,
-                                            b.at(k_), dt, d_.kt ? m : kk, d_.skv * d_.d, b.at(q_), dt, kk, d_.s * d_.d,
-                                            &zero, b.at(scores_), dt, m, d_.s * d_.skv, static_cast<int>(d_.mats),
-                                            ct, CUBLAS_GEMM_DEFAULT));
+    const Operand &q = d_.op[0], &k = d_.op[1], &v = d_.op[2], &y = d_.op[3];
+    const int64_t esize = static_cast<int64_t>(dtype_size(t_)), heads = d_.heads, mat = d_.s * d_.skv;
+    // One call over all n * heads matrices where every operand steps from one head to the next as
+    // from one sample to the next (packed operands: heads 1); else one call per head over the n
+    // samples (views of [n, rows, heads, cols] tensors).
+    bool uniform = heads == 1;
+    if (!uniform) {
+      uniform = true;
+      for (const Operand& o : d_.op) uniform = uniform && o.sample == heads * o.head;
+    }
+    const int calls = uniform ? 1 : static_cast<int>(heads);
+    const int batch = static_cast<int>(uniform ? d_.mats : d_.n);
+    auto step_of = [&](const Operand& o) { return uniform && heads > 1 ? o.head : o.sample; };
+    char* scores = static_cast<char*>(b.at(scores_));
+    for (int h = 0; h < calls; ++h) {
+      // Column-major: scores^T [skv, s] = op(k) [skv, d] * q^T [d, s].
+      CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.cublas, d_.kt ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, m, n, kk, &alpha,
+                                              at(b, k_, 1, h), dt, k.row, step_of(k), at(b, q_, 0, h), dt, q.row,
+                                              step_of(q), &zero, scores + h * mat * esize, dt, m,
+                                              uniform ? mat : heads * mat, batch, ct, CUBLAS_GEMM_DEFAULT));
+    }
     attention_softmax(t_, bias_t_, b.at(scores_), d_.period > 0 ? b.at(bias_) : nullptr, b.at(probs_),
                       d_.mats * d_.s, d_.s, d_.skv, d_.period, d_.zero_rows, s);
-    // y^T [dv, s] = v^T [dv, skv] * p^T [skv, s].
-    CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d_.dv), n, m, &one,
-                                            b.at(v_), dt, static_cast<int>(d_.dv), d_.skv * d_.dv, b.at(probs_), dt, m,
-                                            d_.s * d_.skv, &zero, b.at(y_), dt, static_cast<int>(d_.dv), d_.s * d_.dv,
-                                            static_cast<int>(d_.mats), ct, CUBLAS_GEMM_DEFAULT));
+    const char* probs = static_cast<const char*>(b.at(probs_));
+    for (int h = 0; h < calls; ++h) {
+      // y^T [dv, s] = v^T [dv, skv] * p^T [skv, s].
+      CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(d_.dv), n, m, &one,
+                                              at(b, v_, 2, h), dt, v.row, step_of(v), probs + h * mat * esize, dt, m,
+                                              uniform ? mat : heads * mat, &zero, const_cast<void*>(at(b, y_, 3, h)), dt,
+                                              y.row, step_of(y), batch, ct, CUBLAS_GEMM_DEFAULT));
+    }
   }
 
   DType t_, bias_t_;
@@ -167,21 +207,53 @@ bool lower_attention(Builder& b, const Node& n) {
     b.fail(n, "q, k and v are ", dtype_name(t), ", ", dtype_name(b.slot(k).dtype), " and ", dtype_name(b.slot(v).dtype),
            "; attention reads one type");
   const Shape &qs = b.slot(q).shape, &ks = b.slot(k).shape, &vs = b.slot(v).shape;
-  const std::size_t r = qs.size();
-  if (r < 3 || ks.size() != r || vs.size() != r) b.fail(n, "q, k and v must have one rank of 3 or more");
   Dims d;
-  d.kt = n.get_string("layout", "bhsd") == "bhds";
-  d.s = qs[r - 2];
-  d.d = qs[r - 1];
-  d.skv = vs[r - 2];
-  d.dv = vs[r - 1];
-  d.mats = shape_numel(qs) / std::max<int64_t>(1, d.s * d.d);
+  d.strided = n.get_string("layout", "bhsd") == "strided";
+  if (d.strided) {
+    // Views of [N, ...] tensors (model/graph.h, model/attention_layout.cpp).
+    const std::vector<int64_t> sz = n.get_ints("sizes");
+    d.heads = n.get_int("heads", 0);
+    if (d.heads < 1 || sz.size() != 4 || qs.empty()) b.fail(n, "strided attention needs heads and sizes [S, S_kv, D, Dv]");
+    d.s = sz[0];
+    d.skv = sz[1];
+    d.d = sz[2];
+    d.dv = sz[3];
+    d.n = qs[0];
+    d.mats = d.n * d.heads;
+  } else {
+    const std::size_t r = qs.size();
+    if (r < 3 || ks.size() != r || vs.size() != r) b.fail(n, "q, k and v must have one rank of 3 or more");
+    d.kt = n.get_string("layout", "bhsd") == "bhds";
+    d.s = qs[r - 2];
+    d.d = qs[r - 1];
+    d.skv = vs[r - 2];
+    d.dv = vs[r - 1];
+    d.mats = shape_numel(qs) / std::max<int64_t>(1, d.s * d.d);
+    d.n = d.mats;
+    if ((d.kt ? ks[r - 2] : ks[r - 1]) != d.d || (d.kt ? ks[r - 1] : ks[r - 2]) != d.skv)
+      b.fail(n, "k ", shape_str(ks), " does not fit q ", shape_str(qs), " and v ", shape_str(vs));
+    d.op[0] = {d.s * d.d, 0, 0, d.d};
+    d.op[1] = {d.skv * d.d, 0, 0, d.kt ? d.skv : d.d};
+    d.op[2] = {d.skv * d.dv, 0, 0, d.dv};
+    d.op[3] = {d.s * d.dv, 0, 0, d.dv};
+  }
   d.scale = n.get_float("scale", 1.f);
   d.zero_rows = n.get_int("zero_masked_rows", 0) != 0;
-  if ((d.kt ? ks[r - 2] : ks[r - 1]) != d.d || (d.kt ? ks[r - 1] : ks[r - 2]) != d.skv)
-    b.fail(n, "k ", shape_str(ks), " does not fit q ", shape_str(qs), " and v ", shape_str(vs));
   const int y = b.output(n, 0);
   if (b.slot(y).dtype != t) b.fail(n, "the output is ", dtype_name(b.slot(y).dtype), " and q ", dtype_name(t));
+  if (d.strided) {
+    const int ids[4] = {q, k, v, y};
+    const char* keys[4] = {"q_view", "k_view", "v_view", "y_view"};
+    for (int i = 0; i < 4; ++i) {
+      const Shape& sh = b.slot(ids[i]).shape;
+      const std::vector<int64_t> w = n.get_ints(keys[i]);
+      const int64_t rows = i == 0 || i == 3 ? d.s : d.skv, cols = i >= 2 ? d.dv : d.d;
+      if (w.size() != 3 || sh.empty() || sh[0] != d.n) b.fail(n, keys[i], " does not fit ", shape_str(sh));
+      d.op[i] = {shape_numel(sh) / d.n, w[0], w[1], w[2]};
+      if (w[0] < 0 || w[1] < 0 || w[2] < cols || w[0] + (d.heads - 1) * w[1] + (rows - 1) * w[2] + cols > d.op[i].sample)
+        b.fail(n, keys[i], " does not lie in a sample of ", shape_str(sh));
+    }
+  }
 
   // The bias: fp32 for the softmax kernel when it is a constant (its values stay exact), and in
   // the half type for cuDNN.
@@ -212,8 +284,19 @@ bool lower_attention(Builder& b, const Node& n) {
   spec.dv = d.dv;
   spec.scale = d.scale;
   spec.bias = d.period > 0;
-  spec.h = d.period > 0 ? d.period : (r == 4 ? qs[1] : 1);
-  spec.b = d.mats / std::max<int64_t>(1, spec.h);
+  if (d.strided) {
+    spec.h = d.heads;
+    spec.b = d.n;
+    spec.strided = true;
+    for (int i = 0; i < 4; ++i) {
+      spec.strides[i][0] = d.op[i].sample;
+      spec.strides[i][1] = d.op[i].head;
+      spec.strides[i][2] = d.op[i].row;
+    }
+  } else {
+    spec.h = d.period > 0 ? d.period : (qs.size() == 4 ? qs[1] : 1);
+    spec.b = d.mats / std::max<int64_t>(1, spec.h);
+  }
 
   const int scores = b.temp(t, {d.mats, d.s, d.skv}, n.name + " scores");
   const int probs = scores;   // the softmax works in place
@@ -224,7 +307,12 @@ bool lower_attention(Builder& b, const Node& n) {
   // The profile's floor: q, k, v, the bias and y once each, as the fused kernel moves them (the GEMM
   // path's scores and probabilities come on top).
   double floor = 0;
-  for (int id : {q, k, v, y}) floor += static_cast<double>(b.slot(id).bytes);
+  std::vector<int> seen;   // one tensor may hold q, k and v
+  for (int id : {q, k, v, y})
+    if (std::find(seen.begin(), seen.end(), id) == seen.end()) {
+      seen.push_back(id);
+      floor += static_cast<double>(b.slot(id).bytes);
+    }
   if (bias >= 0) floor += static_cast<double>(b.slot(bias_half >= 0 ? bias_half : bias).bytes);
   b.steps.back()->bytes = floor;
   return true;
