@@ -21,10 +21,11 @@ bool fast_kernels();
 
 enum class Act : int {
   Identity = 0, Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid, HardSwish, Exp, Log, Sqrt, Neg,
-  Abs, Erf, Reciprocal, Floor, Ceil, Round, Elu, Softplus, Gelu, GeluTanh, Selu, Sin, Cos, Not, Sign
+  Abs, Erf, Reciprocal, Floor, Ceil, Round, Elu, Softplus, Gelu, GeluTanh, Selu, Sin, Cos, Not, Sign,
+  Swish   // x * sigmoid(a * x): SiLU (a = 1), CLIP's quick GELU (a = 1.702)
 };
 // Activation parameters: LeakyRelu/Elu alpha in a; Clip min/max in a/b; HardSigmoid alpha/beta;
-// Selu alpha/gamma.
+// Selu alpha/gamma; Swish alpha in a.
 struct ActParams {
   Act act = Act::Identity;
   float a = 0.f, b = 0.f;
@@ -231,8 +232,9 @@ struct ResidualOperand {
 };
 
 // y = a + b (a * b with multiply), each operand repeating onto the n elements of y, in float.
+// `vectorized` false keeps the one-element kernel (SLUICE_CUDA_NORM_VEC=0, for comparison).
 void residual_add(const ResidualOperand& a, const ResidualOperand& b, void* y, DType ty, int64_t n, cudaStream_t s,
-                  bool multiply = false);
+                  bool multiply = false, bool vectorized = true);
 
 // LayerNormalization over rows of `cols` elements of x = a (+ b when b.p is set), statistics in
 // float: sum (when non-null, of type tsum) receives x, y = (x - mean) * inv * gamma + beta (type ty),
@@ -250,6 +252,7 @@ struct ResidualNorm {
   float eps = 1e-5f;
   const float* gamma = nullptr;   // [cols] or null
   const float* beta = nullptr;    // [cols] or null
+  bool vectorized = true;         // false: the warp-per-row kernel of scalar loads (SLUICE_CUDA_NORM_VEC=0)
 };
 void residual_norm(const ResidualNorm& r, cudaStream_t s);
 

@@ -37,6 +37,7 @@ __device__ __forceinline__ float apply_act(float x, const ActParams& p) {
     case Act::Cos: return cosf(x);
     case Act::Not: return x == 0.f ? 1.f : 0.f;
     case Act::Sign: return x > 0.f ? 1.f : (x < 0.f ? -1.f : x);   // 0 stays 0, NaN stays NaN
+    case Act::Swish: return x / (1.f + expf(-p.a * x));   // exp overflowing to inf gives the limit, 0
   }
   return x;
 }

@@ -2,7 +2,9 @@
 // normalizations (BatchNormalization that was not folded, GroupNormalization, InstanceNormalization;
 // LayerNormalization is in ops_residual.cpp).
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "core/cuda/cuda_check.h"
 
@@ -114,6 +116,74 @@ void lower_unary(Builder& b, const Node& n, ActParams p) {
   const DType t = b.compute;
   const int64_t count = b.slot(y).numel();
   b.add(n.name, {x, y}, [=](Context&, const Bindings& bd, cudaStream_t s) { unary(t, bd.at(x), bd.at(y), count, p, s); });
+}
+
+// ---- x * sigmoid(a * x) as one step ---------------------------------------------------------------
+// SiLU as exporters write it (Sigmoid, Mul) and CLIP's quick GELU as transformers' CLIP exports it
+// after the fc1 product (Mul by the constant 1.702, Sigmoid, Mul): one Swish step reading x and
+// writing the product, in float with one rounding at the end, where the separate steps move the
+// tensor three times and round after each.  SLUICE_CUDA_FUSE_SWISH=0 keeps the separate steps.
+
+bool fuse_swish_on() {
+  const char* v = std::getenv("SLUICE_CUDA_FUSE_SWISH");
+  const std::string s = v ? v : "";
+  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_FUSE_SWISH must be 0 or 1, not '", s, "'"));
+  return s != "0";
+}
+
+// The only reader of `name` (none when it has several, or is a graph output).
+const Node* sole_reader(const Builder& b, const std::string& name) {
+  if (b.is_graph_output(name)) return nullptr;
+  const auto r = b.consumers(name);
+  return r.size() == 1 ? r[0] : nullptr;
+}
+
+bool plain_op(const Node* n, const char* op) { return n && n->domain.empty() && n->op == op && !n->outputs.empty(); }
+
+// When n starts a swish over one of its inputs: lowers the chain as one step and returns true.
+bool lower_swish(Builder& b, const Node& n) {
+  if (!b.has_output(n, 0) || b.is_wide(n.outputs[0]) || !fuse_swish_on()) return false;
+  std::size_t xi = 0;
+  float alpha = 1.f;
+  const Node* sig = nullptr;
+  if (n.op == "Sigmoid") {
+    sig = &n;
+  } else if (n.op == "Mul" && n.inputs.size() == 2) {
+    const Tensor* c0 = b.const_input(n, 0);
+    const Tensor* c1 = b.const_input(n, 1);
+    const Tensor* c = c1 ? c1 : c0;
+    if (!c || (c0 && c1) || c->numel() != 1) return false;
+    const DType ct = c->dtype;
+    if (ct != DType::F32 && ct != DType::F16 && ct != DType::BF16 && ct != DType::F64) return false;
+    xi = c1 ? 0 : 1;
+    alpha = c->as_float().at(0);
+    sig = sole_reader(b, n.outputs[0]);
+    if (!plain_op(sig, "Sigmoid") || sig->input(0) != n.outputs[0]) return false;
+  } else {
+    return false;
+  }
+  const std::string& x = n.input(xi);
+  const std::string& u = sig->outputs[0];
+  const Node* m = sole_reader(b, u);
+  if (!plain_op(m, "Mul") || m->inputs.size() != 2 || !b.has_output(*m, 0) || b.is_wide(m->outputs[0])) return false;
+  if (!((m->inputs[0] == x && m->inputs[1] == u) || (m->inputs[0] == u && m->inputs[1] == x))) return false;
+  const ValueInfo* vx = b.graph.value(x);
+  const ValueInfo* vy = b.graph.value(m->outputs[0]);
+  if (!vx || !vy || vx->shape != vy->shape) return false;
+  if (vx->dtype != DType::F32 && vx->dtype != DType::F16 && vx->dtype != DType::BF16) return false;
+  const int xs = float_input(b, n, xi, true);
+  const int y = b.output(*m, 0, b.is_nhwc(xs));
+  ActParams p;
+  p.act = Act::Swish;
+  p.a = alpha;
+  const DType t = b.compute;
+  const int64_t count = b.slot(y).numel();
+  b.add(n.name + " + " + m->name, {xs, y}, [=](Context&, const Bindings& bd, cudaStream_t s) {
+    unary(t, bd.at(xs), bd.at(y), count, p, s);
+  }, "Swish");
+  if (sig != &n) b.skip(*sig);
+  b.skip(*m);
+  return true;
 }
 
 void lower_clip(Builder& b, const Node& n) {
@@ -331,6 +401,7 @@ bool lower_elementwise(Builder& b, const Node& n) {
     return true;
   }
   if (!n.domain.empty()) return false;
+  if ((n.op == "Sigmoid" || n.op == "Mul") && lower_swish(b, n)) return true;
   ActParams p;
   if (unary_act(n, &p)) { lower_unary(b, n, p); return true; }
   static const std::map<std::string, BinOp> binops = {

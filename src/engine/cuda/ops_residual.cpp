@@ -4,11 +4,23 @@
 // bias Add and LayerScale Mul ending a branch before it write fp32 too (one step each, as here).  A
 // residual Add that a LayerNormalization reads becomes one step with it: the branch and the
 // running sum are read once, the fp32 sum and the normalized compute-type output written once.
+#include <cstdlib>
+#include <string>
+
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
 
 namespace sluice::cuda {
 namespace {
+
+// SLUICE_CUDA_NORM_VEC=0 keeps the warp-per-row LayerNorm and the one-element residual Add of scalar
+// loads (kernels_residual.cu), for comparison with the vectorized kernels.
+bool norm_vec_on() {
+  const char* v = std::getenv("SLUICE_CUDA_NORM_VEC");
+  const std::string s = v ? v : "";
+  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_NORM_VEC must be 0 or 1, not '", s, "'"));
+  return s != "0";
+}
 
 bool float_slot(const TensorSlot& s) { return s.dtype == DType::F32 || s.dtype == DType::F16 || s.dtype == DType::BF16; }
 
@@ -73,6 +85,7 @@ void add_norm_step(Builder& b, const Node& n, const std::string& label, int x, i
   r.rows = p.rows;
   r.cols = p.cols;
   r.eps = p.eps;
+  r.vectorized = norm_vec_on();
   std::vector<int> uses = {x, y};
   for (int s : {z, sum, mean, inv, p.gamma, p.beta})
     if (s >= 0) uses.push_back(s);
@@ -126,11 +139,12 @@ void lower_residual_add(Builder& b, const Node& n) {
   }
   ResidualOperand a = operand(b, x), c = operand(b, z);
   const DType ty = b.slot(y).dtype;
+  const bool vec = norm_vec_on();
   b.add(n.name, {x, z, y}, [=](Context&, const Bindings& bd, cudaStream_t s) {
     ResidualOperand ka = a, kc = c;
     ka.p = bd.at(x);
     kc.p = bd.at(z);
-    residual_add(ka, kc, bd.at(y), ty, count, s, multiply);
+    residual_add(ka, kc, bd.at(y), ty, count, s, multiply, vec);
   });
 }
 
