@@ -18,6 +18,9 @@
 // own types; at fp16/bf16 the engine then rounds W' once where it rounded W and the product.  It
 // runs before the convolution fusions, so a convolution freed of its Mul takes the residual Add.
 // SLUICE_FOLD_SCALE=0 turns it off.
+//
+// drop_empty_pads: a Pad whose pads are all zero (torchvision's Swin pads each stage to a multiple
+// of the window, nothing at 224 x 224) is its input.  SLUICE_DROP_EMPTY_PADS=0 keeps it.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -331,6 +334,30 @@ int cancel_transposes(Graph& g) {
     infer_known_shapes(g);
     log_debug(g.source, ": ", done, " transpose chain(s) composed into one step or a view");
   }
+  return done;
+}
+
+int drop_empty_pads(Graph& g) {
+  if (switched_off("SLUICE_DROP_EMPTY_PADS")) return 0;
+  int done = 0;
+  for (std::size_t i = 0; i < g.nodes.size();) {
+    const Node& n = g.nodes[i];
+    const Tensor* pads = n.op == "Pad" && n.domain.empty() && n.outputs.size() == 1 ? g.constant(n.input(1)) : nullptr;
+    bool empty = pads && !n.input(0).empty() && !is_output(g, n.outputs[0]) &&
+                 (pads->dtype == DType::I64 || pads->dtype == DType::I32);
+    if (empty)
+      for (int64_t v : pads->as_int64()) empty = empty && v == 0;
+    if (!empty) {
+      ++i;
+      continue;
+    }
+    const std::string x = n.input(0), y = n.outputs[0];
+    g.nodes.erase(g.nodes.begin() + static_cast<long>(i));
+    g.values.erase(y);
+    replace_uses(g, y, x);
+    ++done;
+  }
+  if (done) log_debug(g.source, ": ", done, " Pad node(s) with no padding removed");
   return done;
 }
 

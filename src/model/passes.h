@@ -27,6 +27,8 @@ int fuse_patch_convolutions(Graph& g);
 // SLUICE_CANCEL_TRANSPOSES=0 and SLUICE_FOLD_SCALE=0 turn them off.
 int cancel_transposes(Graph& g);
 int fold_layer_scales(Graph& g);
+// Pads of nothing removed (model/fuse_layouts.cpp); returns how many.  SLUICE_DROP_EMPTY_PADS=0 keeps them.
+int drop_empty_pads(Graph& g);
 void fuse_transformer_patterns(Graph& g);  // LayerNormalization and Gelu from their element-wise spellings
 // Scaled dot-product attention chains into sluice.Attention (model/fuse_attention.cpp); returns how
 // many were fused.  SLUICE_FUSE_ATTENTION=0 turns it off.

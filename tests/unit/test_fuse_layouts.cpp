@@ -1,7 +1,7 @@
-// cancel_transposes and fold_layer_scales (model/fuse_layouts.cpp): a ConvNeXt block as torchvision,
-// timm (1x1 convolutions as the MLP) and DINOv2 (LayerScale over tokens) write it, and transpose
-// chains that compose into another permutation; which nodes remain, and that the CPU engine gives
-// the same outputs with and without the passes.
+// cancel_transposes, fold_layer_scales and drop_empty_pads (model/fuse_layouts.cpp): a ConvNeXt
+// block as torchvision, timm (1x1 convolutions as the MLP) and DINOv2 (LayerScale over tokens)
+// write it, transpose chains that compose into another permutation, and Swin's pads of nothing;
+// which nodes remain, and that the CPU engine gives the same outputs with and without the passes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,12 +29,14 @@ struct Prepared {
 Prepared run(const Graph& model, const Shape& sample, bool passes) {
   setenv("SLUICE_CANCEL_TRANSPOSES", passes ? "1" : "0", 1);
   setenv("SLUICE_FOLD_SCALE", passes ? "1" : "0", 1);
+  setenv("SLUICE_DROP_EMPTY_PADS", passes ? "1" : "0", 1);
   PrepareOptions o;
   o.batch_size = 3;
   o.sample_shape = sample;
   Prepared p{prepare_graph(model, o), {}};
   unsetenv("SLUICE_CANCEL_TRANSPOSES");
   unsetenv("SLUICE_FOLD_SCALE");
+  unsetenv("SLUICE_DROP_EMPTY_PADS");
   EngineOptions eo;
   eo.threads = 2;
   eo.io_sets = 1;
@@ -205,6 +207,21 @@ TEST(FuseLayouts, ASplitBetweenTransposesThatDoNotCancelBecomesAReshapeAndOneTra
   const Prepared with = run(b.g, {6, 20}, true), without = run(b.g, {6, 20}, false);
   EXPECT_EQ(count_ops(without.g, "Transpose"), 4);
   EXPECT_EQ(count_ops(with.g, "Transpose"), 3);
+  ASSERT_EQ(with.y.size(), without.y.size());
+  EXPECT_EQ(relative_difference(with.y, without.y), 0.0);
+}
+
+TEST(FuseLayouts, APadOfNothingIsRemovedAndARealPadStays) {
+  // Swin's F.pad to a multiple of the window, at a size that needs none, then one that pads W by 1.
+  GraphBuilder b;
+  b.input("x", {-1, 4, 6, 5}).output("y");
+  b.ints("none", {0, 0, 0, 0, 0, 0, 0, 0}).ints("some", {0, 0, 0, 0, 0, 0, 0, 1});
+  b.node("Pad", {"x", "none"}, {"p"});
+  b.node("Relu", {"p"}, {"r"});
+  b.node("Pad", {"r", "some"}, {"y"});
+  const Prepared with = run(b.g, {4, 6, 5}, true), without = run(b.g, {4, 6, 5}, false);
+  EXPECT_EQ(count_ops(without.g, "Pad"), 2);
+  EXPECT_EQ(count_ops(with.g, "Pad"), 1);
   ASSERT_EQ(with.y.size(), without.y.size());
   EXPECT_EQ(relative_difference(with.y, without.y), 0.0);
 }
