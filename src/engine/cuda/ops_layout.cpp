@@ -95,6 +95,8 @@ bool lower_transpose_view(Builder& b, const Node& n) {
   // An [N, C, 1, 1] slot (a pooled head) has the same bytes in both orders.
   const bool point = xs.shape.size() == 4 && xs.shape[2] == 1 && xs.shape[3] == 1;
   if (xs.shape.size() != 4 || (to_last && !xs.nhwc && !point) || (to_first && xs.nhwc)) return false;
+  // Float activations only: the integer and bool ops read NCHW order (ops_index.cpp).
+  if (xs.dtype != DType::F32 && xs.dtype != DType::F16 && xs.dtype != DType::BF16) return false;
   const std::string& name = n.outputs.at(0);
   const ValueInfo& yv = b.value(name);
   if (b.stored(name, yv.dtype) != xs.dtype || yv.shape.size() != 4) return false;
