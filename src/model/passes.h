@@ -22,6 +22,13 @@ void fuse_convolutions(Graph& g);
 // Patch embeddings (a convolution whose kernel equals its stride, on a few channels) as a permutation
 // and one MatMul (model/fuse_patches.cpp); returns how many.  SLUICE_PATCH_GEMM=0 turns it off.
 int fuse_patch_convolutions(Graph& g);
+// Transpose chains composed into one permutation or a view, and LayerScale Muls folded into the
+// matrix product before them (model/fuse_layouts.cpp); each returns how many.
+// SLUICE_CANCEL_TRANSPOSES=0 and SLUICE_FOLD_SCALE=0 turn them off.
+int cancel_transposes(Graph& g);
+int fold_layer_scales(Graph& g);
+// Pads of nothing removed (model/fuse_layouts.cpp); returns how many.  SLUICE_DROP_EMPTY_PADS=0 keeps them.
+int drop_empty_pads(Graph& g);
 void fuse_transformer_patterns(Graph& g);  // LayerNormalization and Gelu from their element-wise spellings
 // Scaled dot-product attention chains into sluice.Attention (model/fuse_attention.cpp); returns how
 // many were fused.  SLUICE_FUSE_ATTENTION=0 turns it off.

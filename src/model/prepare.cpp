@@ -382,12 +382,15 @@ Graph prepare_graph(Graph g, const PrepareOptions& o) {
   if (!o.outputs.empty()) add_heads(g, o.outputs, o.model_output);
   remove_identities(g);
   if (o.fuse) {
+    fold_layer_scales(g);
     fold_batchnorm(g);
     fuse_convolutions(g);
     fuse_patch_convolutions(g);
     fuse_transformer_patterns(g);
     fuse_attention(g);
     attention_layout(g);
+    drop_empty_pads(g);
+    cancel_transposes(g);   // after the attention patterns, whose matchers read the exporters' transposes
   }
   eliminate_dead_nodes(g);
   check_ops(g);

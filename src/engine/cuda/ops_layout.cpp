@@ -3,6 +3,8 @@
 // cudaMemcpy2DAsync; the rest through the strided-copy and pad kernels.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "core/axis_view.h"
@@ -62,7 +64,56 @@ void lower_view(Builder& b, const Node& n) {
   b.alias_or_copy(n, 0, x);
 }
 
+// SLUICE_CUDA_LAYOUT_VIEWS=0 turns the views below off (every Transpose copies), to measure them.
+bool layout_views_on() {
+  const char* v = std::getenv("SLUICE_CUDA_LAYOUT_VIEWS");
+  const std::string s = v ? v : "";
+  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_LAYOUT_VIEWS must be 0 or 1, not '", s, "'"));
+  return s != "0";
+}
+
+// A Transpose between the two 4-D orders whose result already lies in memory the way it is stored:
+//   (0, 2, 3, 1) of a channels-last [N, C, H, W] slot is that slot's bytes read as a plain [N, H, W, C];
+//   (0, 3, 1, 2) of a plain [N, H, W, C] slot is the same bytes as a channels-last [N, C, H, W].
+// ConvNeXt and channels-last LayerNorms (timm's LayerNorm2d, torchvision's CNBlock) permute to
+// channels-last around every LayerNorm and Linear and back before the next convolution, where the
+// engine holds the convolutions' tensors channels-last already: both permutes become views.
+// Returns whether output 0 was registered as such a view.
+bool lower_transpose_view(Builder& b, const Node& n) {
+  if (!layout_views_on() || !b.nhwc_enabled() || n.inputs.empty() || b.is_graph_output(n.outputs.at(0))) return false;
+  const ValueInfo* xv = b.graph.value(n.input(0));
+  if (!xv || xv->shape.size() != 4 || b.graph.constant(n.input(0))) return false;
+  std::vector<int64_t> perm = n.get_ints("perm");
+  for (auto& p : perm)
+    if (p < 0) p += 4;
+  const bool to_last = perm == std::vector<int64_t>{0, 2, 3, 1}, to_first = perm == std::vector<int64_t>{0, 3, 1, 2};
+  if (!to_last && !to_first) return false;
+  const int x = b.input_any(n, 0);
+  const TensorSlot& xs = b.slot(x);
+  // to_last needs the channels-last slot; to_first a plain one (a 4-D slot marked channels-last is
+  // logically NCHW, so its bytes are [N, H, W, C] only in the first case).
+  // An [N, C, 1, 1] slot (a pooled head) has the same bytes in both orders.
+  const bool point = xs.shape.size() == 4 && xs.shape[2] == 1 && xs.shape[3] == 1;
+  if (xs.shape.size() != 4 || (to_last && !xs.nhwc && !point) || (to_first && xs.nhwc)) return false;
+  // Float activations only: the integer and bool ops read NCHW order (ops_index.cpp).
+  if (xs.dtype != DType::F32 && xs.dtype != DType::F16 && xs.dtype != DType::BF16) return false;
+  const std::string& name = n.outputs.at(0);
+  const ValueInfo& yv = b.value(name);
+  if (b.stored(name, yv.dtype) != xs.dtype || yv.shape.size() != 4) return false;
+  const int root = xs.where == Where::Alias ? xs.index : x;
+  const std::size_t offset = xs.where == Where::Alias ? xs.offset : 0;
+  const std::size_t bytes = xs.bytes;
+  const int y = b.output(n, 0, to_first);   // registers the value; made a view of x's bytes below
+  TensorSlot& ys = b.slots[static_cast<std::size_t>(y)];
+  if (ys.bytes != bytes || ys.nhwc != to_first) b.fail(n, "layout view of ", bytes, " bytes has ", ys.bytes);
+  ys.where = Where::Alias;
+  ys.index = root;
+  ys.offset = offset;
+  return true;
+}
+
 void lower_transpose(Builder& b, const Node& n) {
+  if (lower_transpose_view(b, n)) return;
   const int x = b.input(n, 0);
   const int y = b.output(n, 0);
   const Shape xs = b.slot(x).shape;
