@@ -13,8 +13,9 @@
 #            batches decoded ahead vs one at a time)
 #   floor    nvJPEG alone and the GPU image input alone (ImageBench, 4096 files in memory, b256),
 #            and compute alone (W3's model and options on synthetic uint8 input, no files)
-#   e2e      a warm-up, then W3 once per entry of VARIANTS (SLUICE_DECODE_OVERLAP values, in that
-#            order), SLUICE_IMAGE_STATS=1 (the decode's host time per batch), then the reference:
+#   e2e      a warm-up, then W3 once per entry of VARIANTS (OVERLAP[:HANDLES]: SLUICE_DECODE_OVERLAP
+#            and SLUICE_DECODE_HANDLES (own, the default, or shared), in that order),
+#            SLUICE_IMAGE_STATS=1 (the decode's host time per batch), then the reference:
 #            overlap 0 with --prefetch 1 (one in-slot: batch N+1 is read only after batch N is decoded)
 #   compare  every run's stored outputs against the reference, row by row (sorted by key)
 set -uo pipefail
@@ -26,7 +27,7 @@ W=${WORK:-/tmp/sluice-images}
 M=$W/resnet50.onnx
 COUNT=${COUNT:-20000}
 UNIQUE=${UNIQUE:-4000}
-VARIANTS=${VARIANTS:-0 1 3 0 1}
+VARIANTS=${VARIANTS:-0 1:own 1:shared 3:own 0 1:own}
 RUNS=/tmp/sluice-runs
 mkdir -p "$W" "$RUNS"
 echo "host $(hostname), $(date -u +%FT%TZ), $(nproc) cores"
@@ -53,7 +54,7 @@ fi
 
 if want gtest; then
   run "gtest images" 120 "$R" "$T" --gtest_color=no \
-      --gtest_filter='NvjpegDecode.*:*GpuImageInputTest.*:GpuPreprocess*' > "$OUT/gtest.log" 2>&1
+      --gtest_filter="${GTEST_FILTER:-NvjpegDecode.*:*GpuImageInputTest.*:GpuPreprocess*}" > "$OUT/gtest.log" 2>&1
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[       OK|^\[  FAILED' "$OUT/gtest.log" | sort | uniq -c | head -30
   grep -B2 -A12 -E 'Failure$' "$OUT/gtest.log" | head -80
 fi
@@ -100,10 +101,13 @@ if want e2e; then
   i=0
   for v in $VARIANTS; do
     i=$((i + 1))
-    SLUICE_DECODE_OVERLAP=$v SLUICE_IMAGE_STATS=1 run "w3 overlap=$v (#$i)" 60 "$R" "$S" "${W3[@]}" \
-        --output "$RUNS/w3-$i-overlap$v" > "$OUT/w3.log.$i" 2>&1
+    ov=${v%%:*}
+    hd=own
+    [[ $v == *:* ]] && hd=${v#*:}
+    SLUICE_DECODE_OVERLAP=$ov SLUICE_DECODE_HANDLES=$hd SLUICE_IMAGE_STATS=1 run "w3 overlap=$ov handles=$hd (#$i)" 60 \
+        "$R" "$S" "${W3[@]}" --output "$RUNS/w3-$i-overlap$ov-$hd" > "$OUT/w3.log.$i" 2>&1
     grep -E '^\[image stats\]|rror' "$OUT/w3.log.$i" | head -5
-    summary "$RUNS/w3-$i-overlap$v"
+    summary "$RUNS/w3-$i-overlap$ov-$hd"
   done
   SLUICE_DECODE_OVERLAP=0 SLUICE_IMAGE_STATS=1 run "w3 reference (overlap=0, --prefetch 1)" 90 "$R" "$S" "${W3[@]}" \
       --prefetch 1 --output "$RUNS/w3-ref" > "$OUT/w3.log.ref" 2>&1

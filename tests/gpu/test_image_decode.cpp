@@ -352,11 +352,12 @@ TEST_P(GpuImageInputTest, BatchesDecodedAheadMatchOneAtATime) {
     want[static_cast<std::size_t>(b)] = run(one, ref_opt, batch, batch, want_rows[static_cast<std::size_t>(b)]);
   }
 
-  for (int threads : {0, 2, 3}) {
-    SCOPED_TRACE(str("decode_threads ", threads));
+  for (const auto& [threads, own_handles] : {std::pair{0, false}, std::pair{2, true}, std::pair{3, true}, std::pair{2, false}}) {
+    SCOPED_TRACE(str("decode_threads ", threads, own_handles ? ", own handles" : ", one handle"));
     GpuImageOptions opt;
     opt.backend = GetParam();
     opt.decode_threads = threads;
+    opt.handle_per_context = own_handles;
     MemorySource src(files);
     std::unique_ptr<BatchInput> input = make_gpu_image_input(src, spec_, batch, *device_, opt);
     std::vector<void*> slots;

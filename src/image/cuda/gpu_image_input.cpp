@@ -84,7 +84,8 @@ class GpuImageInput final : public BatchInput {
 
   std::string describe() const override {
     return str(source_.describe(), ", ", decoder_->describe(), " + CPU for the rest, preprocessed on the GPU; ",
-               overlap_ ? str("decoded ahead on ", contexts_.size(), " threads and streams")
+               overlap_ ? str("decoded ahead on ", contexts_.size(), " threads and streams",
+                              opt_.handle_per_context ? ", an nvJPEG handle each" : ", one nvJPEG handle")
                         : std::string("decoded on the driver thread"));
   }
   std::size_t slot_bytes() const override { return total_; }
@@ -183,7 +184,8 @@ GpuImageInput::GpuImageInput(Source& source, const PreprocessSpec& spec, int64_t
   overlap_ = opt.decode_threads > 0;
   const int contexts = overlap_ ? std::max(2, opt.decode_threads) : 2;
   if (contexts > 8) throw UsageError(str("image decode threads: ", contexts, " is more than 8"));
-  decoder_ = std::make_unique<NvjpegBatchDecoder>(opt.backend, opt.upsample_interpolate, static_cast<int>(batch), contexts);
+  decoder_ = std::make_unique<NvjpegBatchDecoder>(opt.backend, opt.upsample_interpolate, static_cast<int>(batch), contexts,
+                                                  overlap_ && opt.handle_per_context);
   const char* stats = std::getenv("SLUICE_IMAGE_STATS");
   print_stats_ = stats && std::string(stats) != "0";
   const std::size_t B = static_cast<std::size_t>(batch);
@@ -513,7 +515,9 @@ void GpuImageInput::print_stats() {
   std::fprintf(stderr,
                "[image stats] %s: %lld batches; per batch: nvJPEG call %.3f ms (host), waiting for a free context "
                "%.3f ms, driver waiting for its batch's call %.3f ms (%lld times)\n",
-               overlap_ ? str("overlap, ", contexts_.size(), " decode threads").c_str() : "on the driver thread",
+               overlap_ ? str("overlap, ", contexts_.size(), " decode threads, ", opt_.handle_per_context ? "own" : "shared",
+                              " handles").c_str()
+                        : "on the driver thread",
                static_cast<long long>(n), nvjpeg / static_cast<double>(n), context / static_cast<double>(n),
                driver / static_cast<double>(n), static_cast<long long>(waits));
 }
@@ -624,6 +628,12 @@ std::unique_ptr<BatchInput> make_gpu_image_input(Source& source, const Preproces
     if (v.empty() || *end != '\0' || n < 0 || n > 8)
       throw UsageError(str("SLUICE_DECODE_OVERLAP=", v, ": expected 0 (nvJPEG on the driver thread), 1 (2 decode threads) or 2..8"));
     g.decode_threads = n == 1 ? 2 : static_cast<int>(n);
+  }
+  if (const char* hd = std::getenv("SLUICE_DECODE_HANDLES")) {
+    const std::string v = hd;
+    if (v == "shared") g.handle_per_context = false;
+    else if (v != "own" && !v.empty())
+      throw UsageError(str("SLUICE_DECODE_HANDLES=", v, ": expected own (an nvJPEG handle per decode thread) or shared"));
   }
   return make_gpu_image_input(source, spec, batch, device, g);
 }

@@ -46,6 +46,9 @@ struct GpuImageOptions {
   // calls of the next batches run beside the driver and the model; 0: the driver thread calls
   // nvJPEG on the copy stream (two contexts in turn).  SLUICE_DECODE_OVERLAP=0|1|N sets it (1: 2).
   int decode_threads = 2;
+  // With decode threads: each context's nvJPEG state on an nvJPEG handle of its own (false: one
+  // shared handle).  SLUICE_DECODE_HANDLES=own|shared sets it.
+  bool handle_per_context = true;
 };
 
 // The device must be a CUDA device (device.is_gpu()); throws otherwise, or when no nvJPEG backend

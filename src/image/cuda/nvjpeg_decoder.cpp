@@ -33,7 +33,7 @@ nvjpegStatus_t create(nvjpegBackend_t backend, unsigned flags, nvjpegHandle_t* h
 }  // namespace
 
 NvjpegBatchDecoder::NvjpegBatchDecoder(GpuImageOptions::Backend backend, bool upsample_interpolate, int max_batch,
-                                       int states)
+                                       int states, bool own_handles)
     : interpolate_(upsample_interpolate), max_batch_(max_batch), states_(static_cast<std::size_t>(std::max(1, states))) {
   const unsigned flags = upsample_interpolate ? unsigned{NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION} : 0u;
   nvjpegHandle_t h = nullptr;
@@ -53,8 +53,20 @@ NvjpegBatchDecoder::NvjpegBatchDecoder(GpuImageOptions::Backend backend, bool up
   if (!hardware_) NVJPEG_CHECK(create(NVJPEG_BACKEND_GPU_HYBRID, flags, &h));
   handle_ = cuda::NvjpegHandle(h);
   for (State& s : states_) {
+    s.handle = handle_;
+    if (own_handles) {
+      // A handle the library refuses (it may limit hardware handles) leaves the state on the shared one.
+      nvjpegHandle_t own = nullptr;
+      const nvjpegStatus_t st = create(hardware_ ? NVJPEG_BACKEND_HARDWARE : NVJPEG_BACKEND_GPU_HYBRID, flags, &own);
+      if (st == NVJPEG_STATUS_SUCCESS) {
+        state_handles_.emplace_back(own);
+        s.handle = own;
+      } else {
+        log_warn("nvJPEG: a decoding state's own handle: ", nvjpeg_status_name(st), "; it shares the first handle");
+      }
+    }
     nvjpegJpegState_t st = nullptr;
-    NVJPEG_CHECK(nvjpegJpegStateCreate(handle_, &st));
+    NVJPEG_CHECK(nvjpegJpegStateCreate(s.handle, &st));
     s.state = cuda::NvjpegState(st);
     s.done = cuda::make_event();
   }
@@ -119,15 +131,15 @@ bool NvjpegBatchDecoder::decode_on(int state, int n, const unsigned char* const*
     // memory pool instead of allocations per batch).  Only a hint: a failure costs speed, not
     // correctness.
     s.preallocated = true;
-    const nvjpegStatus_t st = nvjpegDecodeBatchedPreAllocate(handle_, s.state, max_batch_, max_w, max_h, NVJPEG_CSS_444,
+    const nvjpegStatus_t st = nvjpegDecodeBatchedPreAllocate(s.handle, s.state, max_batch_, max_w, max_h, NVJPEG_CSS_444,
                                                              NVJPEG_OUTPUT_RGBI);
     if (st != NVJPEG_STATUS_SUCCESS) log_debug("nvjpegDecodeBatchedPreAllocate: ", nvjpeg_status_name(st));
   }
   if (s.batch != n) {
-    NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(handle_, s.state, n, 1, NVJPEG_OUTPUT_RGBI));
+    NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(s.handle, s.state, n, 1, NVJPEG_OUTPUT_RGBI));
     s.batch = n;
   }
-  const nvjpegStatus_t st = nvjpegDecodeBatched(handle_, s.state, data, lengths, out, stream);
+  const nvjpegStatus_t st = nvjpegDecodeBatched(s.handle, s.state, data, lengths, out, stream);
   if (st == NVJPEG_STATUS_SUCCESS) return true;
   // nvjpegDecodeBatchedInitialize also resets a state after a failed batch.
   s.batch = -1;

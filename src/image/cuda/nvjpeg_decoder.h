@@ -25,7 +25,10 @@ namespace sluice {
 
 class NvjpegBatchDecoder {
  public:
-  NvjpegBatchDecoder(GpuImageOptions::Backend backend, bool upsample_interpolate, int max_batch, int states = 2);
+  // own_handles: each state gets an nvJPEG handle of its own (the same backend), so batches on
+  // different states share nothing inside nvJPEG; otherwise all states use one handle.
+  NvjpegBatchDecoder(GpuImageOptions::Backend backend, bool upsample_interpolate, int max_batch, int states = 2,
+                     bool own_handles = false);
   ~NvjpegBatchDecoder();
   NvjpegBatchDecoder(const NvjpegBatchDecoder&) = delete;
   NvjpegBatchDecoder& operator=(const NvjpegBatchDecoder&) = delete;
@@ -53,6 +56,7 @@ class NvjpegBatchDecoder {
 
  private:
   struct State {
+    nvjpegHandle_t handle = nullptr;  // the handle the state was made with (handles_ owns it)
     cuda::NvjpegState state;
     cuda::Event done;        // decode() only: recorded after the last decode that used this state
     int batch = -1;          // the size nvjpegDecodeBatchedInitialize was last called with
@@ -60,7 +64,8 @@ class NvjpegBatchDecoder {
     bool preallocated = false;
   };
 
-  cuda::NvjpegHandle handle_;
+  cuda::NvjpegHandle handle_;                      // supports(), and every state without own_handles
+  std::vector<cuda::NvjpegHandle> state_handles_;  // own_handles: one per state
   bool hardware_ = false;
   bool interpolate_ = false;
   int max_batch_ = 0;
