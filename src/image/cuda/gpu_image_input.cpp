@@ -13,13 +13,14 @@
 // the arena on the copy stream (`released` recorded after), and the next batch may call nvJPEG on
 // that context only once `released` is done on the host (the hardware decoder writes when it is
 // called: nvjpeg_decoder.h).
-//   overlap on (default): one decode thread per context (2), fed in batch order by begin_batch();
+//   overlap on (SLUICE_DECODE_OVERLAP=1): one decode thread per context (2), fed in batch order by begin_batch();
 //     batch seq goes to context seq % contexts and is decoded on that context's stream as soon as
 //     its slot is filled and the context free, while the driver runs earlier batches; the driver's
 //     enqueue_decode() waits for its batch's nvJPEG call to have been made (rarely: it is ahead),
 //     makes the copy stream wait for `decoded`, and runs the resize kernel.
-//   overlap off (SLUICE_DECODE_OVERLAP=0): the driver calls nvJPEG itself in enqueue_decode(), on
-//     the copy stream, the contexts in turn (what the pipeline did before the decode threads).
+//   overlap off (the default, SLUICE_DECODE_OVERLAP=0): the driver calls nvJPEG itself in
+//     enqueue_decode(), on the copy stream, the contexts in turn (what the pipeline did before the
+//     decode threads, and faster on the H200: the hardware decoder's calls take turns anyway).
 // A slot no begin_batch() announced (tests, benchmarks) is decoded inline the same way.
 #include "image/cuda/gpu_image_input.h"
 
@@ -609,7 +610,8 @@ std::unique_ptr<BatchInput> make_gpu_image_input(Source& source, const Preproces
 #if __has_include("image/image_input.h")
 // The entry point image/image_input.h declares (make_image_input chooses it on a GPU): the job's options, plus
 // SLUICE_IMAGE_DECODER=auto|hardware|hybrid to pick the nvJPEG backend (benchmarks, tests) and
-// SLUICE_DECODE_OVERLAP=0|1|N: nvJPEG on the driver thread (0), or on 2 (1) or N (2..8) decode threads.
+// SLUICE_DECODE_OVERLAP=0|1|N: nvJPEG on the driver thread (0, the default), or on 2 (1) or N (2..8)
+// decode threads, and SLUICE_DECODE_HANDLES=shared|own: one nvJPEG handle for them, or one each.
 std::unique_ptr<BatchInput> make_gpu_image_input(Source& source, const PreprocessSpec& spec, int64_t batch,
                                                  Device& device, const ImageInputOptions& options) {
   GpuImageOptions g;
@@ -631,8 +633,8 @@ std::unique_ptr<BatchInput> make_gpu_image_input(Source& source, const Preproces
   }
   if (const char* hd = std::getenv("SLUICE_DECODE_HANDLES")) {
     const std::string v = hd;
-    if (v == "shared") g.handle_per_context = false;
-    else if (v != "own" && !v.empty())
+    if (v == "own") g.handle_per_context = true;
+    else if (v != "shared" && !v.empty())
       throw UsageError(str("SLUICE_DECODE_HANDLES=", v, ": expected own (an nvJPEG handle per decode thread) or shared"));
   }
   return make_gpu_image_input(source, spec, batch, device, g);

@@ -15,8 +15,9 @@
 //   enqueue_decode()  driver: the copy stream waits for that decode (an event), then the
 //                     preprocessing kernel (zeros for bad and padding rows).  A batch nvJPEG
 //                     rejects is decoded on the CPU instead (rare), and undecodable samples are
-//                     marked bad.  With decode_threads 0 (SLUICE_DECODE_OVERLAP=0) the driver
-//                     calls nvJPEG itself here, on the copy stream.
+//                     marked bad.  With decode_threads 0 (the default, SLUICE_DECODE_OVERLAP=0)
+//                     there are no decode threads: the driver calls nvJPEG itself here, on the
+//                     copy stream.
 #include <cstdint>
 #include <memory>
 
@@ -45,10 +46,12 @@ struct GpuImageOptions {
   // Decode threads, each with its own decode context (nvJPEG state, arena, stream), so the nvJPEG
   // calls of the next batches run beside the driver and the model; 0: the driver thread calls
   // nvJPEG on the copy stream (two contexts in turn).  SLUICE_DECODE_OVERLAP=0|1|N sets it (1: 2).
-  int decode_threads = 2;
+  // Off by default: on the H200 the hardware decoder's calls take turns whichever thread makes
+  // them, and W3 ran 5 % slower with the threads (docs/gpu-images.md, BENCHMARKS.md).
+  int decode_threads = 0;
   // With decode threads: each context's nvJPEG state on an nvJPEG handle of its own (false: one
-  // shared handle).  SLUICE_DECODE_HANDLES=own|shared sets it.
-  bool handle_per_context = true;
+  // shared handle).  SLUICE_DECODE_HANDLES=own|shared sets it; the same speed on the H200.
+  bool handle_per_context = false;
 };
 
 // The device must be a CUDA device (device.is_gpu()); throws otherwise, or when no nvJPEG backend
