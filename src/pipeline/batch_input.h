@@ -80,6 +80,14 @@ class BatchInput {
   // Reader threads (thread-safe): samples [first, first + count) of a batch into `slot`; rows
   // count..batch-1 of a short last batch must come out as zeros.  `rows` was reset for `batch` rows.
   virtual void fill(int64_t first, int64_t count, void* slot, BatchRows& rows) = 0;
+  // Dispatcher thread, in batch order (seq 0, 1, 2, ...), before the slot goes to a reader: an
+  // input that works on batches ahead of the driver (the GPU image input's decode threads) learns
+  // their order here.  Nothing for most inputs.
+  virtual void begin_batch(int64_t seq, void* slot) {}
+  // After the pipeline's threads are joined, before its slots are freed: whatever the input still
+  // does with slots (threads of its own, device work) is finished or dropped.  Begin_batch may
+  // start it again.
+  virtual void quiesce() {}
   // Driver thread: the slot's bytes to the device (copy stream).
   virtual void enqueue_copy(void* slot, const BatchRows& rows, void* engine_input, Device& device) = 0;
   // Driver thread: device-side decoding and preprocessing into `engine_input` (copy stream);

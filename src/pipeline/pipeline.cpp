@@ -58,6 +58,7 @@ struct Pipeline::Impl {
         encoded_q(static_cast<std::size_t>(o.egress_buffers)) {}
 
   ~Impl() {
+    input.quiesce();  // nothing of the input's may still read a slot freed here
     for (void* p : in_slots) device.pinned_free(p);
     for (void* p : out_slots) device.pinned_free(p);
   }
@@ -251,6 +252,7 @@ void Pipeline::Impl::dispatcher(WorkDistributor& work, const std::atomic<bool>& 
       char name[32];
       std::snprintf(name, sizeof name, "batch %lld", static_cast<long long>(seq));
       m.span = NvtxSpan::start(name, Stage::Batch);
+      input.begin_batch(seq, in_slots[static_cast<std::size_t>(*slot)]);
       ++seq;
       {
         std::lock_guard<std::mutex> lock(ready_mutex);
@@ -564,6 +566,7 @@ PipelineStats Pipeline::run(WorkDistributor& work) {
     std::exception_ptr e = t.join_noexcept();
     if (e && !first) first = e;
   }
+  p.input.quiesce();
   if (first) std::rethrow_exception(first);
   p.device.synchronize();
 

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include "core/cuda/cuda_raii.h"
 #include "core/device.h"
@@ -316,6 +317,90 @@ TEST_P(GpuImageInputTest, FailOnBadNamesTheSample) {
     FAIL() << "a bad sample with fail_on_bad did not stop the batch";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("broken/cat.jpg"), std::string::npos) << e.what();
+  }
+}
+
+// Batches decoded ahead (decode threads, each context on its own stream) or by the driver on the
+// copy stream, with the driver running ahead of the device (no wait between batches), come out
+// byte for byte as batches decoded one at a time with the device idle in between: the same decoder
+// and kernel on the same bytes, so any difference is a batch decoded into an arena still being
+// read, a missed event, or a batch given another batch's pixels.  The slots are filled out of order,
+// as reader threads do; rows and their bad-file reasons must match too.
+TEST_P(GpuImageInputTest, BatchesDecodedAheadMatchOneAtATime) {
+  const int64_t batch = 6, batches = 5;
+  std::vector<MemorySource::File> files;
+  const Jpeg kinds[] = {Jpeg::S420, Jpeg::S444, Jpeg::S422, Jpeg::Grey, Jpeg::S420};
+  for (int64_t i = 0; i < batch * batches; ++i) {
+    const int h = 180 + static_cast<int>((i * 37) % 200), w = 200 + static_cast<int>((i * 53) % 260);
+    const uint32_t seed = 100 + static_cast<uint32_t>(i);
+    if (i == 8) files.push_back({str("f", i, ".png"), encode_png(natural_rgb(h, w, seed), h, w), ""});
+    else if (i == 15) files.push_back({str("f", i, ".jpg"), std::vector<uint8_t>(700, 0x3C), ""});
+    else files.push_back({str("f", i, ".jpg"), encode_jpeg(natural_rgb(h, w, seed), h, w, kinds[i % 5]), ""});
+  }
+  // One batch of the five holds a JPEG nvJPEG cannot decode (rejected, or turned away by the header check).
+  files[20].bytes = undefined_huffman_table(files[21].bytes);
+  const std::size_t sample = 3 * 224 * 224, bytes = sample * static_cast<std::size_t>(batch);
+
+  // The reference: each batch alone, decoded on the driver thread, the device idle before and after.
+  GpuImageOptions ref_opt;
+  ref_opt.backend = GetParam();
+  ref_opt.decode_threads = 0;
+  std::vector<std::vector<uint8_t>> want(static_cast<std::size_t>(batches));
+  std::vector<BatchRows> want_rows(static_cast<std::size_t>(batches));
+  for (int64_t b = 0; b < batches; ++b) {
+    MemorySource one(std::vector<MemorySource::File>(files.begin() + b * batch, files.begin() + (b + 1) * batch));
+    want[static_cast<std::size_t>(b)] = run(one, ref_opt, batch, batch, want_rows[static_cast<std::size_t>(b)]);
+  }
+
+  for (const auto& [threads, own_handles] : {std::pair{0, false}, std::pair{2, true}, std::pair{3, true}, std::pair{2, false}}) {
+    SCOPED_TRACE(str("decode_threads ", threads, own_handles ? ", own handles" : ", one handle"));
+    GpuImageOptions opt;
+    opt.backend = GetParam();
+    opt.decode_threads = threads;
+    opt.handle_per_context = own_handles;
+    MemorySource src(files);
+    std::unique_ptr<BatchInput> input = make_gpu_image_input(src, spec_, batch, *device_, opt);
+    std::vector<void*> slots;
+    std::vector<cuda::DeviceBuffer> engine_inputs;
+    std::vector<BatchRows> rows(static_cast<std::size_t>(batches));
+    for (int64_t b = 0; b < batches; ++b) {
+      slots.push_back(device_->pinned_alloc(input->slot_bytes()));
+      engine_inputs.emplace_back(bytes);
+      CUDA_CHECK(cudaMemset(engine_inputs.back().get(), 0x5A, bytes));
+      rows[static_cast<std::size_t>(b)].reset(batch, true);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (int64_t b = 0; b < batches; ++b) input->begin_batch(b, slots[static_cast<std::size_t>(b)]);
+    // Filled last to first, on threads of their own.
+    std::vector<std::thread> readers;
+    for (int64_t b = batches - 1; b >= 0; --b)
+      readers.emplace_back([&, b] {
+        input->fill(b * batch, batch, slots[static_cast<std::size_t>(b)], rows[static_cast<std::size_t>(b)]);
+      });
+    for (auto& t : readers) t.join();
+    for (int64_t b = 0; b < batches; ++b) {
+      const std::size_t k = static_cast<std::size_t>(b);
+      input->enqueue_copy(slots[k], rows[k], engine_inputs[k].get(), *device_);
+      input->enqueue_decode(slots[k], rows[k], engine_inputs[k].get(), *device_);
+    }
+    device_->synchronize();
+    input->quiesce();
+    for (int64_t b = 0; b < batches; ++b) {
+      const std::size_t k = static_cast<std::size_t>(b);
+      std::vector<uint8_t> got(bytes);
+      CUDA_CHECK(cudaMemcpy(got.data(), engine_inputs[k].get(), bytes, cudaMemcpyDeviceToHost));
+      for (int64_t r = 0; r < batch; ++r) {
+        const std::size_t o = static_cast<std::size_t>(r) * sample;
+        int64_t differ = 0;
+        for (std::size_t i = o; i < o + sample; ++i) differ += got[i] != want[k][i];
+        EXPECT_EQ(differ, 0) << "batch " << b << " row " << r << " (" << files[static_cast<std::size_t>(b * batch + r)].key
+                             << "): values differing from the batch decoded alone";
+      }
+      EXPECT_EQ(rows[k].status, want_rows[k].status) << "batch " << b;
+      EXPECT_EQ(rows[k].bad, want_rows[k].bad) << "batch " << b;
+      EXPECT_EQ(rows[k].orig_hw, want_rows[k].orig_hw) << "batch " << b;
+    }
+    for (void* s : slots) device_->pinned_free(s);
   }
 }
 

@@ -9,9 +9,15 @@
 //                     taps computed; PNG, progressive/CMYK JPEG and anything odd decoded and
 //                     preprocessed on the CPU into the slot; bad files marked.
 //   enqueue_copy()    driver: the CPU-preprocessed rows H2D into the engine input.
-//   enqueue_decode()  driver: nvJPEG batched decode into a device arena, then the preprocessing
-//                     kernel (zeros for bad and padding rows).  A batch nvJPEG rejects is decoded
-//                     on the CPU instead (rare), and undecodable samples are marked bad.
+//   begin_batch()     dispatcher, in batch order: the batch goes to a decode thread (one per
+//                     decode context), which calls nvJPEG's batched decode into the context's
+//                     device arena, on the context's stream, as soon as the slot is filled.
+//   enqueue_decode()  driver: the copy stream waits for that decode (an event), then the
+//                     preprocessing kernel (zeros for bad and padding rows).  A batch nvJPEG
+//                     rejects is decoded on the CPU instead (rare), and undecodable samples are
+//                     marked bad.  With decode_threads 0 (the default, SLUICE_DECODE_OVERLAP=0)
+//                     there are no decode threads: the driver calls nvJPEG itself here, on the
+//                     copy stream.
 #include <cstdint>
 #include <memory>
 
@@ -37,6 +43,15 @@ struct GpuImageOptions {
   // 256 photos of 12 megapixels would take 9 GiB).
   int64_t max_gpu_pixels = int64_t{64} << 20;
   int64_t max_arena_bytes = int64_t{4} << 30;
+  // Decode threads, each with its own decode context (nvJPEG state, arena, stream), so the nvJPEG
+  // calls of the next batches run beside the driver and the model; 0: the driver thread calls
+  // nvJPEG on the copy stream (two contexts in turn).  SLUICE_DECODE_OVERLAP=0|1|N sets it (1: 2).
+  // Off by default: on the H200 the hardware decoder's calls take turns whichever thread makes
+  // them, and W3 ran 5 % slower with the threads (docs/gpu-images.md, BENCHMARKS.md).
+  int decode_threads = 0;
+  // With decode threads: each context's nvJPEG state on an nvJPEG handle of its own (false: one
+  // shared handle).  SLUICE_DECODE_HANDLES=own|shared sets it; the same speed on the H200.
+  bool handle_per_context = false;
 };
 
 // The device must be a CUDA device (device.is_gpu()); throws otherwise, or when no nvJPEG backend

@@ -1,5 +1,7 @@
 #include "image/cuda/nvjpeg_decoder.h"
 
+#include <algorithm>
+
 #include "core/log.h"
 
 namespace sluice {
@@ -30,8 +32,9 @@ nvjpegStatus_t create(nvjpegBackend_t backend, unsigned flags, nvjpegHandle_t* h
 
 }  // namespace
 
-NvjpegBatchDecoder::NvjpegBatchDecoder(GpuImageOptions::Backend backend, bool upsample_interpolate, int max_batch)
-    : interpolate_(upsample_interpolate), max_batch_(max_batch) {
+NvjpegBatchDecoder::NvjpegBatchDecoder(GpuImageOptions::Backend backend, bool upsample_interpolate, int max_batch,
+                                       int states, bool own_handles)
+    : interpolate_(upsample_interpolate), max_batch_(max_batch), states_(static_cast<std::size_t>(std::max(1, states))) {
   const unsigned flags = upsample_interpolate ? unsigned{NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION} : 0u;
   nvjpegHandle_t h = nullptr;
   if (backend != GpuImageOptions::Backend::Hybrid) {
@@ -50,15 +53,28 @@ NvjpegBatchDecoder::NvjpegBatchDecoder(GpuImageOptions::Backend backend, bool up
   if (!hardware_) NVJPEG_CHECK(create(NVJPEG_BACKEND_GPU_HYBRID, flags, &h));
   handle_ = cuda::NvjpegHandle(h);
   for (State& s : states_) {
+    s.handle = handle_;
+    if (own_handles) {
+      // A handle the library refuses (it may limit hardware handles) leaves the state on the shared one.
+      nvjpegHandle_t own = nullptr;
+      const nvjpegStatus_t st = create(hardware_ ? NVJPEG_BACKEND_HARDWARE : NVJPEG_BACKEND_GPU_HYBRID, flags, &own);
+      if (st == NVJPEG_STATUS_SUCCESS) {
+        state_handles_.emplace_back(own);
+        s.handle = own;
+      } else {
+        log_warn("nvJPEG: a decoding state's own handle: ", nvjpeg_status_name(st), "; it shares the first handle");
+      }
+    }
     nvjpegJpegState_t st = nullptr;
-    NVJPEG_CHECK(nvjpegJpegStateCreate(handle_, &st));
+    NVJPEG_CHECK(nvjpegJpegStateCreate(s.handle, &st));
     s.state = cuda::NvjpegState(st);
     s.done = cuda::make_event();
   }
 }
 
 NvjpegBatchDecoder::~NvjpegBatchDecoder() {
-  // A state may still be decoding on the device; its buffers must outlive that work.
+  // A state may still be decoding on the device (decode_on's callers wait themselves); its
+  // buffers must outlive that work.
   for (State& s : states_)
     if (s.used) (void)cudaEventSynchronize(s.done);
 }
@@ -93,27 +109,37 @@ bool NvjpegBatchDecoder::supports(const uint8_t* data, std::size_t size) {
 bool NvjpegBatchDecoder::decode(int n, const unsigned char* const* data, const std::size_t* lengths, nvjpegImage_t* out,
                                 int max_w, int max_h, cudaStream_t stream, std::string* error) {
   if (n <= 0) return true;
-  State& s = states_[static_cast<std::size_t>(next_)];
-  next_ ^= 1;
-  // The other state is the one the previous batch is still using; this one was used two batches
-  // ago and must be done before its buffers take new bitstreams.
+  const int k = next_;
+  next_ = (next_ + 1) % states();
+  State& s = states_[static_cast<std::size_t>(k)];
+  // The other states are the ones the latest batches are still using; this one was used
+  // states() batches ago and must be done before its buffers take new bitstreams.
   if (s.used) CUDA_CHECK(cudaEventSynchronize(s.done));
+  const bool ok = decode_on(k, n, data, lengths, out, max_w, max_h, stream, error);
+  CUDA_CHECK(cudaEventRecord(s.done, stream));
+  s.used = true;
+  return ok;
+}
+
+bool NvjpegBatchDecoder::decode_on(int state, int n, const unsigned char* const* data, const std::size_t* lengths,
+                                   nvjpegImage_t* out, int max_w, int max_h, cudaStream_t stream, std::string* error) {
+  if (n <= 0) return true;
+  if (state < 0 || state >= states()) SLUICE_THROW("nvJPEG: decoding state ", state, " of ", states());
+  State& s = states_[static_cast<std::size_t>(state)];
   if (hardware_ && !s.preallocated) {
     // Sizes the hardware decoder's buffers once for the batch and image size seen first (a
     // memory pool instead of allocations per batch).  Only a hint: a failure costs speed, not
     // correctness.
     s.preallocated = true;
-    const nvjpegStatus_t st = nvjpegDecodeBatchedPreAllocate(handle_, s.state, max_batch_, max_w, max_h, NVJPEG_CSS_444,
+    const nvjpegStatus_t st = nvjpegDecodeBatchedPreAllocate(s.handle, s.state, max_batch_, max_w, max_h, NVJPEG_CSS_444,
                                                              NVJPEG_OUTPUT_RGBI);
     if (st != NVJPEG_STATUS_SUCCESS) log_debug("nvjpegDecodeBatchedPreAllocate: ", nvjpeg_status_name(st));
   }
   if (s.batch != n) {
-    NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(handle_, s.state, n, 1, NVJPEG_OUTPUT_RGBI));
+    NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(s.handle, s.state, n, 1, NVJPEG_OUTPUT_RGBI));
     s.batch = n;
   }
-  const nvjpegStatus_t st = nvjpegDecodeBatched(handle_, s.state, data, lengths, out, stream);
-  CUDA_CHECK(cudaEventRecord(s.done, stream));
-  s.used = true;
+  const nvjpegStatus_t st = nvjpegDecodeBatched(s.handle, s.state, data, lengths, out, stream);
   if (st == NVJPEG_STATUS_SUCCESS) return true;
   // nvjpegDecodeBatchedInitialize also resets a state after a failed batch.
   s.batch = -1;
