@@ -26,15 +26,14 @@ namespace {
 
 enum class Path { Auto, Gemm, Cudnn };
 
+// Read at each step's preparation, not once a process: an engine built after the variable changed
+// (a test that sets it for one engine) follows it.
 Path forced_path() {
-  static const Path p = [] {
-    const char* v = std::getenv("SLUICE_CUDA_ATTENTION");
-    if (!v || !*v || std::strcmp(v, "auto") == 0) return Path::Auto;
-    if (std::strcmp(v, "gemm") == 0) return Path::Gemm;
-    if (std::strcmp(v, "cudnn") == 0) return Path::Cudnn;
-    throw UsageError(str("SLUICE_CUDA_ATTENTION must be auto, gemm or cudnn, not '", v, "'"));
-  }();
-  return p;
+  const char* v = std::getenv("SLUICE_CUDA_ATTENTION");
+  if (!v || !*v || std::strcmp(v, "auto") == 0) return Path::Auto;
+  if (std::strcmp(v, "gemm") == 0) return Path::Gemm;
+  if (std::strcmp(v, "cudnn") == 0) return Path::Cudnn;
+  throw UsageError(str("SLUICE_CUDA_ATTENTION must be auto, gemm or cudnn, not '", v, "'"));
 }
 
 cudaDataType_t blas_type(DType t) {
