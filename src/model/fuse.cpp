@@ -16,10 +16,6 @@ namespace sluice {
 
 namespace {
 
-bool is_graph_output(const Graph& g, const std::string& name) {
-  for (const auto& o : g.outputs) if (o.name == name) return true;
-  return false;
-}
 bool is_graph_input(const Graph& g, const std::string& name) {
   for (const auto& i : g.inputs) if (i.name == name) return true;
   return false;

@@ -40,22 +40,8 @@ bool switched_off(const char* name) {
   return env && std::string(env) == "0";
 }
 
-bool is_output(const Graph& g, const std::string& name) {
-  for (const auto& o : g.outputs)
-    if (o.name == name) return true;
-  return false;
-}
-
 // Read by exactly one node input and by no graph output.
-bool single_use(const Graph& g, const std::string& name) { return g.consumers(name) == 1 && !is_output(g, name); }
-
-const Shape* static_shape(const Graph& g, const std::string& name) {
-  const ValueInfo* v = g.value(name);
-  if (!v) return nullptr;
-  for (int64_t d : v->shape)
-    if (d < 0) return nullptr;
-  return &v->shape;
-}
+bool single_use(const Graph& g, const std::string& name) { return g.consumers(name) == 1 && !is_graph_output(g, name); }
 
 // The node producing `name` when it is a plain `op`, else nullptr.
 const Node* produced_by(const Graph& g, const std::string& name, const char* op) {
@@ -260,7 +246,7 @@ bool fold_scale_at(Graph& g, std::size_t index) {
   const Node mul = g.nodes[index];
   if (mul.op != "Mul" || !mul.domain.empty() || mul.inputs.size() != 2 || mul.outputs.size() != 1) return false;
   const int ci = g.is_constant(mul.inputs[0]) ? 0 : g.is_constant(mul.inputs[1]) ? 1 : -1;
-  if (ci < 0 || g.is_constant(mul.inputs[1 - ci]) || is_output(g, mul.outputs[0])) return false;
+  if (ci < 0 || g.is_constant(mul.inputs[1 - ci]) || is_graph_output(g, mul.outputs[0])) return false;
   const Tensor& gamma = *g.constant(mul.inputs[ci]);
   const std::string v = mul.inputs[1 - ci];
   const Shape* vs = static_shape(g, v);
@@ -343,7 +329,7 @@ int drop_empty_pads(Graph& g) {
   for (std::size_t i = 0; i < g.nodes.size();) {
     const Node& n = g.nodes[i];
     const Tensor* pads = n.op == "Pad" && n.domain.empty() && n.outputs.size() == 1 ? g.constant(n.input(1)) : nullptr;
-    bool empty = pads && !n.input(0).empty() && !is_output(g, n.outputs[0]) &&
+    bool empty = pads && !n.input(0).empty() && !is_graph_output(g, n.outputs[0]) &&
                  (pads->dtype == DType::I64 || pads->dtype == DType::I32);
     if (empty)
       for (int64_t v : pads->as_int64()) empty = empty && v == 0;

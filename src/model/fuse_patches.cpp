@@ -36,20 +36,6 @@ namespace {
 // Few channels: where the convolution kernels lose to a GEMM (the image stems of transformers).
 constexpr int64_t kMaxPatchChannels = 8;
 
-bool is_output(const Graph& g, const std::string& name) {
-  for (const auto& o : g.outputs)
-    if (o.name == name) return true;
-  return false;
-}
-
-const Shape* static_shape(const Graph& g, const std::string& name) {
-  const ValueInfo* v = g.value(name);
-  if (!v) return nullptr;
-  for (int64_t d : v->shape)
-    if (d < 0) return nullptr;
-  return &v->shape;
-}
-
 // W [O, K] (row-major, any element size) as W^T [K, O].
 Tensor transposed_2d(const Tensor& w, int64_t rows, int64_t cols) {
   Tensor t(w.dtype, Shape{cols, rows});
@@ -63,7 +49,7 @@ Tensor transposed_2d(const Tensor& w, int64_t rows, int64_t cols) {
 
 // The one node that reads `name` (and no graph output does), when it is a plain `op`: its index or -1.
 int sole_reader(const Graph& g, const std::string& name, const char* op) {
-  if (g.consumers(name) != 1 || is_output(g, name)) return -1;
+  if (g.consumers(name) != 1 || is_graph_output(g, name)) return -1;
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
     for (const auto& in : g.nodes[i].inputs)
       if (in == name) return g.nodes[i].op == op && g.nodes[i].domain.empty() ? static_cast<int>(i) : -1;

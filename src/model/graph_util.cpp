@@ -99,4 +99,18 @@ bool is_fold_only_op(const std::string& op) {
   return ops.count(op) != 0;
 }
 
+bool is_graph_output(const Graph& g, const std::string& name) {
+  for (const auto& o : g.outputs)
+    if (o.name == name) return true;
+  return false;
+}
+
+const Shape* static_shape(const Graph& g, const std::string& name) {
+  const ValueInfo* v = g.value(name);
+  if (!v) return nullptr;
+  for (int64_t d : v->shape)
+    if (d < 0) return nullptr;
+  return &v->shape;
+}
+
 }  // namespace sluice

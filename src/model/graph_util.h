@@ -27,6 +27,12 @@ int64_t normalize_axis(int64_t axis, int64_t rank, const Graph& g, const Node& n
 // Numpy-style broadcast of two shapes; InputError naming the node when they do not broadcast.
 Shape broadcast_shapes(const Shape& a, const Shape& b, const Graph& g, const Node& n);
 
+// Whether `name` is one of the graph's outputs.
+bool is_graph_output(const Graph& g, const std::string& name);
+
+// The shape of `name` when shape inference knows every dimension, else nullptr.
+const Shape* static_shape(const Graph& g, const std::string& name);
+
 // "model.onnx: Conv 'conv1': " prefix for messages about one node.
 std::string node_context(const Graph& g, const Node& n);
 

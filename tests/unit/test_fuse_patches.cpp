@@ -13,12 +13,15 @@
 #include "engine/engine.h"
 #include "model/onnx_loader.h"
 #include "model/prepare.h"
+#include "test_cpu_run.h"
 #include "test_model_util.h"
 
 using namespace sluice;
 using sluice::test::count_ops;
 using sluice::test::GraphBuilder;
+using sluice::test::cpu_first_output;
 using sluice::test::ramp;
+using sluice::test::relative_difference;
 
 namespace {
 
@@ -35,25 +38,8 @@ Prepared run(const Graph& model, const Shape& sample, bool patches, const char* 
   o.sample_shape = sample;
   Prepared p{prepare_graph(model, o), {}};
   unsetenv(pass);
-  EngineOptions eo;
-  eo.threads = 2;
-  eo.io_sets = 1;
-  auto e = create_cpu_engine(p.g, eo);
-  const std::vector<float> x = ramp(static_cast<std::size_t>(shape_numel(e->input().shape)), 5);
-  std::memcpy(e->input_buffer(0), x.data(), x.size() * sizeof(float));
-  e->forward(0, nullptr);
-  const float* y = static_cast<const float*>(e->output_buffer(0, 0));
-  p.y.assign(y, y + shape_numel(e->outputs()[0].shape));
+  p.y = cpu_first_output(p.g);
   return p;
-}
-
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double scale = 1e-30, diff = 0;
-  for (std::size_t j = 0; j < a.size(); ++j) {
-    scale = std::max(scale, static_cast<double>(std::fabs(b[j])));
-    diff = std::max(diff, static_cast<double>(std::fabs(a[j] - b[j])));
-  }
-  return diff / scale;
 }
 
 // x [B, 3, 8, 12] -> Conv 4x4/4 (5 filters, bias) -> [B, 5, 2, 3] -> then `tail`.
