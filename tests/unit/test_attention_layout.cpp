@@ -15,6 +15,7 @@
 #include "model/passes.h"
 #include "model/prepare.h"
 #include "support/attention_layout_graphs.h"
+#include "test_cpu_run.h"
 #include "test_model_util.h"
 
 using namespace sluice;
@@ -52,21 +53,7 @@ int moves(const Graph& g) {
   return k;
 }
 
-std::vector<std::vector<float>> run_cpu(const Graph& g) {
-  EngineOptions eo;
-  eo.threads = 2;
-  eo.io_sets = 1;
-  auto e = create_cpu_engine(g, eo);
-  const std::vector<float> x = ramp(static_cast<std::size_t>(shape_numel(e->input().shape)), 11);
-  std::memcpy(e->input_buffer(0), x.data(), x.size() * sizeof(float));
-  e->forward(0, nullptr);
-  std::vector<std::vector<float>> out;
-  for (std::size_t i = 0; i < e->outputs().size(); ++i) {
-    const float* y = static_cast<const float*>(e->output_buffer(0, static_cast<int>(i)));
-    out.emplace_back(y, y + shape_numel(e->outputs()[i].shape));
-  }
-  return out;
-}
+std::vector<std::vector<float>> run_cpu(const Graph& g) { return sluice::test::cpu_outputs(g, 11); }
 
 // max |a - b| / max |b| over every output.
 double rel_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {

@@ -15,6 +15,7 @@
 #include "model/onnx_loader.h"
 #include "model/passes.h"
 #include "model/prepare.h"
+#include "test_cpu_run.h"
 #include "test_model_util.h"
 
 using namespace sluice;
@@ -141,19 +142,7 @@ std::vector<std::vector<float>> run_prepared(const Graph& model, bool fuse_atten
   const Graph g = prepare_graph(model, o);
   unsetenv("SLUICE_FUSE_ATTENTION");
   *blocks = count_ops(g, "Attention");
-  EngineOptions eo;
-  eo.threads = 2;
-  eo.io_sets = 1;
-  auto e = create_cpu_engine(g, eo);
-  const std::vector<float> x = ramp(static_cast<std::size_t>(shape_numel(e->input().shape)), 7);
-  std::memcpy(e->input_buffer(0), x.data(), x.size() * sizeof(float));
-  e->forward(0, nullptr);
-  std::vector<std::vector<float>> out;
-  for (std::size_t i = 0; i < e->outputs().size(); ++i) {
-    const float* y = static_cast<const float*>(e->output_buffer(0, static_cast<int>(i)));
-    out.emplace_back(y, y + shape_numel(e->outputs()[i].shape));
-  }
-  return out;
+  return sluice::test::cpu_outputs(g, 7);
 }
 
 void expect_same_outputs(const Graph& model, int want_blocks) {
