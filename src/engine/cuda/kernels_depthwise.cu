@@ -130,6 +130,9 @@ __global__ void depthwise_rows_kernel(const T* __restrict__ x, const T* __restri
 // weights as fp32; then each thread computes one strip of kTileR neighbouring output pixels for
 // kTileK channels: per filter row it reads KW weight packs and kTileR + KW - 1 input packs from
 // shared memory and makes KW * kTileR * kTileK fp32 multiply-adds (7x7: 20 reads for 196 FMAs).
+// The input is staged by cp.async (no register round trip, every copy of the block in flight at
+// once), and three blocks of 256 threads fit an SM (80 registers), so one block computes while
+// another stages.
 // The row kernel read the same pixels from L1/L2 for every filter row of every output row (30
 // 16-byte loads per output pack, 7x7), which left it stalled on its loads at 9 % of the copy rate.
 constexpr int kTileC = 32;   // channels of a block
@@ -146,8 +149,17 @@ struct DepthwiseTile {
   int in_h = 1, in_w = 1;             // the staged input tile, in pixels
 };
 
+// A 16-byte copy from global to shared memory that does not pass through registers (Ampere's
+// cp.async): a block's staging loads are all in flight at once.  src_bytes 0 writes 16 zero bytes.
+__device__ __forceinline__ void copy16_async(void* dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Three blocks of 256 threads an SM: at most 80 registers a thread.
 template <typename T, int KW>
-__global__ void __launch_bounds__(kTileMaxThreads, 2)
+__global__ void __launch_bounds__(kTileMaxThreads, 3)
 depthwise_tile_kernel(const T* __restrict__ x, const T* __restrict__ wt, const T* __restrict__ bias, const T* z, T* y,
                       DepthwiseTile p, ActParams act) {
   extern __shared__ __align__(16) unsigned char dw_smem[];
@@ -165,11 +177,6 @@ depthwise_tile_kernel(const T* __restrict__ x, const T* __restrict__ wt, const T
   const int oy0 = ty_ * p.th, ox0 = tx_ * p.ts * R;
   const int iy0 = oy0 - p.ph, ix0 = ox0 - p.pw;
 
-  const int taps = p.kh * KW;
-  for (int i = threadIdx.x; i < taps * kTileC; i += blockDim.x) {
-    const int tap = i / kTileC, ch = c0 + i % kTileC;
-    ws[i] = ch < p.c ? to_f(wt[static_cast<size_t>(tap) * p.c + ch]) : 0.f;
-  }
   constexpr int V = 16 / sizeof(T);     // elements of a 16-byte chunk
   constexpr int CPP = kTileC / V;       // chunks of a staged pixel
   const T* xn = x + static_cast<size_t>(n) * p.h * p.w * p.c;
@@ -178,11 +185,25 @@ depthwise_tile_kernel(const T* __restrict__ x, const T* __restrict__ wt, const T
     const int q = i % CPP, px = i / CPP;
     const int ty = px / p.in_w, tx = px - ty * p.in_w;
     const int iy = iy0 + ty, ix = ix0 + tx, ch = c0 + q * V;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w && ch < p.c)
-      v = *reinterpret_cast<const uint4*>(xn + (static_cast<size_t>(iy) * p.w + ix) * p.c + ch);
-    reinterpret_cast<uint4*>(xs)[i] = v;
+    const bool in = iy >= 0 && iy < p.h && ix >= 0 && ix < p.w && ch < p.c;
+    copy16_async(xs + static_cast<size_t>(i) * V, in ? xn + (static_cast<size_t>(iy) * p.w + ix) * p.c + ch : x, in);
   }
+  // The weights while the copies fly, four loads issued before their conversions.
+  const int wn = p.kh * KW * kTileC;
+  for (int i0 = threadIdx.x; i0 < wn; i0 += 4 * blockDim.x) {
+    T v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u * static_cast<int>(blockDim.x), ch = c0 + i % kTileC;
+      v[u] = i < wn && ch < p.c ? wt[static_cast<size_t>(i / kTileC) * p.c + ch] : from_f<T>(0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u * static_cast<int>(blockDim.x);
+      if (i < wn) ws[i] = to_f(v[u]);
+    }
+  }
+  copy_async_wait();
   __syncthreads();
 
   const int lane = static_cast<int>(threadIdx.x) % kTileLanes, rest = static_cast<int>(threadIdx.x) / kTileLanes;
