@@ -1,7 +1,8 @@
 // The depthwise row kernel (kernels_depthwise.cu: stride 1, 3/5/7 wide, four output pixels a
 // thread): ConvNeXt's 7x7 and MobileNet's 3x3 and 5x5 shapes on odd widths (a partial last group of
 // four), uneven pads, bias, residual and activation, against the CPU engine at every precision, and
-// the same graphs with SLUICE_CUDA_DEPTHWISE_ROWS=0 (the one-pixel kernel).
+// the same graphs with the tile kernel (the default), SLUICE_CUDA_DEPTHWISE_TILE=0 (the row kernel)
+// and both switches at 0 (the one-pixel kernel).
 #include "gpu_test_util.h"
 
 using namespace sluice;
@@ -54,9 +55,11 @@ TEST_P(DepthwiseRows, MatchTheCpuEngineWithTheRowKernelAndWithout) {
   for (const RowCase& s : row_cases()) {
     SCOPED_TRACE(str(s.c, " channels, ", s.k, "x", s.k, " on ", s.h, "x", s.w, s.residual ? ", residual" : ""));
     const Graph g = depthwise(s);
-    expect_matches_cpu(g, GetParam());
+    expect_matches_cpu(g, GetParam());   // the tile kernel (test_cuda_depthwise_tile.cpp)
+    ScopedEnv no_tile("SLUICE_CUDA_DEPTHWISE_TILE", "0");
+    expect_matches_cpu(g, GetParam());   // the row kernel
     ScopedEnv off("SLUICE_CUDA_DEPTHWISE_ROWS", "0");
-    expect_matches_cpu(g, GetParam());
+    expect_matches_cpu(g, GetParam());   // the one-pixel kernel
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/kernels_depthwise.h"
 
 namespace sluice::cuda {
 
@@ -62,9 +63,10 @@ bool lower_depthwise(Builder& b, const Node& n) {
   if (bias >= 0) uses.push_back(bias);
   if (z >= 0) uses.push_back(z);
   const DType t = b.compute;
+  const DepthwiseChoice choice = depthwise_choice_from_env();   // the switches, read at each preparation
   b.add(n.name, uses, [=](Context&, const Bindings& bd, cudaStream_t s) {
     depthwise_conv(t, bd.at(x), bd.at(wt), bias >= 0 ? bd.at(bias) : nullptr, z >= 0 ? bd.at(z) : nullptr, bd.at(y), ds,
-                   act, s);
+                   act, choice, s);
   }, "Depthwise");
   return true;
 }
