@@ -148,14 +148,29 @@ __global__ void __launch_bounds__(SP * 2) window_attention_kernel(WindowAttentio
   const T* q = static_cast<const T*>(a.q) + n * a.sample[0] + h * a.head[0];
   const T* k = static_cast<const T*>(a.k) + n * a.sample[1] + h * a.head[1];
   const T* v = static_cast<const T*>(a.v) + n * a.sample[2] + h * a.head[2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r0 = warp * 16;
+  // This warp's bias rows, loaded first so that their latency hides behind the operands' (one
+  // dependent load per row in the softmax loop would serialise 16 L2 round trips).
+  constexpr int kPer = SP / 32;
+  float bb[16][kPer];
+  {
+    const B* bias = static_cast<const B*>(a.bias);
+    const int64_t bm = a.period > 0 ? (m % a.period) : 0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+      for (int t = 0; t < kPer; ++t) {
+        const int r = r0 + i, j = lane + 32 * t;
+        bb[i][t] = bias && r < s && j < skv ? to_f(__ldg(bias + (bm * s + r) * static_cast<int64_t>(skv) + j)) : 0.f;
+      }
+  }
   win_load<T, SP, DP>(sq, q, a.row[0], 1, s, d, a.vec[0]);
   if (a.kt) win_load<T, SP, DP>(sk, k, 1, a.row[1], skv, d, false);   // k given as [d, skv]
   else win_load<T, SP, DP>(sk, k, a.row[1], 1, skv, d, a.vec[1]);
   win_load<T, SP, DP>(sv, v, a.row[2], 1, skv, dv, a.vec[2]);
   __syncthreads();
 
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int r0 = warp * 16;
   if (r0 >= s) return;   // no query rows here (the loads were the block's last shared work)
   float* srow = ss + r0 * L::kLdF;
 
@@ -183,21 +198,18 @@ __global__ void __launch_bounds__(SP * 2) window_attention_kernel(WindowAttentio
   __syncwarp();
 
   // softmax(scale * scores + bias) per row, p (type T) over the row's first bytes
-  constexpr int kPer = SP / 32;
-  const B* bias = static_cast<const B*>(a.bias);
-  const int64_t bm = a.period > 0 ? (m % a.period) : 0;
+#pragma unroll
   for (int i = 0; i < 16; ++i) {
     const int r = r0 + i;
     float* row = srow + i * L::kLdF;
     T* prow = reinterpret_cast<T*>(row);
     float x[kPer];
     float mx = -INFINITY;
-    const B* br = bias && r < s ? bias + (bm * s + r) * static_cast<int64_t>(skv) : nullptr;
 #pragma unroll
     for (int t = 0; t < kPer; ++t) {
       const int j = lane + 32 * t;
       x[t] = -INFINITY;
-      if (r < s && j < skv) x[t] = row[j] * a.scale + (br ? to_f(br[j]) : 0.f);
+      if (r < s && j < skv) x[t] = row[j] * a.scale + bb[i][t];
       mx = fmaxf(mx, x[t]);
     }
     mx = warp_max(mx);
