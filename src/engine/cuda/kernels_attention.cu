@@ -106,7 +106,10 @@ namespace {
 template <int SP, int DP>
 struct WinLayout {
   static constexpr int kLdT = DP + 8;                       // q, k, v rows (T elements)
-  static constexpr int kLdF = (SP > DP ? SP : DP) + 4;      // score / output rows (floats)
+  // The softmax gives each row SP / 8 lanes (8 values each), 32 / (SP / 8) rows at a time: rows
+  // padded by SP / 8 floats put those rows on disjoint banks.
+  static constexpr int kLanesPerRow = SP / 8;
+  static constexpr int kLdF = (SP > DP ? SP : DP) + kLanesPerRow;   // score / output rows (floats)
   static constexpr std::size_t kTile = static_cast<std::size_t>(SP) * kLdT;   // T elements
   static constexpr std::size_t bytes(std::size_t tsize) { return 3 * kTile * tsize + static_cast<std::size_t>(SP) * kLdF * 4; }
 };
@@ -150,19 +153,21 @@ __global__ void __launch_bounds__(SP * 2) window_attention_kernel(WindowAttentio
   const T* v = static_cast<const T*>(a.v) + n * a.sample[2] + h * a.head[2];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r0 = warp * 16;
-  // This warp's bias rows, loaded first so that their latency hides behind the operands' (one
-  // dependent load per row in the softmax loop would serialise 16 L2 round trips).
-  constexpr int kPer = SP / 32;
-  float bb[16][kPer];
+  // Softmax lanes: row r0 + it * kRows + g (it < kIter) is lane group g's, columns sub + kLpr * t.
+  constexpr int kLpr = L::kLanesPerRow, kRows = 32 / kLpr, kIter = 16 / kRows;
+  const int g = lane / kLpr, sub = lane - g * kLpr;
+  // This warp's bias values, loaded first so that their latency hides behind the operands' (one
+  // dependent load per row in the softmax loop would serialise the L2 round trips).
+  float bb[kIter][8];
   {
     const B* bias = static_cast<const B*>(a.bias);
     const int64_t bm = a.period > 0 ? (m % a.period) : 0;
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+    for (int it = 0; it < kIter; ++it)
 #pragma unroll
-      for (int t = 0; t < kPer; ++t) {
-        const int r = r0 + i, j = lane + 32 * t;
-        bb[i][t] = bias && r < s && j < skv ? to_f(__ldg(bias + (bm * s + r) * static_cast<int64_t>(skv) + j)) : 0.f;
+      for (int t = 0; t < 8; ++t) {
+        const int r = r0 + it * kRows + g, j = sub + kLpr * t;
+        bb[it][t] = bias && r < s && j < skv ? to_f(__ldg(bias + (bm * s + r) * static_cast<int64_t>(skv) + j)) : 0.f;
       }
   }
   win_load<T, SP, DP>(sq, q, a.row[0], 1, s, d, a.vec[0]);
@@ -199,34 +204,36 @@ __global__ void __launch_bounds__(SP * 2) window_attention_kernel(WindowAttentio
 
   // softmax(scale * scores + bias) per row, p (type T) over the row's first bytes
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const int r = r0 + i;
-    float* row = srow + i * L::kLdF;
+  for (int it = 0; it < kIter; ++it) {
+    const int rr = it * kRows + g, r = r0 + rr;
+    float* row = srow + rr * L::kLdF;
     T* prow = reinterpret_cast<T*>(row);
-    float x[kPer];
+    float x[8];
     float mx = -INFINITY;
 #pragma unroll
-    for (int t = 0; t < kPer; ++t) {
-      const int j = lane + 32 * t;
+    for (int t = 0; t < 8; ++t) {
+      const int j = sub + kLpr * t;
       x[t] = -INFINITY;
-      if (r < s && j < skv) x[t] = row[j] * a.scale + bb[i][t];
+      if (r < s && j < skv) x[t] = row[j] * a.scale + bb[it][t];
       mx = fmaxf(mx, x[t]);
     }
-    mx = warp_max(mx);
+#pragma unroll
+    for (int o = kLpr / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
     float sum = 0.f;
 #pragma unroll
-    for (int t = 0; t < kPer; ++t) {
+    for (int t = 0; t < 8; ++t) {
       x[t] = mx == -INFINITY ? 0.f : __expf(x[t] - mx);
       sum += x[t];
     }
-    sum = warp_sum(sum);
+#pragma unroll
+    for (int o = kLpr / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(kFull, sum, o);
     float inv = 1.f / sum;
     if (mx == -INFINITY) inv = 0.f;
     const bool masked = r < s && mx == -INFINITY && !a.zero_rows;   // every key masked: NaN as Softmax
-    __syncwarp();   // every lane has read the row before p overwrites it
+    __syncwarp();   // every lane has read its row before p overwrites it
 #pragma unroll
-    for (int t = 0; t < kPer; ++t) {
-      const int j = lane + 32 * t;
+    for (int t = 0; t < 8; ++t) {
+      const int j = sub + kLpr * t;
       prow[j] = from_f<T>(masked && j < skv ? NAN : x[t] * inv);
     }
   }
