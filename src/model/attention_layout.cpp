@@ -12,9 +12,11 @@
 // to eliminate_dead_nodes.  Where a tensor behind the views does not carry the batch on its axis 0
 // the way the operand does (torchvision's sequence-first [S, B, 3E], a batch merged with other
 // axes), a nearer tensor on the chain is tried, and the operand is left as it is when none fits.
-// Biases that do not repeat per head (Swin's shift mask, [nW x H] matrices) keep the node as it was:
-// cuDNN takes the strided form only with a [1, H, S, S_kv] bias.  SLUICE_ATTENTION_LAYOUT=0 turns
-// the pass off.
+// Biases that do not repeat per head (Swin's shift mask, [nW x H] matrices) are views like any
+// other: matrix n * H + h still adds bias matrix (n * H + h) mod P.  cuDNN takes the strided form
+// only with a [1, H, S, S_kv] bias; the engine's own window kernel and the GEMMs take any period.
+// SLUICE_ATTENTION_LAYOUT=0 turns the pass off; SLUICE_ATTENTION_LAYOUT_WINDOWS=0 keeps the blocks
+// with a bias per window packed, as before.
 //
 // Layout "strided" of sluice.Attention: q, k, v and y are tensors [N, ...] (N samples on axis 0, the
 // batch as the batch trace sees it; one tensor may be q, k and v at once) that hold the [N, H, rows,
@@ -87,6 +89,7 @@ bool reshape_strides(const Shape& in, const Strides& st, const Shape& out, Strid
 class LayoutPass {
  public:
   explicit LayoutPass(Graph& g) : g_(g) {
+    if (const char* e = std::getenv("SLUICE_ATTENTION_LAYOUT_WINDOWS"); e && std::string(e) == "0") windows_ = false;
     for (const auto& o : g.outputs) outputs_.insert(o.name);
     try {
       // At batch 1 (an export's fixed batch, re-specialized after the passes) the check sees every
@@ -146,6 +149,7 @@ class LayoutPass {
   std::unordered_set<std::string> outputs_;
   BatchTrace trace_;
   bool traced_ = true;
+  bool windows_ = true;   // SLUICE_ATTENTION_LAYOUT_WINDOWS
   std::unordered_set<const Node*> removed_;
 };
 
@@ -269,10 +273,13 @@ bool LayoutPass::rewrite(Node& a) {
   if (!qs || !vs || !ys || qs->size() != 4 || vs->size() != 4 || ys->size() != 4) return false;
   const int64_t h = (*qs)[1], s = (*qs)[2], d = (*qs)[3], skv = (*vs)[2], dv = (*vs)[3];
   if (a.inputs.size() > 3 && !a.inputs[3].empty()) {
-    // A bias per head ([1, H, S, S_kv] broadcast over the batch), not Swin's per window.
+    // A bias repeating along the n * H score matrices: per head ([1, H, S, S_kv] broadcast over
+    // the batch), or per window and head (Swin's shift mask) where the switch allows.
     const Tensor* c = g_.constant(a.inputs[3]);
     const Shape* bs = c ? &c->shape : shape(a.inputs[3]);
-    if (!bs || shape_numel(*bs) != h * s * skv) return false;
+    const int64_t mats = (*qs)[0] * h, numel = bs ? shape_numel(*bs) : 0;
+    if (!bs || numel == 0 || numel % (s * skv) != 0 || mats % (numel / (s * skv)) != 0) return false;
+    if (numel != h * s * skv && !windows_) return false;
   }
 
   // Each operand: the farthest tensor on its chain of views that gives a view the engines read.

@@ -69,7 +69,7 @@ TEST_P(Attention, BothPathsMatchTheCpuEngineOnHeadsWindowsAndTransposedKeys) {
       {{1, 2}, 300, 16, 1, false},  // long rows (above the kernel's register path)
   };
   uint32_t seed = 10;
-  for (const char* path : {"gemm", "cudnn", "auto"}) {
+  for (const char* path : {"gemm", "cudnn", "window", "auto"}) {
     ScopedEnv env("SLUICE_CUDA_ATTENTION", path);
     for (const Case& c : cases) {
       SCOPED_TRACE(str(path, " lead ", shape_str(c.lead), " s ", c.s, " d ", c.d, " period ", c.period, c.kt ? " kt" : ""));
@@ -126,6 +126,42 @@ TEST(AttentionModels, TheFusedZooVitMatchesTheUnfusedGraph) {
     eo.precision = p;
     const Tensor a = run_cuda(fused, x, eo).at(0), b = run_cuda(plain, x, eo).at(0);
     EXPECT_LE(rel_error(a, b), tolerance(p)) << precision_name(p);
+  }
+}
+
+// The zoo's torchvision Swin (shifted windows: a bias per window and head) with its attention fused
+// and read in the projections' layout runs on the one-pass window kernel as the unfused graph does.
+TEST(AttentionModels, TheFusedZooSwinOnTheWindowKernelMatchesTheUnfusedGraph) {
+  const char* root = std::getenv("SLUICE_ROOT");
+  const std::string path = std::string(root ? root : SLUICE_SOURCE_DIR) + "/tests/data/zoo/tv_swin.dynamo.onnx";
+  Graph src = load_onnx(path);
+  PrepareOptions o;
+  o.batch_size = 2;
+  o.sample_shape = Shape(src.inputs.at(0).shape.begin() + 1, src.inputs.at(0).shape.end());
+  const Graph fused = prepare_graph(load_onnx(path), o);
+  Graph plain;
+  {
+    ScopedEnv env("SLUICE_FUSE_ATTENTION", "0");
+    plain = prepare_graph(load_onnx(path), o);
+  }
+  int blocks = 0, strided = 0;
+  for (const auto& n : fused.nodes)
+    if (n.op == "Attention") {
+      ++blocks;
+      strided += n.get_string("layout", "") == "strided";
+    }
+  ASSERT_GT(blocks, 0);
+  EXPECT_EQ(strided, blocks);
+  SLUICE_REQUIRE_GPU();
+  const Tensor x = random_tensor(fused.inputs[0], 9);
+  for (const char* path_env : {"window", "gemm"}) {
+    ScopedEnv env("SLUICE_CUDA_ATTENTION", path_env);
+    for (Precision p : {Precision::BF16, Precision::FP16}) {
+      EngineOptions eo;
+      eo.precision = p;
+      const Tensor a = run_cuda(fused, x, eo).at(0), b = run_cuda(plain, x, eo).at(0);
+      EXPECT_LE(rel_error(a, b), tolerance(p)) << path_env << " " << precision_name(p);
+    }
   }
 }
 

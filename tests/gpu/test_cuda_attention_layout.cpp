@@ -38,7 +38,7 @@ class AttentionLayout : public ::testing::TestWithParam<Precision> {};
 
 TEST_P(AttentionLayout, StridedOperandsMatchThePackedGraphOnBothPaths) {
   const Precision p = GetParam();
-  for (const char* path : {"gemm", "cudnn", "auto"}) {
+  for (const char* path : {"gemm", "cudnn", "window", "auto"}) {
     ScopedEnv env("SLUICE_CUDA_ATTENTION", path);
     for (const AttentionBlock& c : kBlocks) {
       SCOPED_TRACE(str(path, " n ", c.n, " s ", c.s, " h ", c.h, " d ", c.d, " spelling ", static_cast<int>(c.spelling),

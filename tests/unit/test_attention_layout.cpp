@@ -131,25 +131,32 @@ TEST(AttentionLayout, SequenceFirstTensorsAreLeftAsTheyAre) {
   EXPECT_EQ(strided(g), 0);
 }
 
-// Swin's shifted windows add a bias per window and head ([nW x H] matrices): those blocks keep
-// their layout (cuDNN takes the strided form with a per-head bias only); the model still runs as
-// before.
-TEST(AttentionLayout, BiasesPerWindowKeepTheBlockAsItWas) {
+// Swin's shifted windows add a bias per window and head ([nW x H] matrices): those blocks read the
+// qkv projection too (the window kernel and the GEMMs take any bias period), unless
+// SLUICE_ATTENTION_LAYOUT_WINDOWS=0 keeps them packed; the model computes what it did either way.
+TEST(AttentionLayout, BiasesPerWindowReadTheProjectionsToo) {
   for (const char* name : {"hf_swin.dynamo", "tv_swin.dynamo"}) {
-    SCOPED_TRACE(name);
-    const Graph on = prepare_zoo(name, true), off = prepare_zoo(name, false);
-    int window_bias = 0;
-    for (const auto& n : on.nodes)
-      if (n.op == "Attention" && n.inputs.size() > 3) {
-        const Tensor* b = on.constant(n.inputs[3]);
-        ASSERT_NE(b, nullptr);
-        if (b->shape[0] > 2) {   // nW x H matrices (the zoo's Swin: 1 or 2 heads)
-          ++window_bias;
-          EXPECT_NE(n.get_string("layout", ""), "strided") << n.describe();
+    for (bool windows : {true, false}) {
+      SCOPED_TRACE(str(name, windows ? " windows on" : " windows off"));
+      setenv("SLUICE_ATTENTION_LAYOUT_WINDOWS", windows ? "1" : "0", 1);
+      const Graph on = prepare_zoo(name, true);
+      unsetenv("SLUICE_ATTENTION_LAYOUT_WINDOWS");
+      const Graph off = prepare_zoo(name, false);
+      int window_bias = 0, window_strided = 0;
+      for (const auto& n : on.nodes)
+        if (n.op == "Attention" && n.inputs.size() > 3) {
+          const Tensor* b = on.constant(n.inputs[3]);
+          ASSERT_NE(b, nullptr);
+          if (b->shape[0] > 2) {   // nW x H matrices (the zoo's Swin: 1 or 2 heads)
+            ++window_bias;
+            window_strided += n.get_string("layout", "") == "strided";
+          }
         }
-      }
-    EXPECT_GT(window_bias, 0);
-    EXPECT_LE(rel_diff(run_cpu(on), run_cpu(off)), 1e-5);
+      EXPECT_GT(window_bias, 0);
+      if (windows) EXPECT_EQ(window_strided, window_bias);
+      else EXPECT_EQ(window_strided, 0);
+      EXPECT_LE(rel_diff(run_cpu(on), run_cpu(off)), 1e-5);
+    }
   }
 }
 

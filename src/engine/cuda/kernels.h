@@ -203,6 +203,26 @@ void softmax(DType t, const void* x, void* y, int64_t outer, int64_t r, int64_t 
 void attention_softmax(DType t, DType bias_type, const void* scores, const void* bias, void* probs, int64_t rows,
                        int64_t s, int64_t skv, int64_t period, bool zero_rows, cudaStream_t st);
 
+// sluice.Attention in one kernel for short sequences (kernels_attention.cu, "Attn window"):
+// softmax(scale * q k^T + bias) v per score matrix m = n * heads + h, q k^T and p v on tensor cores
+// with fp32 accumulation, the softmax in fp32, p rounded to t.  Operand i (q, k, v, y) of matrix m
+// starts at ptr + n * sample[i] + h * head[i] (ptr at the view's first element) with rows row[i]
+// apart, columns contiguous; kt: k given as [d, skv] (its columns row[1] apart).  bias: [period, s,
+// skv] (matrix m adds m mod period) in F32, or null.  A row whose keys are all -inf gives
+// zeros with zero_rows, else NaN.  fp16/bf16, s and skv up to kWindowMaxTokens, d and dv up to 128.
+constexpr int64_t kWindowMaxTokens = 128;
+struct WindowAttentionArgs {
+  const void *q = nullptr, *k = nullptr, *v = nullptr, *bias = nullptr;
+  void* y = nullptr;
+  int64_t mats = 0, heads = 1, s = 0, skv = 0, d = 0, dv = 0, period = 0;
+  int64_t sample[4] = {}, head[4] = {}, row[4] = {};
+  bool kt = false, zero_rows = false;
+  bool vec[4] = {};   // set by window_attention
+  float scale = 1.f;
+};
+bool window_attention_fits(DType t, int64_t s, int64_t skv, int64_t d, int64_t dv);
+void window_attention(DType t, DType bias_type, const WindowAttentionArgs& args, cudaStream_t st);
+
 // ArgMax / ArgMin over the middle axis of [outer, r, inner]; index type I64, I32 or U8.
 void argmax(DType t, DType index_type, const void* x, void* y, int64_t outer, int64_t r, int64_t inner,
             bool is_min, bool select_last, cudaStream_t s);

@@ -7,8 +7,12 @@
 //   p      = softmax(scores + bias)   attention_softmax: read in that type, fp32 statistics, the
 //                                     bias in fp32 when constant; p written over the scores
 //   y      = p v                      cublasGemmStridedBatchedEx
-// The choice is timed at start-up on the real buffers.  SLUICE_CUDA_ATTENTION=gemm|cudnn forces one
-// path (cudnn where cuDNN builds a graph), for measurements.
+// or, for short sequences (up to 128 tokens, Swin's 49-token windows), the engine's own kernel
+// doing all of it in one pass ("Attn window", window_attention in kernels_attention.cu: tensor-core
+// products with fp32 accumulation, any bias period, any strided view, the bias in fp32).
+// The choice is timed at start-up on the real buffers.  SLUICE_CUDA_ATTENTION=gemm|cudnn|window
+// forces one path (cudnn and window where they take the shape), for measurements;
+// SLUICE_CUDA_WINDOW_ATTENTION=0 leaves the own kernel out of the choice.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -24,7 +28,7 @@
 namespace sluice::cuda {
 namespace {
 
-enum class Path { Auto, Gemm, Cudnn };
+enum class Path { Auto, Gemm, Cudnn, Window };
 
 // Read at each step's preparation, not once a process: an engine built after the variable changed
 // (a test that sets it for one engine) follows it.
@@ -33,7 +37,14 @@ Path forced_path() {
   if (!v || !*v || std::strcmp(v, "auto") == 0) return Path::Auto;
   if (std::strcmp(v, "gemm") == 0) return Path::Gemm;
   if (std::strcmp(v, "cudnn") == 0) return Path::Cudnn;
-  throw UsageError(str("SLUICE_CUDA_ATTENTION must be auto, gemm or cudnn, not '", v, "'"));
+  if (std::strcmp(v, "window") == 0) return Path::Window;
+  throw UsageError(str("SLUICE_CUDA_ATTENTION must be auto, gemm, cudnn or window, not '", v, "'"));
+}
+
+// SLUICE_CUDA_WINDOW_ATTENTION=0: the own one-pass kernel is no candidate (read at preparation).
+bool window_enabled() {
+  const char* v = std::getenv("SLUICE_CUDA_WINDOW_ATTENTION");
+  return !(v && std::strcmp(v, "0") == 0);
 }
 
 cudaDataType_t blas_type(DType t) {
@@ -87,13 +98,34 @@ class AttentionStep final : public Step {
         bias_half_(bias_half), scores_(scores), probs_(probs), y_(y) {}
 
   void prepare(Context& ctx, const Bindings& b) override {
-    choose(ctx, b);
+    graph_.reset();
+    window_ = false;
+    const Path want = forced_path();
+    // The own kernel: bf16/fp16, short rows, an fp32 bias (constants are) or none.
+    const bool win = window_enabled() && window_attention_fits(t_, d_.s, d_.skv, d_.d, d_.dv) &&
+                     (d_.period == 0 || bias_t_ == DType::F32) && d_.mats <= 0x7fffffff;
+    if (want == Path::Window && win) {
+      window_ = true;
+    } else if (want != Path::Window) {
+      choose(ctx, b, want);
+      if (want == Path::Auto && win) {
+        cudaStream_t s = nullptr;
+        CUDNN_CHECK(cudnnGetStream(ctx.cudnn, &s));
+        const float cur_ms = graph_ ? time_ms([&] { run_fused(*graph_, ctx, b); }) : time_ms([&] { run_gemm(ctx, b, s); });
+        const float win_ms = time_ms([&] { run_window(b, s); });
+        log_debug("cuda engine: ", label(), ": window attention ", win_ms, " ms, ", graph_ ? "cuDNN " : "batched GEMMs ",
+                  cur_ms, " ms");
+        if (win_ms < cur_ms) {
+          window_ = true;
+          graph_.reset();
+        }
+      }
+    }
     // The profile's kind names the path taken.
-    kind = graph_ ? "Attn cuDNN" : "Attn GEMM";
+    kind = window_ ? "Attn window" : graph_ ? "Attn cuDNN" : "Attn GEMM";
   }
 
-  void choose(Context& ctx, const Bindings& b) {
-    const Path want = forced_path();
+  void choose(Context& ctx, const Bindings& b, Path want) {
     const int64_t offsets[4] = {d_.op[0].offset, d_.op[1].offset, d_.op[2].offset, d_.op[3].offset};
     if (want == Path::Gemm || !attention_graph_fits(spec_, offsets) || d_.kt || (d_.period > 0 && bias_half_ < 0)) return;
     // Strided views reach cuDNN as [n, heads, rows, cols]: a bias must be one per head.
@@ -126,6 +158,10 @@ class AttentionStep final : public Step {
   }
 
   void run(Context& ctx, const Bindings& b, cudaStream_t s) override {
+    if (window_) {
+      run_window(b, s);
+      return;
+    }
     if (graph_) {
       if (!run_fused(*graph_, ctx, b)) SLUICE_THROW("cuda engine: ", label(), ": cuDNN's fused attention failed");
       return;
@@ -141,6 +177,31 @@ class AttentionStep final : public Step {
   bool run_fused(AttentionGraph& g, Context& ctx, const Bindings& b) const {
     return g.run(ctx.cudnn, at(b, q_, 0), at(b, k_, 1), at(b, v_, 2), bias_half_ >= 0 ? b.at(bias_half_) : nullptr,
                  const_cast<void*>(at(b, y_, 3)), ctx.workspace);
+  }
+
+  void run_window(const Bindings& b, cudaStream_t s) const {
+    WindowAttentionArgs a;
+    a.q = at(b, q_, 0);
+    a.k = at(b, k_, 1);
+    a.v = at(b, v_, 2);
+    a.y = const_cast<void*>(at(b, y_, 3));
+    a.bias = d_.period > 0 ? b.at(bias_) : nullptr;
+    a.mats = d_.mats;
+    a.heads = d_.heads;
+    a.s = d_.s;
+    a.skv = d_.skv;
+    a.d = d_.d;
+    a.dv = d_.dv;
+    a.period = d_.period;
+    for (int i = 0; i < 4; ++i) {
+      a.sample[i] = d_.op[i].sample;
+      a.head[i] = d_.op[i].head;
+      a.row[i] = d_.op[i].row;
+    }
+    a.kt = d_.kt;
+    a.zero_rows = d_.zero_rows;
+    a.scale = d_.scale;
+    window_attention(t_, bias_t_, a, s);
   }
 
   void run_gemm(Context& ctx, const Bindings& b, cudaStream_t s) {
@@ -186,6 +247,7 @@ class AttentionStep final : public Step {
   AttentionGraphSpec spec_;
   int q_, k_, v_, bias_, bias_half_, scores_, probs_, y_;
   std::shared_ptr<AttentionGraph> graph_;
+  bool window_ = false;
 };
 
 // Whether a constant bias holds only finite values (cuDNN's kernels are not asked about -inf).
