@@ -9,18 +9,18 @@ set -uo pipefail
 DEADLINE=${DEADLINE:-200}
 BATCHES=${BATCHES:-12}
 # shellcheck source=tests/gpu/device_lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/device_lib.sh"
+source tests/gpu/device_lib.sh
 host_nvjpeg
 export SLUICE_BIN="$S" SLUICE_ROOT="$PWD"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-run gtest 60 "$R" "$T" --gtest_filter='GemmResidual.*:GemmTuning.*:Shapes/GemmEpilogue.*:GemmEpilogueFusion.*:CudaEngine.AlgorithmCacheRoundTrip' \
+run gtest 40 "$R" "$T" --gtest_filter='GemmResidual.*:GemmTuning.*:Shapes/GemmEpilogue.*:GemmEpilogueFusion.*:CudaEngine.AlgorithmCacheRoundTrip' \
   > "$OUT/gtest.log" 2>&1
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[ (tuning|epilogue|residual) \]" "$OUT/gtest.log" | head -20
 grep -E "^\[  FAILED  \]|Failure" -A3 "$OUT/gtest.log" | head -30
 H=SLUICE_CUDA_GEMM_TUNE=0 F=SLUICE_CUDA_GEMM_TUNE=full
-run clip 60 python3 data_tools/variant_bench.py "$R $S" "$OUT" clip_vit_b16 "$BATCHES" heur,full "heur:$H" "full:$F" 2>&1 |
+run clip 50 python3 data_tools/variant_bench.py "$R $S" "$OUT" clip_vit_b16 "$BATCHES" ${CLIP_PROFILE:-full} "heur:$H" "full:$F" 2>&1 |
   grep -vE "^\s*$" | tee "$OUT/clip.txt" | grep -E "images/s|exported|profile|GEMM|MatMul|Gemm|forward|Attn|by kind"
-run convnext 45 python3 data_tools/variant_bench.py "$R $S" "$OUT" convnext_tiny "$BATCHES" - "heur:$H,SLUICE_CUDA_GEMM_RESIDUAL=0" \
+run convnext 35 python3 data_tools/variant_bench.py "$R $S" "$OUT" convnext_tiny "$BATCHES" - \
   "full:$F,SLUICE_CUDA_GEMM_RESIDUAL=0" "residual:$F,SLUICE_CUDA_GEMM_RESIDUAL=1" 2>&1 | grep -E "images/s|exported"
 run vit 40 python3 data_tools/variant_bench.py "$R $S" "$OUT" vit_b_16 "$BATCHES" - "heur:$H" "full:$F" 2>&1 | grep -E "images/s|exported"
 l=$(left)
