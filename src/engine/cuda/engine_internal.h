@@ -201,6 +201,9 @@ class Builder {
   // The nodes reading tensor `name`, and whether it is a graph output.
   std::vector<const Node*> consumers(const std::string& name) const;
   bool is_graph_output(const std::string& name) const;
+  // Whether graph value `name` has its slot already (a node before the one being lowered wrote it,
+  // or it is a graph input or constant).
+  bool lowered(const std::string& name) const { return ids_.count(name) || raw_inputs_.count(name) || graph.constant(name); }
 
  private:
   int new_slot(TensorSlot s);

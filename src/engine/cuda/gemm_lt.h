@@ -3,7 +3,8 @@
 // kernel on its accumulators before the one write of the output, which may be fp32 while A and B
 // are fp16/bf16 (a branch tail of the fp32 residual stream, engine/residual_stream.h).  The builder
 // makes these steps for a MatMul or Gemm whose only reader is a bias Add (and whose Add's only
-// reader is a Gelu), ops_gemm.cpp; every other product stays on cublasGemmEx.
+// reader is a Gelu, or a residual Add, added as C with beta = 1), ops_gemm.cpp; every other
+// product stays on cublasGemmEx.
 #include <cublasLt.h>
 
 #include <memory>
@@ -16,9 +17,10 @@ namespace sluice::cuda {
 
 enum class GemmEpilogue { None, Bias, BiasGelu };
 
-// One strided-batched row-major product Y[b] = alpha * op(A[b]) op(B[b]) (+ bias[n]) (then GELU),
-// strides in elements (0: the operand is shared by the batch).  A and B are of type `ab` (the
-// compute type), Y of type `y` (`ab`, or F32), the bias of type `y`.
+// One strided-batched row-major product Y[b] = alpha * op(A[b]) op(B[b]) (+ C[b]) (+ bias[n]) (then
+// GELU), strides in elements (0: the operand is shared by the batch).  A and B are of type `ab`
+// (the compute type), Y of type `y` (`ab`, or F32), the bias and C of type `y`; C (a residual) has
+// Y's shape and strides and is never combined with the GELU (cuBLASLt applies it after adding C).
 struct LtGemmSpec {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
@@ -34,8 +36,15 @@ struct LtGemmSpec {
   Act gelu = Act::Gelu;
 };
 
-// The step for `spec` reading slots a, b and bias (-1 without one), writing y.
-std::unique_ptr<Step> make_lt_gemm_step(std::string label, const LtGemmSpec& spec, int a, int b, int bias, int y);
+// The step for `spec` reading slots a, b, bias (-1 without one) and c (the residual added with
+// beta = 1; -1 without one), writing y.
+std::unique_ptr<Step> make_lt_gemm_step(std::string label, const LtGemmSpec& spec, int a, int b, int bias, int y, int c = -1);
+
+// How many of cuBLASLt's heuristic candidates a product's set-up times at each level
+// (autotune.h): none under off (the first, untimed), kQuickProducts under quick (1 warm-up, the
+// median of 3), kFullProducts under full (2 warm-ups, the median of 5).
+constexpr int kQuickProducts = 8;
+constexpr int kFullProducts = 16;
 
 namespace detail {
 inline void destroy_cublaslt(cublasLtHandle_t h) { (void)cublasLtDestroy(h); }

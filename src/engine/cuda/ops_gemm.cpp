@@ -12,6 +12,15 @@
 // output (1.7e-3 RMS), and the fused step rounds once where the unfused ops round three times.
 // At fp16 that difference would be as large as fp16's rounding, at fp32/tf32 larger: there only
 // the tanh form is fused.  SLUICE_CUDA_GEMM_EPILOGUE=0 turns the fusion off.
+//
+// A residual Add after such a product (its bias Add, no Gelu) is taken into the same step as
+// cuBLASLt's C with beta = 1, where the residual is a whole tensor of the sum's shape (no
+// broadcasting) stored in the sum's type and in the product's memory order: directly (Y + R) or
+// through the channels-last view of a Transpose (0, 3, 1, 2) (ConvNeXt's fc2: the product is
+// [N, H, W, C], the block's input is held channels-last, ops_layout.cpp), and where the residual is
+// already computed when the product is lowered.  The sum is rounded once, from the accumulators.
+// Residual Adds of the fp32 residual stream are left to ops_residual.cpp (AddLayerNorm), and
+// SLUICE_CUDA_GEMM_RESIDUAL=0 keeps the Add a step of its own.
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -81,6 +90,13 @@ bool gemm_epilogue_on() {
   return s != "0";
 }
 
+bool gemm_residual_on() {
+  const char* v = std::getenv("SLUICE_CUDA_GEMM_RESIDUAL");
+  const std::string s = v ? v : "";
+  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_GEMM_RESIDUAL must be 0 or 1, not '", s, "'"));
+  return s != "0";
+}
+
 bool float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 // The nodes a product's epilogue takes over, and the bias it adds.
@@ -90,6 +106,9 @@ struct EpiloguePlan {
   const Node* last = nullptr;   // whose output the step writes
   std::vector<float> bias;      // one value per output column
   Act act = Act::Gelu;
+  const Node* view = nullptr;   // the Transpose (0, 3, 1, 2) viewed channels-last before the residual Add
+  const Node* residual = nullptr;   // the residual Add, when fused (then `last`)
+  int residual_slot = -1;           // its other operand
 };
 
 // The only reader of `name` (nullptr when it has several or none, or is a graph output).
@@ -133,8 +152,51 @@ void plan_gelu(const Builder& b, const std::string& name, const Shape& shape, Ep
   p->act = tanh ? Act::GeluTanh : Act::Gelu;
 }
 
+// A residual Add reading `name` (the bias Add's output, of the product's shape) that the step can
+// take as C (see the top of the file).
+void plan_residual(Builder& b, const std::string& name, const Shape& shape, EpiloguePlan* p) {
+  if (!gemm_residual_on() || b.is_wide(name)) return;
+  const Node* r = only_reader(b, name);
+  const Node* view = nullptr;
+  std::string in = name;
+  if (r && r->domain.empty() && r->op == "Transpose" && r->input(0) == name && b.has_output(*r, 0) && shape.size() == 4 &&
+      b.nhwc_enabled() && r->get_ints("perm") == std::vector<int64_t>{0, 3, 1, 2}) {
+    // The view ops_layout.cpp makes of a plain [N, H, W, C] (SLUICE_CUDA_LAYOUT_VIEWS=1).
+    const char* lv = std::getenv("SLUICE_CUDA_LAYOUT_VIEWS");
+    if (lv && std::string(lv) == "0") return;
+    view = r;
+    in = r->outputs[0];
+    r = only_reader(b, in);
+  }
+  if (!r || !r->domain.empty() || r->op != "Add" || r->inputs.size() != 2 || !b.has_output(*r, 0)) return;
+  const int k = r->inputs[0] == in ? 1 : (r->inputs[1] == in ? 0 : -1);
+  if (k < 0 || r->inputs[static_cast<std::size_t>(k)] == in) return;
+  const std::string& other = r->inputs[static_cast<std::size_t>(k)];
+  const std::string& out = r->outputs[0];
+  if (b.graph.constant(other) || !b.lowered(other) || b.is_wide(out) || b.is_wide(other)) return;
+  const ValueInfo* ov = b.graph.value(out);
+  const ValueInfo* iv = b.graph.value(in);
+  const ValueInfo* rv = b.graph.value(other);
+  if (!ov || !iv || !rv || rv->shape != ov->shape || iv->shape != ov->shape || !float_type(ov->dtype)) return;
+  const DType t = b.stored(out, ov->dtype);
+  if (t != b.stored(name, b.graph.value(name)->dtype)) return;
+  const int rs = b.input_any(*r, static_cast<std::size_t>(k));
+  const TensorSlot& rslot = b.slot(rs);
+  if (rslot.dtype != t || rslot.numel() != shape_numel(shape)) return;
+  if (view) {
+    // The residual must lie as [N, H, W, C] too, and the sum is written channels-last.
+    if (!rslot.nhwc || b.is_graph_output(out) || b.is_graph_output(in)) return;
+  } else {
+    if (rslot.nhwc || ov->shape != shape || !writable(b, out, shape)) return;
+  }
+  p->view = view;
+  p->residual = r;
+  p->residual_slot = rs;
+  p->last = r;
+}
+
 // The bias Add (and Gelu) after product node n, whose output has `shape` with `cols` columns.
-bool plan_epilogue(const Builder& b, const Node& n, const Shape& shape, int64_t cols, EpiloguePlan* p) {
+bool plan_epilogue(Builder& b, const Node& n, const Shape& shape, int64_t cols, EpiloguePlan* p) {
   if (!b.has_output(n, 0) || !gemm_epilogue_on()) return false;
   const std::string& out = n.outputs[0];
   const Node* add = only_reader(b, out);
@@ -149,13 +211,15 @@ bool plan_epilogue(const Builder& b, const Node& n, const Shape& shape, int64_t 
   p->add = add;
   p->last = add;
   plan_gelu(b, add->outputs[0], shape, p);
+  if (!p->gelu) plan_residual(b, add->outputs[0], shape, p);
   return true;
 }
 
 // Product c of a and w with the planned epilogue as one cuBLASLt step.
 void lower_with_epilogue(Builder& b, const Node& n, int a, int w, const GemmCall& c, const EpiloguePlan& p) {
-  const int y = b.output(*p.last, 0);
+  const int y = b.output(*p.last, 0, p.view != nullptr);
   if (b.slot(y).numel() != c.batch * c.m * c.n) b.fail(n, "output ", shape_str(b.slot(y).shape), " does not match the product");
+  if (p.view && !b.is_nhwc(y)) b.fail(n, "the residual sum after the channels-last view is not channels-last");
   LtGemmSpec s;
   s.m = c.m;
   s.n = c.n;
@@ -175,9 +239,14 @@ void lower_with_epilogue(Builder& b, const Node& n, int a, int w, const GemmCall
   Tensor bias = Tensor::from(DType::F32, {c.n}, p.bias);
   if (s.y != DType::F32) bias = b.to_compute(bias);
   const int bs = b.constant((p.add ? p.add->name : n.name) + " (bias, " + dtype_name(s.y) + ")", bias);
-  b.add(make_lt_gemm_step(n.name, s, a, w, bs, y), {a, w, bs, y}, n.op + (p.gelu ? "+Bias+Gelu" : "+Bias"));
+  std::vector<int> uses = {a, w, bs, y};
+  if (p.residual) uses.push_back(p.residual_slot);
+  b.add(make_lt_gemm_step(n.name, s, a, w, bs, y, p.residual ? p.residual_slot : -1), uses,
+        n.op + (p.gelu ? "+Bias+Gelu" : p.residual ? "+Bias+Residual" : "+Bias"));
   if (p.add) b.skip(*p.add);
   if (p.gelu) b.skip(*p.gelu);
+  if (p.view) b.skip(*p.view);
+  if (p.residual) b.skip(*p.residual);
 }
 
 void check_float(const Builder& b, const Node& n, int slot) {
@@ -214,6 +283,7 @@ void lower_gemm_op(Builder& b, const Node& n) {
       for (auto& v : plan.bias) v *= beta;
       plan.last = &n;
       plan_gelu(b, n.outputs[0], ys, &plan);
+      if (!plan.gelu) plan_residual(b, n.outputs[0], ys, &plan);
       return lower_with_epilogue(b, n, a, w, c, plan);
     }
   }
