@@ -81,6 +81,10 @@ Autotune autotune_for_job(const std::string& mode, int64_t samples, int ranks, i
   return batches >= kAutotuneFullBatches ? Autotune::Full : Autotune::Off;
 }
 
+Autotune product_autotune_for_job(const std::string& mode, Autotune convolutions) {
+  return mode == "auto" && convolutions == Autotune::Off ? Autotune::Quick : convolutions;
+}
+
 JobPlan plan_job(const JobConfig& job, int rank) {
   JobPlan p;
   p.model = job.model;
@@ -114,6 +118,7 @@ JobPlan plan_job(const JobConfig& job, int rank) {
   // auto: full until the run knows its length (RunContext::build, autotune_for_job); `sluice profile`
   // and `sluice check` measure the steady state, which is what full chooses for.
   p.engine.autotune = autotune_from_name(job.autotune == "auto" ? "full" : job.autotune);
+  p.engine.product_autotune = p.engine.autotune;
 
   p.pipeline.prefetch = job.prefetch;
   p.pipeline.egress_buffers = job.egress_buffers;

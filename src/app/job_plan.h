@@ -64,6 +64,10 @@ JobPlan plan_job(const JobConfig& job, int rank = 0);
 // Full when each rank has at least kAutotuneFullBatches batches to run, else off.  Other modes as named.
 constexpr int64_t kAutotuneFullBatches = 2000;
 Autotune autotune_for_job(const std::string& mode, int64_t samples, int ranks, int64_t batch_size);
+// The cuBLASLt products' level for the convolutions' `convolutions`: as the convolutions', but quick
+// where auto turned the convolutions off (timing a product's candidates costs milliseconds; their
+// first choice ran CLIP ViT-B/16 3 % and ViT-B/16 4 % slower than full's on the H200, 2026-12-02).
+Autotune product_autotune_for_job(const std::string& mode, Autotune convolutions);
 
 // The backend for --device auto | cpu | cuda: InputError when cuda is asked for and absent.
 std::string choose_backend(const std::string& device);

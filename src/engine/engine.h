@@ -37,6 +37,10 @@ struct EngineOptions {
   bool cuda_graphs = true;     // capture forward() once per set and replay it
   bool deterministic = false;  // skip nondeterministic algorithms
   Autotune autotune = Autotune::Quick;   // cuda engine: how uncached convolution algorithms are chosen
+  // cuda engine: the same for the cuBLASLt products.  Timing a product's candidates costs
+  // milliseconds (all 72 of CLIP's in 2.2 s with the whole build), so --autotune auto keeps them at
+  // least quick where it leaves the convolutions to cuDNN's first choice (app/job_plan.h).
+  Autotune product_autotune = Autotune::Quick;
   int threads = 0;             // cpu engine: compute threads (0: all cores)
 };
 

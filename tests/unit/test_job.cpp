@@ -218,3 +218,12 @@ TEST(JobPlan, AutotuneAutoTimesTheConvolutionsOnlyForRunsLongEnoughToPayForIt) {
   EXPECT_EQ(autotune_for_job("quick", 1 << 30, 1, 64), Autotune::Quick);
   EXPECT_EQ(autotune_for_job("off", 1 << 30, 1, 64), Autotune::Off);
 }
+
+TEST(JobPlan, AutotuneAutoStillTimesTheProductsWhereItLeavesTheConvolutionsToCudnn) {
+  // A short run: convolutions off, products quick.
+  EXPECT_EQ(product_autotune_for_job("auto", autotune_for_job("auto", 8000, 1, 64)), Autotune::Quick);
+  EXPECT_EQ(product_autotune_for_job("auto", autotune_for_job("auto", kAutotuneFullBatches * 64, 1, 64)), Autotune::Full);
+  // A named mode holds for both.
+  for (Autotune a : {Autotune::Off, Autotune::Quick, Autotune::Full})
+    EXPECT_EQ(product_autotune_for_job(autotune_name(a), a), a) << autotune_name(a);
+}

@@ -5,14 +5,16 @@
 
 namespace sluice::cuda {
 
-TuneLevel tune_level(const Context& ctx, double flops) {
-  switch (ctx.autotune) {
+TuneLevel tune_level(const Context& ctx, Autotune autotune, double flops) {
+  switch (autotune) {
     case Autotune::Full: return TuneLevel::Full;
     case Autotune::Off: return TuneLevel::Heuristic;
     case Autotune::Quick: break;
   }
   return flops > 0 && flops <= ctx.negligible_flops ? TuneLevel::Heuristic : TuneLevel::Quick;
 }
+
+TuneLevel tune_level(const Context& ctx, double flops) { return tune_level(ctx, ctx.autotune, flops); }
 
 float time_candidate(cudaStream_t s, TuneLevel level, const std::function<void()>& f) {
   const bool full = level == TuneLevel::Full;

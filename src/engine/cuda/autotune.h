@@ -26,6 +26,7 @@
 #include <functional>
 
 #include "engine/algo_cache.h"
+#include "engine/engine.h"
 
 namespace sluice::cuda {
 
@@ -37,8 +38,10 @@ constexpr int kQuickCandidates = 3;
 // by the heuristics alone.
 constexpr double kNegligibleShare = 0.01;
 
-// How thoroughly a layer of `flops` FLOPs (0: unknown) is measured at this start.
-TuneLevel tune_level(const Context& ctx, double flops);
+// How thoroughly a layer of `flops` FLOPs (0: unknown) is measured at this start under `autotune`
+// (a convolution: ctx.autotune; a cuBLASLt product: ctx.product_autotune).
+TuneLevel tune_level(const Context& ctx, Autotune autotune, double flops);
+TuneLevel tune_level(const Context& ctx, double flops);   // a convolution's: under ctx.autotune
 
 // Median time of f() in ms over `level`'s repetitions (full: 2 warm-ups and 5 timed runs, quick: 1
 // and 3), on stream s with CUDA events.

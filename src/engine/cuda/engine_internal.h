@@ -68,6 +68,7 @@ struct Context {
   // How uncached choices are made (engine/cuda/autotune.h); under quick, layers of at most
   // negligible_flops FLOPs take cuDNN's first choice untimed (-1: none).
   Autotune autotune = Autotune::Quick;
+  Autotune product_autotune = Autotune::Quick;   // the cuBLASLt products' (EngineOptions)
   double negligible_flops = -1;
   AlgoCache* cache = nullptr;
   std::string cache_prefix;   // GPU, cuDNN version and precision: the part of every cache key they share

@@ -218,7 +218,7 @@ class LtGemmStep final : public Step {
     const TuneLevel level = !cached           ? TuneLevel::Heuristic
                             : mode == "quick" ? TuneLevel::Quick
                             : mode == "full"  ? TuneLevel::Full
-                                              : tune_level(ctx, flops);
+                                              : tune_level(ctx, ctx.product_autotune, flops);
     const std::string key = str(ctx.cache_prefix, "|gemm cublaslt ", cublasLtGetVersion(), "|", s_.m, "x", s_.n, "x", s_.k,
                                 s_.trans_a ? " ta" : "", s_.trans_b ? " tb" : "", "|batch ", s_.batch, " ", s_.stride_a, " ",
                                 s_.stride_b, " ", s_.stride_y, "|", dtype_name(s_.ab), ">", dtype_name(s_.y), "|ep ",
