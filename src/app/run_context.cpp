@@ -262,7 +262,7 @@ void RunContext::build() {
     eo.autotune = autotune_for_job(job_.autotune, chunking_.total, mpi_.world_size(), job_.batch_size);
     eo.product_autotune = product_autotune_for_job(job_.autotune, eo.autotune);
     if (job_.autotune == "auto" && mpi_.rank() == 0)
-      log_info("--autotune auto: ", autotune_name(eo.autotune), ", products ", autotune_name(eo.product_autotune), " (",
+      log_info("--autotune auto: ", autotune_name(eo.autotune), ", products ", autotune_name(*eo.product_autotune), " (",
                chunking_.total, " samples over ", mpi_.world_size(), " rank(s) at batch ", job_.batch_size, "; full from ",
                kAutotuneFullBatches, " batches a rank)");
 #ifdef SLUICE_HAVE_CUDA

@@ -8,6 +8,7 @@
 // forward() only enqueues work (it may replay a captured CUDA graph per set); on the CPU engine the
 // buffers are host memory and forward() runs to completion.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,8 +40,9 @@ struct EngineOptions {
   Autotune autotune = Autotune::Quick;   // cuda engine: how uncached convolution algorithms are chosen
   // cuda engine: the same for the cuBLASLt products.  Timing a product's candidates costs
   // milliseconds (all 72 of CLIP's in 2.2 s with the whole build), so --autotune auto keeps them at
-  // least quick where it leaves the convolutions to cuDNN's first choice (app/job_plan.h).
-  Autotune product_autotune = Autotune::Quick;
+  // least quick where it leaves the convolutions to cuDNN's first choice (app/job_plan.h).  Unset:
+  // as `autotune`.
+  std::optional<Autotune> product_autotune;
   int threads = 0;             // cpu engine: compute threads (0: all cores)
 };
 

@@ -136,7 +136,7 @@ class CudaEngine final : public Engine {
     ctx_.compute = b.compute;
     ctx_.deterministic = options.deterministic;
     ctx_.autotune = options.autotune;
-    ctx_.product_autotune = options.product_autotune;
+    ctx_.product_autotune = options.product_autotune.value_or(options.autotune);
     {
       // Quick autotuning leaves the smallest layers to cuDNN's heuristics (autotune.h): every step's
       // FLOPs count in the total, so the share is of the whole forward pass.
