@@ -133,4 +133,9 @@ std::vector<std::string> step_kinds(const Graph& g, Precision p) {
   return kinds;
 }
 
+std::vector<std::string> step_kinds_with(const Graph& g, Precision p, const char* name, const char* value) {
+  ScopedEnv env(name, value);
+  return step_kinds(g, p);
+}
+
 }  // namespace sluice::gputest

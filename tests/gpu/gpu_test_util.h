@@ -111,5 +111,8 @@ float round_to(Precision p, float v);
 
 // The kind of each step the CUDA builder makes of g at precision p, in order (no device needed).
 std::vector<std::string> step_kinds(const Graph& g, Precision p);
+// The same with the environment variable `name` set to `value` while the builder runs (an engine
+// switch read at each step's preparation).
+std::vector<std::string> step_kinds_with(const Graph& g, Precision p, const char* name, const char* value);
 
 }  // namespace sluice::gputest

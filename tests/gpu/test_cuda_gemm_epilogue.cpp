@@ -280,11 +280,7 @@ TEST(GemmEpilogueFusion, TheZoosVisionTransformersFuseEveryProjectionsBiasAndThe
     SCOPED_TRACE(name);
     const Graph g = zoo_model(name);
     const auto on = step_kinds(g, Precision::BF16);
-    std::vector<std::string> off;
-    {
-      ScopedEnv separate("SLUICE_CUDA_GEMM_EPILOGUE", "0");
-      off = step_kinds(g, Precision::BF16);
-    }
+    const auto off = step_kinds_with(g, Precision::BF16, "SLUICE_CUDA_GEMM_EPILOGUE", "0");
     const int gelu_fused = count(on, "MatMul+Bias+Gelu") + count(on, "Gemm+Bias+Gelu");
     const int bias_fused = count(on, "MatMul+Bias") + count(on, "Gemm+Bias");
     std::printf("[ epilogue ] %s: %d products with bias and GELU, %d with bias, %d products left; %d steps (%d separate)\n",

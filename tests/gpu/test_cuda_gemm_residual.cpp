@@ -176,11 +176,7 @@ TEST(GemmResidual, TheZoosConvNeXtsTakeEveryBlocksResidualIntoFc2) {
     SCOPED_TRACE(name);
     const Graph g = zoo_model(name);
     const auto on = step_kinds(g, Precision::BF16);
-    std::vector<std::string> off;
-    {
-      ScopedEnv separate("SLUICE_CUDA_GEMM_RESIDUAL", "0");
-      off = step_kinds(g, Precision::BF16);
-    }
+    const auto off = step_kinds_with(g, Precision::BF16, "SLUICE_CUDA_GEMM_RESIDUAL", "0");
     const int fused = count(on, "MatMul+Bias+Residual") + count(on, "Gemm+Bias+Residual");
     std::printf("[ residual ] %s: %d products with their residual; Adds %d (%d without); %d steps (%d)\n", name.c_str(), fused,
                 count(on, "Add"), count(off, "Add"), static_cast<int>(on.size()), static_cast<int>(off.size()));

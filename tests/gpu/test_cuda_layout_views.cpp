@@ -59,11 +59,7 @@ TEST(LayoutViewLowering, TheBlocksTransposesAreViewsOfTheChannelsLastTensors) {
   EXPECT_EQ(count(on, "Transpose"), 0);
   // The one layout change left is the NCHW graph output's.
   EXPECT_LE(count(on, "Layout"), 1);
-  std::vector<std::string> off;
-  {
-    ScopedEnv copies("SLUICE_CUDA_LAYOUT_VIEWS", "0");
-    off = step_kinds(g, Precision::BF16);
-  }
+  const auto off = step_kinds_with(g, Precision::BF16, "SLUICE_CUDA_LAYOUT_VIEWS", "0");
   EXPECT_EQ(count(off, "Transpose"), 2);
   EXPECT_GE(count(off, "Layout"), 2);
   // fp32 stays NCHW: the Transposes copy.
