@@ -115,6 +115,18 @@ void space_to_batch(std::size_t elem_size, const void* x, void* xb, const Atrous
 // Batch to space; the padded positions are dropped.
 void batch_to_space(std::size_t elem_size, const void* yb, void* y, const AtrousShape& shape, cudaStream_t s);
 
+// Space to depth with zero padding, in one pass: x [n, c, h, w] (NCHW) padded by pad_top rows and
+// pad_left columns (and zeros past h and w), cut into s x s blocks; output channel (ci * s + i) * s + j
+// of block (u, v) is x[ci][u * s + i - pad_top][v * s + j - pad_left], the order of the strided stem's
+// Reshape [n, c, oh, s, ow, s] + Transpose (0, 1, 3, 5, 2, 4) + Reshape [n, c * s * s, oh, ow]
+// (model/fuse_patches.cpp).  y is [n, oh, ow, c * s * s] when nhwc, else [n, c * s * s, oh, ow].
+struct SpaceToDepthShape {
+  int64_t n = 0, c = 0, h = 0, w = 0;
+  int64_t s = 1, pad_top = 0, pad_left = 0, oh = 0, ow = 0;
+  bool nhwc = false;
+};
+void space_to_depth(std::size_t elem_size, const void* x, void* y, const SpaceToDepthShape& shape, cudaStream_t s);
+
 enum class PadMode : int { Constant = 0, Reflect, Edge, Wrap };
 struct PadShape {
   int rank = 0;

@@ -168,6 +168,41 @@ __global__ void pad_kernel(const U* x, U* y, int64_t n, PadShape s, U value) {
   }
 }
 
+// ---- space to depth with zero padding (the strided stem's input) -----------------------------------
+
+struct S2D32 {
+  FastDiv c2, ow, oh, ss, s;
+  int32_t c = 0, h = 0, w = 0, step = 1, pad_top = 0, pad_left = 0;
+};
+
+// One thread per output element, in the output's memory order (so the writes are coalesced); the
+// reads of neighbouring threads fall in the same few input rows, which L1 serves.
+template <typename U>
+__global__ void space_to_depth_kernel(const U* __restrict__ x, U* __restrict__ y, uint32_t total, S2D32 d, bool nhwc) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    uint32_t rem = i, ch, u, v;
+    if (nhwc) {
+      rem = d.c2.divmod(rem, &ch);
+      rem = d.ow.divmod(rem, &v);
+      rem = d.oh.divmod(rem, &u);
+    } else {
+      rem = d.ow.divmod(rem, &v);
+      rem = d.oh.divmod(rem, &u);
+      rem = d.c2.divmod(rem, &ch);
+    }
+    const uint32_t n = rem;
+    uint32_t ij, j;
+    const uint32_t ci = d.ss.divmod(ch, &ij);
+    const uint32_t bi = d.s.divmod(ij, &j);
+    const int32_t r = static_cast<int32_t>(u) * d.step + static_cast<int32_t>(bi) - d.pad_top;
+    const int32_t col = static_cast<int32_t>(v) * d.step + static_cast<int32_t>(j) - d.pad_left;
+    U val = U(0);
+    if (r >= 0 && r < d.h && col >= 0 && col < d.w)
+      val = x[((static_cast<size_t>(n) * d.c + ci) * d.h + r) * d.w + col];
+    y[i] = val;
+  }
+}
+
 // ---- Atrous convolution by space-to-batch ---------------------------------------------------------
 
 // Sizes in units of U: for channels-last tensors c counts vectors of several channels.
@@ -347,6 +382,31 @@ void pad(std::size_t elem_size, const void* x, void* y, const PadShape& shape, c
     using U = decltype(tag);
     pad_kernel<U><<<grid_for(n), kThreads, 0, s>>>(static_cast<const U*>(x), static_cast<U*>(y), n, shape,
                                                    static_cast<U>(shape.value_bits));
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void space_to_depth(std::size_t elem_size, const void* x, void* y, const SpaceToDepthShape& sh, cudaStream_t st) {
+  const int64_t c2 = sh.c * sh.s * sh.s, total = sh.n * c2 * sh.oh * sh.ow;
+  if (total <= 0) return;
+  SLUICE_CHECK(fits_int32(total) && fits_int32(sh.n * sh.c * sh.h * sh.w) && fits_int32(sh.oh * sh.s + sh.h),
+               "space to depth: ", total, " elements exceed the kernel's 32-bit indices");
+  S2D32 d;
+  d.c2 = FastDiv(c2);
+  d.ow = FastDiv(sh.ow);
+  d.oh = FastDiv(sh.oh);
+  d.ss = FastDiv(sh.s * sh.s);
+  d.s = FastDiv(sh.s);
+  d.c = static_cast<int32_t>(sh.c);
+  d.h = static_cast<int32_t>(sh.h);
+  d.w = static_cast<int32_t>(sh.w);
+  d.step = static_cast<int32_t>(sh.s);
+  d.pad_top = static_cast<int32_t>(sh.pad_top);
+  d.pad_left = static_cast<int32_t>(sh.pad_left);
+  dispatch_size(elem_size, [&](auto tag) {
+    using U = decltype(tag);
+    space_to_depth_kernel<U><<<waves_grid(total), kThreads, 0, st>>>(static_cast<const U*>(x), static_cast<U*>(y),
+                                                                      static_cast<uint32_t>(total), d, sh.nhwc);
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -292,7 +292,80 @@ void lower_gather(Builder& b, const Node& n) {
   add_blocks(b, n, blocks, {x, y});
 }
 
+// SLUICE_CUDA_SPACE_TO_DEPTH=0 lowers the strided stem's chain node by node (to measure it).
+bool space_to_depth_on() {
+  const char* v = std::getenv("SLUICE_CUDA_SPACE_TO_DEPTH");
+  const std::string s = v ? v : "";
+  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_SPACE_TO_DEPTH must be 0 or 1, not '", s, "'"));
+  return s != "0";
+}
+
+// The strided stem's input (model/fuse_patches.cpp): Pad (zeros, on H and W only) -> Reshape
+// [N, C, H'/s, s, W'/s, s] -> Transpose (0, 1, 3, 5, 2, 4) -> Reshape [N, C s s, H'/s, W'/s], as one
+// step that writes the last Reshape's tensor, channels-last where only convolutions read it (so no
+// layout change follows).  Node by node, the Pad and the 6-D Transpose ran at 7-9 % of the copy
+// rate and a layout change came after them.  Returns false, lowering nothing, for any other chain.
+bool lower_space_to_depth(Builder& b, const Node& n) {
+  if (!space_to_depth_on() || n.inputs.empty() || !b.has_output(n, 0)) return false;
+  auto sole = [&](const std::string& name, const char* op) -> const Node* {
+    if (b.is_graph_output(name)) return nullptr;
+    const auto r = b.consumers(name);
+    if (r.size() != 1 || !r[0]->domain.empty() || r[0]->op != op || r[0]->outputs.empty() || r[0]->input(0) != name) return nullptr;
+    return r[0];
+  };
+  const Node* cut = sole(n.outputs[0], "Reshape");
+  const Node* move = cut ? sole(cut->outputs[0], "Transpose") : nullptr;
+  const Node* depth = move ? sole(move->outputs[0], "Reshape") : nullptr;
+  if (!depth || b.is_graph_output(depth->outputs[0])) return false;
+  if (n.get_string("mode", "constant") != "constant" || b.has_input(n, 3)) return false;
+  if (b.has_input(n, 2)) {
+    const Tensor* v = b.const_input(n, 2);
+    if (!v || (v->numel() > 0 && v->as_float().at(0) != 0.0f)) return false;
+  }
+  const ValueInfo* xv = b.graph.value(n.input(0));
+  if (!xv || xv->shape.size() != 4 || b.graph.constant(n.input(0))) return false;
+  if (xv->dtype != DType::F32 && xv->dtype != DType::F16 && xv->dtype != DType::BF16) return false;
+  const Tensor* pt = b.const_input(n, 1);
+  if (!pt || pt->numel() != 8) return false;
+  const std::vector<int64_t> pads = b.const_ints(n, 1, "pads");
+  if (pads[0] != 0 || pads[1] != 0 || pads[4] != 0 || pads[5] != 0) return false;
+  for (const int64_t p : pads)
+    if (p < 0) return false;
+  const Shape& x = xv->shape;
+  const int64_t hp = x[2] + pads[2] + pads[6], wp = x[3] + pads[3] + pads[7];
+  const Shape cs = b.value(cut->outputs[0]).shape, ds = b.value(depth->outputs[0]).shape;
+  if (cs.size() != 6 || ds.size() != 4) return false;
+  const int64_t s = cs[3];
+  if (s < 1 || cs[5] != s || hp % s != 0 || wp % s != 0) return false;
+  if (cs != Shape{x[0], x[1], hp / s, s, wp / s, s} || ds != Shape{x[0], x[1] * s * s, hp / s, wp / s}) return false;
+  if (move->get_ints("perm") != std::vector<int64_t>{0, 1, 3, 5, 2, 4}) return false;
+  const bool convs = b.consumers_want_nhwc(depth->outputs[0]);
+  const int xi = b.input(n, 0);
+  if (b.slot(xi).dtype != b.stored(depth->outputs[0], b.value(depth->outputs[0]).dtype)) return false;
+  const int y = b.output(*depth, 0, convs);
+  SpaceToDepthShape sh;
+  sh.n = x[0];
+  sh.c = x[1];
+  sh.h = x[2];
+  sh.w = x[3];
+  sh.s = s;
+  sh.pad_top = pads[2];
+  sh.pad_left = pads[3];
+  sh.oh = hp / s;
+  sh.ow = wp / s;
+  sh.nhwc = b.slot(y).nhwc;
+  const std::size_t es = dtype_size(b.slot(xi).dtype);
+  b.add(n.name + " + " + depth->name, {xi, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
+    space_to_depth(es, bd.at(xi), bd.at(y), sh, st);
+  }, "SpaceToDepth");
+  b.skip(*cut);
+  b.skip(*move);
+  b.skip(*depth);
+  return true;
+}
+
 void lower_pad(Builder& b, const Node& n) {
+  if (lower_space_to_depth(b, n)) return;
   const int x = b.input(n, 0);
   const int y = b.output(n, 0);
   const Shape xs = b.slot(x).shape, ys = b.slot(y).shape;
