@@ -10,8 +10,11 @@
 // follows the views back from each operand (and forward from the output) to the tensor behind them,
 // rewrites the node to read (write) that tensor with the view's strides, and leaves the view nodes
 // to eliminate_dead_nodes.  Where a tensor behind the views does not carry the batch on its axis 0
-// the way the operand does (torchvision's sequence-first [S, B, 3E], a batch merged with other
-// axes), a nearer tensor on the chain is tried, and the operand is left as it is when none fits.
+// the way the operand does (a batch merged with other axes; torchvision's sequence-first
+// [S, B, 3E] unless push_transposes, which runs before, has made it [B, S, 3E]), a nearer tensor on
+// the chain is tried, and the operand is left as it is when none fits.  On the way an axis may merge
+// axes that are not neighbours in memory ([S, B x H, D] of [S, B, 3E]): it is kept as factors, each
+// with its stride, until a view takes them apart again.
 // Biases that do not repeat per head (Swin's shift mask, [nW x H] matrices) are views like any
 // other: matrix n * H + h still adds bias matrix (n * H + h) mod P.  cuDNN takes the strided form
 // only with a [1, H, S, S_kv] bias; the engine's own window kernel and the GEMMs take any period.
