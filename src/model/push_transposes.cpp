@@ -174,9 +174,10 @@ bool is_attention(const Graph& g, const Node& n) {
   return true;
 }
 
-// Whether every read of `name` goes through view ops to sluice.Attention's q, k or v.
+// Whether every read of `name` goes through view ops to sluice.Attention's q, k or v, at most 10
+// of them on each path (attention_layout follows 12 from an operand back, the moved Transpose one).
 bool read_as_attention_operands(Graph& g, const std::string& name, int depth = 0) {
-  if (depth > 16 || is_graph_output(g, name)) return false;
+  if (depth > 10 || is_graph_output(g, name)) return false;
   const std::vector<Node*> readers = readers_of(g, name);
   if (readers.empty()) return false;
   for (Node* r : readers) {
@@ -194,11 +195,12 @@ bool read_as_attention_operands(Graph& g, const std::string& name, int depth = 0
   return true;
 }
 
-// Whether `name` is sluice.Attention's output seen through Transpose and Reshape nodes that only
-// this path reads.
+// Whether `name` is sluice.Attention's output seen through at most two Transpose and Reshape nodes
+// that only this path reads (attention_layout absorbs four after the output: those, and the hoisted
+// Transpose with its Reshape).
 bool made_of_attention_output(Graph& g, const std::string& name) {
   std::string cur = name;
-  for (int guard = 0; guard < 8; ++guard) {
+  for (int guard = 0; guard < 3; ++guard) {
     const Node* p = producer_of(g, cur);
     if (!p) return false;
     if (is_attention(g, *p)) return p->outputs[0] == cur && single_use(g, cur);
