@@ -10,8 +10,11 @@
 // follows the views back from each operand (and forward from the output) to the tensor behind them,
 // rewrites the node to read (write) that tensor with the view's strides, and leaves the view nodes
 // to eliminate_dead_nodes.  Where a tensor behind the views does not carry the batch on its axis 0
-// the way the operand does (torchvision's sequence-first [S, B, 3E], a batch merged with other
-// axes), a nearer tensor on the chain is tried, and the operand is left as it is when none fits.
+// the way the operand does (a batch merged with other axes; torchvision's sequence-first
+// [S, B, 3E] unless push_transposes, which runs before, has made it [B, S, 3E]), a nearer tensor on
+// the chain is tried, and the operand is left as it is when none fits.  On the way an axis may merge
+// axes that are not neighbours in memory ([S, B x H, D] of [S, B, 3E]): it is kept as factors, each
+// with its stride, until a view takes them apart again.
 // Biases that do not repeat per head (Swin's shift mask, [nW x H] matrices) are views like any
 // other: matrix n * H + h still adds bias matrix (n * H + h) mod P.  cuDNN takes the strided form
 // only with a [1, H, S, S_kv] bias; the engine's own window kernel and the GEMMs take any period.
@@ -51,6 +54,75 @@ Strides contiguous(const Shape& s) {
   Strides st(s.size(), 1);
   for (std::size_t i = s.size(); i-- > 1;) st[i - 1] = st[i] * s[i];
   return st;
+}
+
+// The views from a tensor to an attention operand, one op at a time, hold each axis as factors
+// (outer to inner, a size and a stride each): an axis that merges axes which are not neighbours in
+// memory has no one stride, yet a later view may take them apart again.  Torchvision's
+// sequence-first attention at a batch N > 1 has such an axis: q [S, N, E] -> Reshape [S, N x H, D]
+// (the batch and the heads, E apart and D apart) -> Transpose -> Reshape [N, H, S, D].
+struct Factor {
+  int64_t size = 1, stride = 1;
+};
+using Axis = std::vector<Factor>;
+
+struct FineView {
+  std::string src;
+  int64_t offset = 0;
+  Shape shape;
+  std::vector<Axis> axes;
+};
+
+// The factors of `axes` in order: those of size 1 left out, neighbours contiguous with each other merged.
+std::vector<Factor> factors(const std::vector<Axis>& axes) {
+  std::vector<Factor> f;
+  for (const Axis& a : axes)
+    for (const Factor& x : a) {
+      if (x.size == 1) continue;
+      if (!f.empty() && f.back().stride == x.stride * x.size) {
+        f.back().size *= x.size;
+        f.back().stride = x.stride;
+      } else {
+        f.push_back(x);
+      }
+    }
+  return f;
+}
+
+// `out`'s axes as consecutive groups of the factors `f`, a factor split where an axis ends inside
+// it; false when they do not regroup so (the reshape is no view).
+bool regroup(std::vector<Factor> f, const Shape& out, std::vector<Axis>& res) {
+  res.assign(out.size(), {});
+  std::size_t j = 0;
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    if (out[k] <= 0) return false;
+    int64_t have = 1;
+    while (have < out[k]) {
+      const int64_t need = out[k] / have;
+      if (j >= f.size() || out[k] % have != 0) return false;
+      Factor& x = f[j];
+      if (x.size <= need) {
+        if (need % x.size != 0) return false;
+        res[k].push_back(x);
+        have *= x.size;
+        ++j;
+      } else {
+        if (x.size % need != 0) return false;
+        res[k].push_back({need, x.stride * (x.size / need)});
+        x = {x.size / need, x.stride};
+        have *= need;
+      }
+    }
+  }
+  return j == f.size();
+}
+
+// The one stride of an axis (1 for an axis of one element), or false when its factors have none.
+bool axis_stride(const Axis& a, int64_t& st) {
+  const std::vector<Factor> f = factors({a});
+  if (f.size() > 1) return false;
+  st = f.empty() ? 1 : f[0].stride;
+  return true;
 }
 
 // The strides that give `out` the same elements, in the same order, as `in` with strides `st`, if
@@ -123,11 +195,12 @@ class LayoutPass {
     return t->as_int64();
   }
   // One view op applied to the view of its input: the view of its output `out`, or nothing.
-  std::optional<View> step(const Node& n, const View& in, const std::string& out) const;
+  std::optional<FineView> step(const Node& n, const FineView& in, const std::string& out) const;
   // The chain of tensors behind `name` through view ops, nearest first, `name` itself included.
   std::vector<std::string> chain(const std::string& name) const;
-  // `name` as a view of `src` (a tensor on its chain).
+  // `name` as a view of `src` (a tensor on its chain): every axis with one stride.
   std::optional<View> view_of(const std::string& name, const std::string& src) const;
+  std::optional<FineView> fine_view_of(const std::string& name, const std::string& src) const;
   // The view of an attention operand [N, H, rows, cols] over `v.src` as offset, head stride and row
   // stride inside one sample, if it is one that the engines read.
   bool fits(const View& v, const std::string& operand, bool transposed, std::vector<int64_t>& out) const;
@@ -153,11 +226,11 @@ class LayoutPass {
   std::unordered_set<const Node*> removed_;
 };
 
-std::optional<View> LayoutPass::step(const Node& n, const View& in, const std::string& out) const {
+std::optional<FineView> LayoutPass::step(const Node& n, const FineView& in, const std::string& out) const {
   const Shape* os = shape(out);
   if (!os || !n.domain.empty()) return std::nullopt;
   const int64_t r = static_cast<int64_t>(in.shape.size());
-  View v{in.src, in.offset, *os, {}};
+  FineView v{in.src, in.offset, *os, {}};
   if (n.op == "Transpose") {
     std::vector<int64_t> perm = n.get_ints("perm");
     if (perm.empty())
@@ -165,11 +238,11 @@ std::optional<View> LayoutPass::step(const Node& n, const View& in, const std::s
     if (static_cast<int64_t>(perm.size()) != r) return std::nullopt;
     for (int64_t p : perm) {
       if (p < 0 || p >= r) return std::nullopt;
-      v.strides.push_back(in.strides[static_cast<std::size_t>(p)]);
+      v.axes.push_back(in.axes[static_cast<std::size_t>(p)]);
     }
   } else if (n.op == "Reshape" || n.op == "Squeeze" || n.op == "Unsqueeze" || n.op == "Flatten") {
     // All of them keep the elements in order: a regrouping of the axes.
-    if (!reshape_strides(in.shape, in.strides, *os, v.strides)) return std::nullopt;
+    if (!regroup(factors(in.axes), *os, v.axes)) return std::nullopt;
   } else if (n.op == "Split" || n.op == "Slice" || n.op == "Gather") {
     int64_t axis = 0, start = 0, step = 1;
     if (n.op == "Split") {
@@ -182,7 +255,6 @@ std::optional<View> LayoutPass::step(const Node& n, const View& in, const std::s
         if (!s || static_cast<int64_t>(s->size()) != r) return std::nullopt;
         start += (*s)[static_cast<std::size_t>(axis)];
       }
-      v.strides = in.strides;
     } else if (n.op == "Slice") {
       // One sliced axis with a positive step (the exporters' q/k/v selection); the output's shape
       // gives the count.
@@ -198,8 +270,6 @@ std::optional<View> LayoutPass::step(const Node& n, const View& in, const std::s
       const int64_t dim = in.shape[static_cast<std::size_t>(axis)];
       start = (*starts)[0] < 0 ? (*starts)[0] + dim : (*starts)[0];
       start = std::max<int64_t>(0, std::min(start, dim));
-      v.strides = in.strides;
-      v.strides[static_cast<std::size_t>(axis)] *= step;
     } else {   // Gather of one constant index
       axis = n.get_int("axis", 0);
       if (axis < 0) axis += r;
@@ -210,11 +280,20 @@ std::optional<View> LayoutPass::step(const Node& n, const View& in, const std::s
       const int64_t dim = in.shape[static_cast<std::size_t>(axis)];
       start = (*iv)[0] < 0 ? (*iv)[0] + dim : (*iv)[0];
       if (start < 0 || start >= dim) return std::nullopt;
-      v.strides = in.strides;
-      if (idx->shape.empty()) v.strides.erase(v.strides.begin() + axis);
     }
-    if (v.strides.size() != os->size()) return std::nullopt;
-    v.offset += start * in.strides[static_cast<std::size_t>(axis)];
+    // The axis taken apart needs one stride; a Gather of a scalar index drops it.
+    const std::size_t ax = static_cast<std::size_t>(axis);
+    int64_t st = 1;
+    if (!axis_stride(in.axes[ax], st)) return std::nullopt;
+    v.axes = in.axes;
+    if (n.op == "Gather" && g_.constant(n.input(1))->shape.empty()) {
+      v.axes.erase(v.axes.begin() + axis);
+    } else {
+      if (os->size() != in.axes.size()) return std::nullopt;
+      v.axes[ax] = {Factor{(*os)[ax], st * step}};
+    }
+    if (v.axes.size() != os->size()) return std::nullopt;
+    v.offset += start * st;
   } else {
     return std::nullopt;
   }
@@ -233,15 +312,32 @@ std::vector<std::string> LayoutPass::chain(const std::string& name) const {
   return c;
 }
 
-std::optional<View> LayoutPass::view_of(const std::string& name, const std::string& src) const {
+std::optional<FineView> LayoutPass::fine_view_of(const std::string& name, const std::string& src) const {
   const Shape* s = shape(name);
   if (!s) return std::nullopt;
-  if (name == src) return View{name, 0, *s, contiguous(*s)};
+  if (name == src) {
+    FineView v{name, 0, *s, {}};
+    const Strides st = contiguous(*s);
+    for (std::size_t i = 0; i < s->size(); ++i) v.axes.push_back({Factor{(*s)[i], st[i]}});
+    return v;
+  }
   const Node* p = producer(name);
   if (!p) return std::nullopt;
-  const auto in = view_of(p->inputs[0], src);
+  const auto in = fine_view_of(p->inputs[0], src);
   if (!in) return std::nullopt;
   return step(*p, *in, name);
+}
+
+std::optional<View> LayoutPass::view_of(const std::string& name, const std::string& src) const {
+  const auto f = fine_view_of(name, src);
+  if (!f) return std::nullopt;
+  View v{f->src, f->offset, f->shape, {}};
+  for (const Axis& a : f->axes) {
+    int64_t st = 1;
+    if (!axis_stride(a, st)) return std::nullopt;
+    v.strides.push_back(st);
+  }
+  return v;
 }
 
 bool LayoutPass::fits(const View& v, const std::string& operand, bool transposed, std::vector<int64_t>& out) const {

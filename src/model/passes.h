@@ -33,6 +33,11 @@ void fuse_transformer_patterns(Graph& g);  // LayerNormalization and Gelu from t
 // Scaled dot-product attention chains into sluice.Attention (model/fuse_attention.cpp); returns how
 // many were fused.  SLUICE_FUSE_ATTENTION=0 turns it off.
 int fuse_attention(Graph& g);
+// Transposes that keep the last axis moved through row-wise ops (MatMul by a constant, bias, LayerNorm,
+// element-wise; a Gemm between Reshapes) to cancel against their inverse or to join the views that
+// attention_layout reads (torchvision's sequence-first attention; model/push_transposes.cpp);
+// returns how many moved.  SLUICE_PUSH_TRANSPOSES=0 turns it off.
+int push_transposes(Graph& g);
 // sluice.Attention reading q, k, v and writing y through strided views of the tensors around the
 // exporters' Reshape/Transpose/Split chains (layout "strided", model/attention_layout.cpp); returns
 // how many.  SLUICE_ATTENTION_LAYOUT=0 turns it off.

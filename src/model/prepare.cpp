@@ -388,6 +388,7 @@ Graph prepare_graph(Graph g, const PrepareOptions& o) {
     fuse_patch_convolutions(g);
     fuse_transformer_patterns(g);
     fuse_attention(g);
+    push_transposes(g);     // before attention_layout, which reads the views the moved Transposes join
     attention_layout(g);
     drop_empty_pads(g);
     cancel_transposes(g);   // after the attention patterns, whose matchers read the exporters' transposes
