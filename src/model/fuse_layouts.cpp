@@ -51,21 +51,6 @@ const Node* produced_by(const Graph& g, const std::string& name, const char* op)
   return n.op == op && n.domain.empty() ? &n : nullptr;
 }
 
-// perm with negative entries resolved; empty when it is no permutation of [0, rank).
-std::vector<int64_t> permutation(const Node& t, std::size_t rank) {
-  std::vector<int64_t> p = t.get_ints("perm");
-  if (p.empty())
-    for (std::size_t d = 0; d < rank; ++d) p.push_back(static_cast<int64_t>(rank - 1 - d));
-  if (p.size() != rank) return {};
-  std::vector<bool> seen(rank, false);
-  for (auto& a : p) {
-    if (a < 0) a += static_cast<int64_t>(rank);
-    if (a < 0 || a >= static_cast<int64_t>(rank) || seen[static_cast<std::size_t>(a)]) return {};
-    seen[static_cast<std::size_t>(a)] = true;
-  }
-  return p;
-}
-
 bool is_identity(const std::vector<int64_t>& p) {
   for (std::size_t i = 0; i < p.size(); ++i)
     if (p[i] != static_cast<int64_t>(i)) return false;
@@ -79,7 +64,7 @@ bool cancel_at(Graph& g, std::size_t index) {
   const Shape* os = static_shape(g, t2.outputs[0]);
   const Shape* zs = static_shape(g, t2.inputs[0]);
   if (!os || !zs) return false;
-  const std::vector<int64_t> q = permutation(t2, zs->size());
+  const std::vector<int64_t> q = transpose_permutation(t2, zs->size());
   if (q.empty() || !single_use(g, t2.inputs[0])) return false;
   const Node* reshape = produced_by(g, t2.inputs[0], "Reshape");
   const std::string& mid = reshape ? reshape->input(0) : t2.inputs[0];
@@ -88,7 +73,7 @@ bool cancel_at(Graph& g, std::size_t index) {
   const Shape* xs = static_shape(g, t1->inputs[0]);
   const Shape* ys = static_shape(g, mid);
   if (!xs || !ys || xs->size() != ys->size()) return false;
-  const std::vector<int64_t> p = permutation(*t1, xs->size());
+  const std::vector<int64_t> p = transpose_permutation(*t1, xs->size());
   if (p.empty()) return false;
   const std::size_t r = ys->size();
   // The leading (batch) axis stays in front and whole: the new Reshape copies it (0), so the
@@ -259,7 +244,7 @@ bool fold_scale_at(Graph& g, std::size_t index) {
   std::string u = v;
   const Node* tr = produced_by(g, v, "Transpose");
   if (tr) {
-    const std::vector<int64_t> p = permutation(*tr, rank);
+    const std::vector<int64_t> p = transpose_permutation(*tr, rank);
     if (p.empty() || !single_use(g, tr->inputs[0])) return false;
     axis = rank;
     for (std::size_t j = 0; j < rank; ++j)

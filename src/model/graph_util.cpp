@@ -113,4 +113,18 @@ const Shape* static_shape(const Graph& g, const std::string& name) {
   return &v->shape;
 }
 
+std::vector<int64_t> transpose_permutation(const Node& t, std::size_t rank) {
+  std::vector<int64_t> p = t.get_ints("perm");
+  if (p.empty())
+    for (std::size_t d = 0; d < rank; ++d) p.push_back(static_cast<int64_t>(rank - 1 - d));
+  if (p.size() != rank) return {};
+  std::vector<bool> seen(rank, false);
+  for (auto& a : p) {
+    if (a < 0) a += static_cast<int64_t>(rank);
+    if (a < 0 || a >= static_cast<int64_t>(rank) || seen[static_cast<std::size_t>(a)]) return {};
+    seen[static_cast<std::size_t>(a)] = true;
+  }
+  return p;
+}
+
 }  // namespace sluice

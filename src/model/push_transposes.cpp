@@ -63,21 +63,6 @@ std::vector<Node*> readers_of(Graph& g, const std::string& name) {
 
 std::size_t index_of(const Graph& g, const Node* n) { return static_cast<std::size_t>(n - g.nodes.data()); }
 
-// perm with negative entries resolved; empty when it is no permutation of [0, rank).
-Perm permutation(const Node& t, std::size_t rank) {
-  Perm p = t.get_ints("perm");
-  if (p.empty())
-    for (std::size_t d = 0; d < rank; ++d) p.push_back(static_cast<int64_t>(rank - 1 - d));
-  if (p.size() != rank) return {};
-  std::vector<bool> seen(rank, false);
-  for (auto& a : p) {
-    if (a < 0) a += static_cast<int64_t>(rank);
-    if (a < 0 || a >= static_cast<int64_t>(rank) || seen[static_cast<std::size_t>(a)]) return {};
-    seen[static_cast<std::size_t>(a)] = true;
-  }
-  return p;
-}
-
 bool is_identity(const Perm& p) {
   for (std::size_t i = 0; i < p.size(); ++i)
     if (p[i] != static_cast<int64_t>(i)) return false;
@@ -250,7 +235,7 @@ bool sink_at(Graph& g, std::size_t index) {
   if (t.name.find(kHoisted) != std::string::npos) return false;   // moved up once: not back down
   const Shape* xs = static_shape(g, t.inputs[0]);
   if (!xs || xs->size() < 3) return false;
-  const Perm p = permutation(t, xs->size());
+  const Perm p = transpose_permutation(t, xs->size());
   if (p.empty() || is_identity(p) || p.back() != static_cast<int64_t>(xs->size()) - 1) return false;
   const std::vector<Node*> chain = chain_below(g, t.outputs[0]);
   if (chain.empty()) return false;
@@ -260,7 +245,7 @@ bool sink_at(Graph& g, std::size_t index) {
   if (single_use(g, z)) {
     const std::vector<Node*> r = readers_of(g, z);
     if (r.size() == 1 && r[0]->op == "Transpose" && r[0]->domain.empty() && r[0]->outputs.size() == 1) {
-      const Perm q = permutation(*r[0], xs->size());
+      const Perm q = transpose_permutation(*r[0], xs->size());
       if (!q.empty() && is_identity(permuted(p, q))) inverse = r[0];
     }
   }
@@ -343,7 +328,7 @@ bool hoist_at(Graph& g, std::size_t index) {
   const Shape* us = static_shape(g, u);
   if (!us || us->size() < 3 || !single_use(g, u)) return false;
   const std::size_t r = us->size();
-  const Perm p = permutation(t, r);
+  const Perm p = transpose_permutation(t, r);
   if (p.empty() || is_identity(p) || p.back() != static_cast<int64_t>(r) - 1) return false;
   // Up through the row-wise producers (nearest first), each output read only by the next.
   std::vector<Node*> chain;
@@ -366,7 +351,7 @@ bool hoist_at(Graph& g, std::size_t index) {
   // Where it ends: its inverse (both go), or the views of an attention output.
   Node* inverse = nullptr;
   if (Node* q = producer_of(g, w); q && q->op == "Transpose" && q->domain.empty() && single_use(g, w) && !sandwich) {
-    const Perm qp = permutation(*q, r);
+    const Perm qp = transpose_permutation(*q, r);
     if (!qp.empty() && is_identity(permuted(qp, p))) inverse = q;
   }
   if (!inverse && (!single_use(g, w) || !made_of_attention_output(g, w))) return false;
