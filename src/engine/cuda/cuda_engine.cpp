@@ -180,7 +180,7 @@ class CudaEngine final : public Engine {
               " unplanned), weights ", gib(weight_bytes), ", workspace ", gib(workspace), ", algorithms chosen (",
               autotune_name(options.autotune), ") ", stats_.algos_measured, " (", stats_.algos_untimed, " untimed, ",
               stats_.candidates_timed, " candidates timed), cached ", stats_.algos_cached, ", convolutions as cuDNN graphs ",
-              stats_.graph_convolutions, ", cuBLASLt products timed ", stats_.products_measured, ", cached ",
+              stats_.graph_convolutions, ", as cuBLASLt products ", stats_.gemm_convolutions, ", cuBLASLt products timed ", stats_.products_measured, ", cached ",
               stats_.products_cached);
   }
 

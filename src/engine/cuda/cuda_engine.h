@@ -15,6 +15,7 @@ struct EngineStats {
   int convolutions = 0;     // cuDNN convolution steps
   int atrous_convolutions = 0;   // dilated convolutions run by space-to-batch (ops_conv.cpp)
   int graph_convolutions = 0;    // convolutions run as a cuDNN graph (conv_graph.h)
+  int gemm_convolutions = 0;     // 1x1 convolutions run as one cuBLASLt product (ops_conv.cpp)
   int algos_measured = 0;   // convolution algorithms chosen at this start (timed or by heuristics)
   int algos_cached = 0;     // ... and read from the algorithm cache
   int products_measured = 0;   // cuBLASLt products whose algorithm was timed at this start (gemm_lt.h)

@@ -171,9 +171,9 @@ class LtGemmStep final : public Step {
     bias.t = s_.y;
     bias.count = s_.n;
     residual_add(y, bias, py, s_.y, count, st);
-    if (s_.epilogue == GemmEpilogue::BiasGelu) {
+    if (s_.epilogue == GemmEpilogue::BiasGelu || s_.epilogue == GemmEpilogue::BiasRelu) {
       ActParams p;
-      p.act = s_.gelu;
+      p.act = s_.epilogue == GemmEpilogue::BiasRelu ? Act::Relu : s_.gelu;
       unary(s_.y, py, py, count, p, st);
     }
   }
@@ -188,9 +188,10 @@ class LtGemmStep final : public Step {
     MatmulDesc desc(d);
     set_desc(d, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(s_.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
     set_desc(d, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(s_.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
-    const cublasLtEpilogue_t ep = e == GemmEpilogue::BiasGelu ? CUBLASLT_EPILOGUE_GELU_BIAS
-                                  : e == GemmEpilogue::Bias   ? CUBLASLT_EPILOGUE_BIAS
-                                                              : CUBLASLT_EPILOGUE_DEFAULT;
+    const cublasLtEpilogue_t ep = e == GemmEpilogue::BiasGelu   ? CUBLASLT_EPILOGUE_GELU_BIAS
+                                  : e == GemmEpilogue::BiasRelu ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                  : e == GemmEpilogue::Bias     ? CUBLASLT_EPILOGUE_BIAS
+                                                                : CUBLASLT_EPILOGUE_DEFAULT;
     set_desc(d, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(ep));
     if (e != GemmEpilogue::None) {
       // The bias in D's type (the default, stated here so that it does not depend on it); its

@@ -15,10 +15,11 @@
 
 namespace sluice::cuda {
 
-enum class GemmEpilogue { None, Bias, BiasGelu };
+// BiasRelu: a 1x1 convolution's epilogue (ops_conv.cpp): ReLU after the bias and C.
+enum class GemmEpilogue { None, Bias, BiasGelu, BiasRelu };
 
 // One strided-batched row-major product Y[b] = alpha * op(A[b]) op(B[b]) (+ C[b]) (+ bias[n]) (then
-// GELU), strides in elements (0: the operand is shared by the batch).  A and B are of type `ab`
+// GELU or ReLU; ReLU also after C: a 1x1 convolution's residual, ops_conv.cpp), strides in elements (0: the operand is shared by the batch).  A and B are of type `ab`
 // (the compute type), Y of type `y` (`ab`, or F32), the bias and C of type `y`; C (a residual) has
 // Y's shape and strides and is never combined with the GELU (cuBLASLt applies it after adding C).
 struct LtGemmSpec {

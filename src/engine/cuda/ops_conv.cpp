@@ -1,5 +1,6 @@
 // Convolutions on cuDNN's legacy API (or as a cuDNN graph where that measured faster: conv_graph.h;
-// dilated ones by space-to-batch: ops_atrous.cpp; depthwise ones: ops_depthwise.cpp): Conv and sluice.FusedConv through
+// dilated ones by space-to-batch: ops_atrous.cpp; depthwise ones: ops_depthwise.cpp; channels-last 1x1
+// ones also as one cuBLASLt product, see ConvGemm below): Conv and sluice.FusedConv through
 // cudnnConvolutionBiasActivationForward (ReLU, bias and residual in one call) or
 // cudnnConvolutionForward plus one epilogue kernel, ConvTranspose through
 // cudnnConvolutionBackwardData.  Algorithms are chosen once at start-up as --autotune says
@@ -19,6 +20,7 @@
 #include "engine/cuda/autotune.h"
 #include "engine/cuda/conv_graph.h"
 #include "engine/cuda/engine_internal.h"
+#include "engine/cuda/gemm_lt.h"
 #include "engine/cuda/kernels.h"
 
 namespace sluice::cuda {
@@ -141,6 +143,22 @@ struct ConvDescs {
 
 constexpr float kOne = 1.f, kZero = 0.f;
 
+// A channels-last 1x1 convolution (stride 1, no padding, ungrouped) is the row-major product
+// Y[N*H*W, K] = X[N*H*W, C] W[K, C]^T: one cuBLASLt step (gemm_lt.h) with the bias, the residual
+// (C, beta = 1) and the ReLU in its epilogue (cuBLASLt adds the bias and C before the ReLU:
+// D = relu(A B + C + bias), tested against cuDNN and the CPU engine in tests/gpu/test_cuda_conv_gemm.cpp).
+// SLUICE_CUDA_CONV_GEMM (read at each step's preparation): unset or 1, the product is a candidate of
+// the start-up choice, timed against cuDNN's choice (legacy call or graph) on the real buffers and kept
+// when faster; 0, cuDNN only; force, the product wherever it applies (tests, measurements).
+enum class ConvGemm { Off, Auto, Force };
+ConvGemm conv_gemm_mode() {
+  const char* v = std::getenv("SLUICE_CUDA_CONV_GEMM");
+  if (!v || !*v || std::strcmp(v, "1") == 0) return ConvGemm::Auto;
+  if (std::strcmp(v, "0") == 0) return ConvGemm::Off;
+  if (std::strcmp(v, "force") == 0) return ConvGemm::Force;
+  throw UsageError(str("SLUICE_CUDA_CONV_GEMM must be 0, 1 or force, not '", v, "'"));
+}
+
 class ConvStep final : public Step {
  public:
   ConvStep(std::string label, DType t, Precision p, const Shape& xs, const Shape& ws, const Shape& ys, const ConvGeom& g,
@@ -173,10 +191,87 @@ class ConvStep final : public Step {
       spec_.act = act;
       graph_candidate_ = graph_conv_supports(spec_);
     }
+    // The same convolution as one cuBLASLt product, for the start-up choice (ConvGemm above).
+    const bool one_by_one = nhwc && xs.size() == 4 && ws.size() == 4 && ws[2] == 1 && ws[3] == 1 && g.groups == 1 &&
+                            xs[1] == ws[1] && xs[2] == ys[2] && xs[3] == ys[3] &&
+                            std::all_of(g.stride.begin(), g.stride.end(), [](int64_t v) { return v == 1; }) &&
+                            std::all_of(g.dilation.begin(), g.dilation.end(), [](int64_t v) { return v == 1; }) &&
+                            std::all_of(g.pad_begin.begin(), g.pad_begin.end(), [](int64_t v) { return v == 0; }) &&
+                            std::all_of(g.pad_end.begin(), g.pad_end.end(), [](int64_t v) { return v == 0; });
+    const bool gemm_type = t == DType::F16 || t == DType::BF16 || (t == DType::F32 && p == Precision::TF32);
+    gemm_fits_ = one_by_one && gemm_type && (act.act == Act::Identity || act.act == Act::Relu);
+    if (gemm_fits_) {
+      gemm_spec_.m = ys[0] * ys[2] * ys[3];
+      gemm_spec_.n = ys[1];
+      gemm_spec_.k = xs[1];
+      gemm_spec_.trans_b = true;   // the K x C weights (K R S C with R = S = 1)
+      gemm_spec_.ab = gemm_spec_.y = t;
+      gemm_spec_.precision = p;
+      gemm_spec_.epilogue = bias < 0 ? GemmEpilogue::None : act.act == Act::Relu ? GemmEpilogue::BiasRelu : GemmEpilogue::Bias;
+      // The builder gives a ReLU or a residual a (zero) bias, so the epilogue is never ReLU alone.
+      gemm_fits_ = bias >= 0 || (act.act == Act::Identity && z < 0);
+    }
   }
 
   void prepare(Context& ctx, const Bindings& b) override {
     ctx.stats->convolutions++;
+    if (base_kind_.empty()) base_kind_ = kind;
+    kind = base_kind_;
+    gemm_on_ = false;
+    graph_.reset();
+    plan_ = -1;
+    const ConvGemm mode = gemm_fits_ ? conv_gemm_mode() : ConvGemm::Off;
+    if (mode == ConvGemm::Force && make_gemm(ctx, b)) return take_gemm(ctx);
+    // The choice between the product and cuDNN: timed at the convolutions' level or the products',
+    // whichever is the more thorough (`auto` leaves the convolutions of a short run untimed but
+    // times its products; the two paths then still meet on the real buffers).  Under
+    // --deterministic cuDNN's choice alone (the same path at every start).
+    const bool choosing = mode == ConvGemm::Auto && !ctx.deterministic;
+    const TuneLevel level = std::max(tune_level(ctx, flops), tune_level(ctx, ctx.product_autotune, flops));
+    const std::string key = str(ctx.cache_prefix, "|convgemm ", cublasLtGetVersion(), "|", d_.key, bias_ >= 0 ? "|bias" : "",
+                                z_ >= 0 ? "|z" : "", "|act", static_cast<int>(act_.act));
+    bool cudnn_cached = false;
+    if (choosing) {
+      if (auto hit = ctx.cache->get(key)) {
+        const Tuned t = parse_tuned(*hit);
+        if (t.level >= level && t.choice == "gemm" && make_gemm(ctx, b)) {
+          ctx.stats->algos_cached++;
+          return take_gemm(ctx);
+        }
+        cudnn_cached = t.level >= level && t.choice == "cudnn";
+      }
+    }
+    prepare_cudnn(ctx, b);
+    if (!choosing || cudnn_cached) return;
+    if (level == TuneLevel::Heuristic || !make_gemm(ctx, b)) {   // nothing timed, or no product: cuDNN stays
+      ctx.cache->put(key, tuned_value(level, "cudnn"));
+      return;
+    }
+    cudaStream_t s = nullptr;
+    CUDNN_CHECK(cudnnGetStream(ctx.cudnn, &s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    const float cudnn_ms = time_candidate(s, level, [&] { run_cudnn(ctx, b, s); });
+    const float gemm_ms = time_candidate(s, level, [&] { gemm_->run(ctx, b, s); });
+    ctx.stats->candidates_timed += 2;
+    const bool gemm_wins = gemm_ms < cudnn_ms;
+    log_debug("cuda engine: ", label(), ": 1x1 convolution as a cuBLASLt product ", gemm_ms, " ms, cuDNN (",
+              graph_ ? "graph" : "legacy", ") ", cudnn_ms, " ms: ", gemm_wins ? "product" : "cuDNN");
+    ctx.cache->put(key, tuned_value(level, gemm_wins ? "gemm" : "cudnn"));
+    if (gemm_wins) take_gemm(ctx);
+    else gemm_.reset();
+  }
+
+  void run(Context& ctx, const Bindings& b, cudaStream_t s) override {
+    if (gemm_on_) {
+      gemm_->run(ctx, b, s);
+      return;
+    }
+    run_cudnn(ctx, b, s);
+  }
+
+ private:
+  // cuDNN's choice: the legacy algorithm, then the graph when SLUICE_CUDA_CONV_GRAPH asks and it is faster.
+  void prepare_cudnn(Context& ctx, const Bindings& b) {
     choose_legacy(ctx, b);
     if (!graph_candidate_) return;
     spec_.deterministic = ctx.deterministic;
@@ -188,7 +283,7 @@ class ConvStep final : public Step {
     plan_ = c.plan;
   }
 
-  void run(Context& ctx, const Bindings& b, cudaStream_t s) override {
+  void run_cudnn(Context& ctx, const Bindings& b, cudaStream_t s) {
     if (graph_) {
       if (!graph_->run(ctx.cudnn, buffers(b), ctx.workspace, plan_))
         SLUICE_THROW("cuDNN refused the graph plan it accepted at start-up for convolution ", label(), " (", d_.key, ")");
@@ -197,7 +292,31 @@ class ConvStep final : public Step {
     run_legacy(ctx, b, s);
   }
 
- private:
+  // The product step, prepared (its algorithm chosen as gemm_lt.h says); false, with the reason
+  // logged, when cuBLASLt offers nothing for it.
+  bool make_gemm(Context& ctx, const Bindings& b) {
+    if (!gemm_) {
+      gemm_ = make_lt_gemm_step(label() + " (cuBLASLt)", gemm_spec_, x_, w_, bias_, y_, z_);
+      gemm_->flops = flops;
+      gemm_->bytes = bytes;
+    }
+    try {
+      gemm_->prepare(ctx, b);
+      return true;
+    } catch (const std::exception& e) {
+      (void)cudaGetLastError();
+      log_debug("cuda engine: ", label(), ": no cuBLASLt product for the 1x1 convolution: ", e.what());
+      gemm_.reset();
+      return false;
+    }
+  }
+  void take_gemm(Context& ctx) {
+    gemm_on_ = true;
+    graph_.reset();
+    kind = base_kind_ + " GEMM";   // the profile names the path
+    ctx.stats->gemm_convolutions++;
+  }
+
   GraphConvBuffers buffers(const Bindings& b) const {
     return {b.at(x_), b.at(w_), bias_ >= 0 ? b.at(bias_) : nullptr, z_ >= 0 ? b.at(z_) : nullptr, b.at(y_)};
   }
@@ -341,6 +460,11 @@ class ConvStep final : public Step {
   bool graph_candidate_ = false;
   std::shared_ptr<GraphConv> graph_;   // set when the graph won at start-up
   int64_t plan_ = -1;
+  bool gemm_fits_ = false;             // a 1x1 convolution the product can run (ConvGemm)
+  LtGemmSpec gemm_spec_;
+  std::unique_ptr<Step> gemm_;         // set while it is a candidate or the path taken
+  bool gemm_on_ = false;               // the product won (or was forced)
+  std::string base_kind_;              // the builder's kind, before the path is named
 };
 
 class ConvTransposeStep final : public Step {
