@@ -29,11 +29,13 @@
 // the two 4-D orders is a view there (ops_layout.cpp), where the 3-D Transpose was a strided copy
 // and the Reshape of a channels-last tensor a layout copy.  SLUICE_SEQUENCE_VIEWS=0 turns it off.
 //
-// fuse_conv_gelu: a Gelu reading a convolution's output through single-use Transposes and Reshapes
-// (Segformer's Mix-FFN: depthwise 3x3, back to the sequence, Gelu) is the convolution's activation:
-// the element-wise function commutes with the data movement, so the convolution applies it in its
-// epilogue (FusedConv activation "Gelu" or "GeluTanh") and the views carry the activated values.
-// SLUICE_FUSE_CONV_GELU=0 keeps the Gelu a step of its own.
+// fuse_conv_gelu (off unless SLUICE_FUSE_CONV_GELU=1): a Gelu reading a convolution's output
+// through single-use Transposes and Reshapes (Segformer's Mix-FFN: depthwise 3x3, back to the
+// sequence, Gelu) is the convolution's activation: the element-wise function commutes with the data
+// movement, so the convolution applies it in its epilogue (FusedConv activation "Gelu" or
+// "GeluTanh") and the views carry the activated values.  Off by default: on the H200 the depthwise
+// tile kernel, issue-bound already, took 0.75 ms with the erf in its epilogue against 0.40 ms
+// without it plus 0.24 ms for the Gelu step (Segformer-B0 stage 1, b64 bf16; BENCHMARKS.md).
 //
 // drop_empty_pads: a Pad whose pads are all zero (torchvision's Swin pads each stage to a multiple
 // of the window, nothing at 224 x 224) is its input.  SLUICE_DROP_EMPTY_PADS=0 keeps it.
@@ -425,7 +427,8 @@ bool conv_gelu_at(Graph& g, std::size_t index) {
 }  // namespace
 
 int fuse_conv_gelu(Graph& g) {
-  if (switched_off("SLUICE_FUSE_CONV_GELU")) return 0;
+  const char* on = std::getenv("SLUICE_FUSE_CONV_GELU");
+  if (!on || std::string(on) != "1") return 0;
   int done = 0;
   for (std::size_t i = 0; i < g.nodes.size();)
     if (conv_gelu_at(g, i)) ++done;

@@ -31,7 +31,7 @@ int cancel_transposes(Graph& g);
 // (model/fuse_layouts.cpp); returns how many.  SLUICE_SEQUENCE_VIEWS=0 turns it off.
 int sequence_image_views(Graph& g);
 // A Gelu behind a convolution's output (through single-use Transposes and Reshapes) fused into it
-// as FusedConv's activation (model/fuse_layouts.cpp); returns how many.  SLUICE_FUSE_CONV_GELU=0 keeps it.
+// as FusedConv's activation (model/fuse_layouts.cpp); returns how many.  Only with SLUICE_FUSE_CONV_GELU=1.
 int fuse_conv_gelu(Graph& g);
 int fold_layer_scales(Graph& g);
 // Pads of nothing removed (model/fuse_layouts.cpp); returns how many.  SLUICE_DROP_EMPTY_PADS=0 keeps them.

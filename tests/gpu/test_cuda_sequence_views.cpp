@@ -5,8 +5,8 @@
 // convolution against the CPU engine at every precision with the pass on and off; which steps the
 // builder makes of them (no device needed); and the zoo's Segformer and PVT exports prepared as a
 // job prepares them: fewer copy steps with the pass than without.  Also the Gelu those views carry
-// fused into the convolution before them (fuse_conv_gelu; the depthwise kernel's epilogue, or
-// cuDNN's convolution and the bias-activation kernel) and a Resize to its input's own size as a view
+// fused into the convolution before them (fuse_conv_gelu, SLUICE_FUSE_CONV_GELU=1; the depthwise
+// kernel's epilogue, or cuDNN's convolution and the bias-activation kernel) and a Resize to its input's own size as a view
 // of its input (ops_resize.cpp, SLUICE_CUDA_RESIZE_VIEWS).
 #include <algorithm>
 
@@ -128,27 +128,31 @@ TEST_P(SequenceViews, AMixFfnAndASequenceReductionMatchTheCpuEngineWithAndWithou
     const Graph g = mix_ffn(3, c, 6, 10);
     expect_matches_cpu(prepared(g, true), GetParam());
     expect_matches_cpu(prepared(g, false), GetParam());
+    ScopedEnv gelu("SLUICE_FUSE_CONV_GELU", "1");   // the Gelu in the depthwise kernel's epilogue
+    expect_matches_cpu(prepared(g, true), GetParam());
   }
 }
 
 TEST(SequenceViewLowering, TheGeluIsTheConvolutionsEpilogueAndASameSizeResizeIsAView) {
   const Graph g = conv_gelu_resize(2, 16, 6, 8);
+  // The fusion is off unless asked for (model/fuse_layouts.cpp says why).
+  EXPECT_EQ(count(step_kinds(prepared(g, true), Precision::BF16), "Gelu"), 1);
+  ScopedEnv gelu("SLUICE_FUSE_CONV_GELU", "1");
   const auto on = step_kinds(prepared(g, true), Precision::BF16);
   EXPECT_EQ(count(on, "Gelu"), 0);
   EXPECT_EQ(count(on, "Resize"), 1);   // the upsampling; the same-size Resize is a view
-  {
-    ScopedEnv copies("SLUICE_CUDA_RESIZE_VIEWS", "0");
-    EXPECT_EQ(count(step_kinds(prepared(g, true), Precision::BF16), "Resize"), 2);
-  }
-  ScopedEnv gelu("SLUICE_FUSE_CONV_GELU", "0");
-  EXPECT_EQ(count(step_kinds(prepared(g, true), Precision::BF16), "Gelu"), 1);
+  ScopedEnv copies("SLUICE_CUDA_RESIZE_VIEWS", "0");
+  EXPECT_EQ(count(step_kinds(prepared(g, true), Precision::BF16), "Resize"), 2);
 }
 
 TEST_P(SequenceViews, AConvolutionsGeluAndASameSizeResizeMatchTheCpuEngine) {
   for (const int64_t c : {16, 6}) {
     SCOPED_TRACE(str(c, " channels"));
     const Graph g = conv_gelu_resize(3, c, 6, 8);
-    expect_matches_cpu(prepared(g, true), GetParam());
+    {
+      ScopedEnv gelu("SLUICE_FUSE_CONV_GELU", "1");
+      expect_matches_cpu(prepared(g, true), GetParam());
+    }
     ScopedEnv copies("SLUICE_CUDA_RESIZE_VIEWS", "0");
     expect_matches_cpu(prepared(g, false), GetParam());
   }
