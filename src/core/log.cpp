@@ -2,12 +2,24 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 namespace sluice {
 
 namespace {
-std::atomic<int> g_level{static_cast<int>(LogLevel::Info)};
+// SLUICE_LOG_LEVEL=debug|info|warning|error sets the starting level (info when unset or unknown),
+// so that an engine's debug lines (the attention paths' start-up timings, ...) can be seen.
+int initial_level() {
+  const char* v = std::getenv("SLUICE_LOG_LEVEL");
+  if (!v) return static_cast<int>(LogLevel::Info);
+  if (std::strcmp(v, "debug") == 0) return static_cast<int>(LogLevel::Debug);
+  if (std::strcmp(v, "warning") == 0) return static_cast<int>(LogLevel::Warn);
+  if (std::strcmp(v, "error") == 0) return static_cast<int>(LogLevel::Error);
+  return static_cast<int>(LogLevel::Info);
+}
+std::atomic<int> g_level{initial_level()};
 std::atomic<int> g_rank{0};
 std::atomic<int> g_world{1};
 std::mutex g_mutex;

@@ -19,6 +19,24 @@
 // runs before the convolution fusions, so a convolution freed of its Mul takes the residual Add.
 // SLUICE_FOLD_SCALE=0 turns it off.
 //
+// sequence_image_views: hierarchical vision transformers (Segformer, PVT, ...) go between the
+// sequence layout [N, L, C] and the image layout [N, C, H, W] (L = H W) around every convolution:
+//   to the image:     x [N, L, C] -> Transpose (0, 2, 1) -> Reshape [N, C, H, W]
+//   to the sequence:  y [N, C, H, W] -> Reshape [N, C, L] -> Transpose (0, 2, 1)
+// Each is the same permutation with the Reshape on the other side of the Transpose:
+//   x -> Reshape [N, H, W, C] -> Transpose (0, 3, 1, 2)      y -> Transpose (0, 2, 3, 1) -> Reshape [N, L, C]
+// and in that spelling the CUDA engine's channels-last tensors need no copy: a Transpose between
+// the two 4-D orders is a view there (ops_layout.cpp), where the 3-D Transpose was a strided copy
+// and the Reshape of a channels-last tensor a layout copy.  SLUICE_SEQUENCE_VIEWS=0 turns it off.
+//
+// fuse_conv_gelu (off unless SLUICE_FUSE_CONV_GELU=1): a Gelu reading a convolution's output
+// through single-use Transposes and Reshapes (Segformer's Mix-FFN: depthwise 3x3, back to the
+// sequence, Gelu) is the convolution's activation: the element-wise function commutes with the data
+// movement, so the convolution applies it in its epilogue (FusedConv activation "Gelu" or
+// "GeluTanh") and the views carry the activated values.  Off by default: on the H200 the depthwise
+// tile kernel, issue-bound already, took 0.75 ms with the erf in its epilogue against 0.40 ms
+// without it plus 0.24 ms for the Gelu step (Segformer-B0 stage 1, b64 bf16; BENCHMARKS.md).
+//
 // drop_empty_pads: a Pad whose pads are all zero (torchvision's Swin pads each stage to a multiple
 // of the window, nothing at 224 x 224) is its input.  SLUICE_DROP_EMPTY_PADS=0 keeps it.
 #include <algorithm>
@@ -294,7 +312,128 @@ bool fold_scale_at(Graph& g, std::size_t index) {
   return true;
 }
 
+bool is_perm(const Node& t, std::size_t rank, const std::vector<int64_t>& want) {
+  return t.inputs.size() == 1 && t.outputs.size() == 1 && permutation(t, rank) == want;
+}
+
+Node layout_node(Graph& g, const char* op, const std::string& base, const std::string& in, const std::string& out) {
+  Node n;
+  n.op = op;
+  n.name = unique_tensor_name(g, base);
+  n.inputs = {in};
+  n.outputs = {out};
+  return n;
+}
+
+// At node `index`, the Reshape of "to the image" or the Transpose of "to the sequence" (above);
+// false when it is neither.  The new nodes take the two old nodes' places.
+bool sequence_view_at(Graph& g, std::size_t index) {
+  const Node last = g.nodes[index];
+  if (!last.domain.empty() || last.outputs.size() != 1 || last.inputs.empty()) return false;
+  const std::string mid = last.inputs[0], out = last.outputs[0];
+  const Shape* ms = static_shape(g, mid);
+  const Shape* os = static_shape(g, out);
+  if (!ms || !os || ms->size() != 3 || !single_use(g, mid)) return false;
+  const int p = g.producer(mid);
+  if (p < 0) return false;
+  const Node first = g.nodes[static_cast<std::size_t>(p)];
+  if (!first.domain.empty() || first.outputs.size() != 1 || first.inputs.empty()) return false;
+  const std::string x = first.inputs[0];
+  const Shape* xs = static_shape(g, x);
+  if (!xs) return false;
+  const Shape& m = *ms;
+  const Shape& o = *os;
+  std::vector<Node> nodes;
+  const std::string base = last.name.empty() ? std::string("sequence") : last.name;
+  if (last.op == "Reshape" && first.op == "Transpose" && is_perm(first, 3, {0, 2, 1})) {
+    // x [N, L, C] -> [N, C, L] -> [N, C, H, W]
+    if (o.size() != 4 || o[0] != m[0] || o[1] != m[1] || o[2] * o[3] != m[2]) return false;
+    const std::string z = unique_tensor_name(g, base + "_hwc");
+    Node r = layout_node(g, "Reshape", base + "/as_hwc", x, z);
+    r.inputs.push_back(add_int64_constant(g, base + "_hwc_shape", {0, o[2], o[3], o[1]}));
+    Node t = layout_node(g, "Transpose", base + "/to_image", z, out);
+    t.attrs["perm"] = Attribute::of_ints({0, 3, 1, 2});
+    nodes = {std::move(r), std::move(t)};
+  } else if (last.op == "Transpose" && is_perm(last, 3, {0, 2, 1}) && first.op == "Reshape") {
+    // y [N, C, H, W] -> [N, C, L] -> [N, L, C]
+    const Shape& y = *xs;
+    if (y.size() != 4 || y[0] != m[0] || y[1] != m[1] || y[2] * y[3] != m[2]) return false;
+    const std::string z = unique_tensor_name(g, base + "_hwc");
+    Node t = layout_node(g, "Transpose", base + "/to_hwc", x, z);
+    t.attrs["perm"] = Attribute::of_ints({0, 2, 3, 1});
+    Node r = layout_node(g, "Reshape", base + "/to_sequence", z, out);
+    r.inputs.push_back(add_int64_constant(g, base + "_sequence_shape", {0, m[2], m[1]}));
+    nodes = {std::move(t), std::move(r)};
+  } else {
+    return false;
+  }
+  g.values.erase(mid);
+  g.nodes[static_cast<std::size_t>(p)] = std::move(nodes[0]);
+  g.nodes[index] = std::move(nodes[1]);
+  return true;
+}
+
+// The Gelu node at `index` made the activation of the convolution behind its views; false when it
+// reads no such convolution.
+bool conv_gelu_at(Graph& g, std::size_t index) {
+  const Node gelu = g.nodes[index];
+  if (gelu.op != "Gelu" || !gelu.domain.empty() || gelu.inputs.size() != 1 || gelu.outputs.size() != 1) return false;
+  const std::string approx = gelu.get_string("approximate", "none");
+  if ((approx != "none" && approx != "tanh") || is_graph_output(g, gelu.outputs[0])) return false;
+  std::string v = gelu.inputs[0];
+  for (int hops = 0; hops < 8; ++hops) {
+    if (!single_use(g, v)) return false;
+    const int p = g.producer(v);
+    if (p < 0) return false;
+    Node& n = g.nodes[static_cast<std::size_t>(p)];
+    const bool view = n.domain.empty() && (n.op == "Transpose" || n.op == "Reshape") && n.outputs.size() == 1;
+    if (view) {
+      v = n.inputs.at(0);
+      continue;
+    }
+    const bool conv = (n.op == "Conv" && n.domain.empty()) || (n.op == "FusedConv" && n.domain == "sluice");
+    if (!conv || n.outputs.size() != 1 || !n.get_string("activation", "").empty()) return false;
+    if (n.op == "Conv") {
+      n.op = "FusedConv";
+      n.domain = "sluice";
+      while (!n.inputs.empty() && n.inputs.back().empty()) n.inputs.pop_back();
+      if (n.inputs.size() > 3) return false;
+    }
+    n.attrs["activation"] = Attribute::of_string(approx == "tanh" ? "GeluTanh" : "Gelu");
+    const std::string x = gelu.inputs[0], y = gelu.outputs[0];
+    g.nodes.erase(g.nodes.begin() + static_cast<long>(index));
+    g.values.erase(y);
+    replace_uses(g, y, x);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+int fuse_conv_gelu(Graph& g) {
+  const char* on = std::getenv("SLUICE_FUSE_CONV_GELU");
+  if (!on || std::string(on) != "1") return 0;
+  int done = 0;
+  for (std::size_t i = 0; i < g.nodes.size();)
+    if (conv_gelu_at(g, i)) ++done;
+    else ++i;
+  if (done) log_debug(g.source, ": ", done, " Gelu(s) fused into the convolution before them");
+  return done;
+}
+
+int sequence_image_views(Graph& g) {
+  if (switched_off("SLUICE_SEQUENCE_VIEWS")) return 0;
+  infer_known_shapes(g);
+  int done = 0;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i)
+    if (sequence_view_at(g, i)) ++done;
+  if (done) {
+    infer_known_shapes(g);
+    log_debug(g.source, ": ", done, " sequence/image layout change(s) respelled as 4-D transposes");
+  }
+  return done;
+}
 
 int cancel_transposes(Graph& g) {
   if (switched_off("SLUICE_CANCEL_TRANSPOSES")) return 0;

@@ -5,7 +5,8 @@
 //
 // Ops are ONNX ops of the default domain, plus Sluice's own in domain "sluice":
 //   FusedConv   inputs X, W, [B], [Z]; Conv's attributes plus
-//               activation: "" | "Relu" | "Clip" (clip_min, clip_max) | "LeakyRelu" (alpha)
+//               activation: "" | "Relu" | "Clip" (clip_min, clip_max) | "LeakyRelu" (alpha) |
+//                           "Gelu" (erf) | "GeluTanh"
 //               y = act(conv(X, W) + B + Z)  (Z: residual, same shape as y)
 //   Normalize   input X (uint8 or float), attributes scale (float), mean, std (floats, one per
 //               channel of axis 1, or one for all): y = (float(x) * scale - mean[c]) / std[c]

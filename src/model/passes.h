@@ -26,6 +26,13 @@ int fuse_patch_convolutions(Graph& g);
 // matrix product before them (model/fuse_layouts.cpp); each returns how many.
 // SLUICE_CANCEL_TRANSPOSES=0 and SLUICE_FOLD_SCALE=0 turn them off.
 int cancel_transposes(Graph& g);
+// [N, L, C] <-> [N, C, H, W] changes (Transpose (0, 2, 1) and a Reshape) respelled as a Reshape and
+// a 4-D Transpose, which the CUDA engine's channels-last tensors take as views
+// (model/fuse_layouts.cpp); returns how many.  SLUICE_SEQUENCE_VIEWS=0 turns it off.
+int sequence_image_views(Graph& g);
+// A Gelu behind a convolution's output (through single-use Transposes and Reshapes) fused into it
+// as FusedConv's activation (model/fuse_layouts.cpp); returns how many.  Only with SLUICE_FUSE_CONV_GELU=1.
+int fuse_conv_gelu(Graph& g);
 int fold_layer_scales(Graph& g);
 // Pads of nothing removed (model/fuse_layouts.cpp); returns how many.  SLUICE_DROP_EMPTY_PADS=0 keeps them.
 int drop_empty_pads(Graph& g);

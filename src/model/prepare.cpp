@@ -392,6 +392,8 @@ Graph prepare_graph(Graph g, const PrepareOptions& o) {
     attention_layout(g);
     drop_empty_pads(g);
     cancel_transposes(g);   // after the attention patterns, whose matchers read the exporters' transposes
+    sequence_image_views(g);
+    fuse_conv_gelu(g);
   }
   eliminate_dead_nodes(g);
   check_ops(g);

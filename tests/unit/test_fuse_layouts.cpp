@@ -1,6 +1,7 @@
-// cancel_transposes, fold_layer_scales and drop_empty_pads (model/fuse_layouts.cpp): a ConvNeXt
-// block as torchvision, timm (1x1 convolutions as the MLP) and DINOv2 (LayerScale over tokens)
-// write it, transpose chains that compose into another permutation, and Swin's pads of nothing;
+// cancel_transposes, fold_layer_scales, drop_empty_pads and sequence_image_views
+// (model/fuse_layouts.cpp): a ConvNeXt block as torchvision, timm (1x1 convolutions as the MLP) and
+// DINOv2 (LayerScale over tokens) write it, transpose chains that compose into another permutation,
+// Swin's pads of nothing, and Segformer's Mix-FFN between the sequence and image layouts;
 // which nodes remain, and that the CPU engine gives the same outputs with and without the passes.
 #include <gtest/gtest.h>
 
@@ -33,6 +34,8 @@ Prepared run(const Graph& model, const Shape& sample, bool passes) {
   setenv("SLUICE_CANCEL_TRANSPOSES", passes ? "1" : "0", 1);
   setenv("SLUICE_FOLD_SCALE", passes ? "1" : "0", 1);
   setenv("SLUICE_DROP_EMPTY_PADS", passes ? "1" : "0", 1);
+  setenv("SLUICE_SEQUENCE_VIEWS", passes ? "1" : "0", 1);
+  setenv("SLUICE_FUSE_CONV_GELU", passes ? "1" : "0", 1);
   PrepareOptions o;
   o.batch_size = 3;
   o.sample_shape = sample;
@@ -40,6 +43,8 @@ Prepared run(const Graph& model, const Shape& sample, bool passes) {
   unsetenv("SLUICE_CANCEL_TRANSPOSES");
   unsetenv("SLUICE_FOLD_SCALE");
   unsetenv("SLUICE_DROP_EMPTY_PADS");
+  unsetenv("SLUICE_SEQUENCE_VIEWS");
+  unsetenv("SLUICE_FUSE_CONV_GELU");
   p.y = cpu_first_output(p.g);
   return p;
 }
@@ -210,4 +215,115 @@ TEST(FuseLayouts, APadOfNothingIsRemovedAndARealPadStays) {
   EXPECT_EQ(count_ops(with.g, "Pad"), 1);
   ASSERT_EQ(with.y.size(), without.y.size());
   EXPECT_EQ(relative_difference(with.y, without.y), 0.0);
+}
+
+namespace {
+
+// Transposes of rank `rank` in g.
+int transposes_of_rank(const Graph& g, std::size_t rank) {
+  int k = 0;
+  for (const Node& n : g.nodes)
+    if (n.op == "Transpose" && n.get_ints("perm").size() == rank) ++k;
+  return k;
+}
+
+}  // namespace
+
+TEST(FuseLayouts, SegformersSequenceImageChangesBecomeFourDimensionalTransposesAndItsGeluTheConvolutions) {
+  // transformers' SegformerMixFFN on a 4 x 5 grid of 6 channels: Linear 6 -> 12, transpose(1, 2)
+  // and view [N, 12, 4, 5], depthwise 3x3, flatten(2) and transpose(1, 2), Gelu, Linear 12 -> 6.
+  GraphBuilder b;
+  b.input("x", {-1, 20, 6}).output("y");
+  b.floats("w1", {6, 12}, ramp(72, 1)).floats("b1", {12}, ramp(12, 2));
+  b.floats("dw", {12, 1, 3, 3}, ramp(108, 3)).floats("dwb", {12}, ramp(12, 4));
+  b.floats("w2", {12, 6}, ramp(72, 5)).floats("b2", {6}, ramp(6, 6));
+  b.ints("img", {3, 12, 4, 5}).ints("seq", {3, 12, -1});
+  b.node("MatMul", {"x", "w1"}, {"m1"});
+  b.node("Add", {"b1", "m1"}, {"a1"});
+  transpose(b, "a1", "t1", {0, 2, 1});
+  b.node("Reshape", {"t1", "img"}, {"i1"});
+  Node& dw = b.node("Conv", {"i1", "dw", "dwb"}, {"d"});
+  dw.attrs["kernel_shape"] = Attribute::of_ints({3, 3});
+  dw.attrs["pads"] = Attribute::of_ints({1, 1, 1, 1});
+  dw.attrs["group"] = Attribute::of_int(12);
+  b.node("Reshape", {"d", "seq"}, {"r2"});
+  transpose(b, "r2", "s2", {0, 2, 1});
+  b.node("Gelu", {"s2"}, {"g"});
+  b.node("MatMul", {"g", "w2"}, {"m2"});
+  b.node("Add", {"m2", "b2"}, {"y"});
+  const Prepared with = run(b.g, {20, 6}, true), without = run(b.g, {20, 6}, false);
+  EXPECT_EQ(transposes_of_rank(without.g, 3), 2);
+  EXPECT_EQ(transposes_of_rank(with.g, 3), 0);
+  EXPECT_EQ(transposes_of_rank(with.g, 4), 2);
+  bool to_image = false, to_sequence = false;
+  for (const Node& n : with.g.nodes) {
+    if (n.op != "Transpose") continue;
+    to_image |= n.get_ints("perm") == std::vector<int64_t>{0, 3, 1, 2};
+    to_sequence |= n.get_ints("perm") == std::vector<int64_t>{0, 2, 3, 1};
+  }
+  EXPECT_TRUE(to_image);
+  EXPECT_TRUE(to_sequence);
+  // The Gelu after the views back to the sequence is the depthwise convolution's activation.
+  EXPECT_EQ(count_ops(without.g, "Gelu"), 1);
+  EXPECT_EQ(count_ops(with.g, "Gelu"), 0);
+  ASSERT_EQ(count_ops(with.g, "FusedConv"), 1);
+  for (const Node& n : with.g.nodes)
+    if (n.op == "FusedConv") EXPECT_EQ(n.get_string("activation", ""), "Gelu");
+  ASSERT_EQ(with.y.size(), without.y.size());
+  EXPECT_LE(relative_difference(with.y, without.y), 1e-6);
+}
+
+TEST(FuseLayouts, AGeluWhoseConvolutionHasAnotherReaderOrAnActivationStays) {
+  GraphBuilder b;
+  b.input("x", {-1, 4, 5, 6}).output("y").output("z");
+  b.floats("w", {4, 4, 1, 1}, ramp(16, 1)).floats("w2", {4, 4, 1, 1}, ramp(16, 2));
+  b.node("Conv", {"x", "w"}, {"c"}).attrs["kernel_shape"] = Attribute::of_ints({1, 1});
+  b.node("Gelu", {"c"}, {"g"});
+  b.node("Add", {"g", "c"}, {"y"});   // c read twice: the Gelu stays
+  b.node("Conv", {"x", "w2"}, {"c2"}).attrs["kernel_shape"] = Attribute::of_ints({1, 1});
+  b.node("Relu", {"c2"}, {"r2"});     // FusedConv with Relu: the Gelu after it stays
+  transpose(b, "r2", "t2", {0, 2, 3, 1});
+  b.node("Gelu", {"t2"}, {"g2"}).attrs["approximate"] = Attribute::of_string("tanh");
+  b.node("Neg", {"g2"}, {"z"});
+  const Prepared with = run(b.g, {4, 5, 6}, true), without = run(b.g, {4, 5, 6}, false);
+  EXPECT_EQ(count_ops(with.g, "Gelu"), 2);
+  ASSERT_EQ(with.y.size(), without.y.size());
+  EXPECT_EQ(relative_difference(with.y, without.y), 0.0);
+}
+
+TEST(FuseLayouts, ATanhGeluBehindAConvolutionsTransposeIsItsActivation) {
+  GraphBuilder b;
+  b.input("x", {-1, 4, 5, 6}).output("y");
+  b.floats("w", {4, 4, 3, 3}, ramp(144, 1)).floats("bias", {4}, ramp(4, 2));
+  Node& c = b.node("Conv", {"x", "w", "bias"}, {"c"});
+  c.attrs["kernel_shape"] = Attribute::of_ints({3, 3});
+  c.attrs["pads"] = Attribute::of_ints({1, 1, 1, 1});
+  transpose(b, "c", "t", {0, 2, 3, 1});
+  b.node("Gelu", {"t"}, {"y"}).attrs["approximate"] = Attribute::of_string("tanh");
+  // The Gelu is the graph output: it stays (the output keeps its producer's name).
+  const Prepared kept = run(b.g, {4, 5, 6}, true);
+  EXPECT_EQ(count_ops(kept.g, "Gelu"), 1);
+  b.g.outputs.clear();
+  b.node("Relu", {"y"}, {"out"});
+  b.output("out");
+  const Prepared with = run(b.g, {4, 5, 6}, true), without = run(b.g, {4, 5, 6}, false);
+  EXPECT_EQ(count_ops(with.g, "Gelu"), 0);
+  for (const Node& n : with.g.nodes)
+    if (n.op == "FusedConv") EXPECT_EQ(n.get_string("activation", ""), "GeluTanh");
+  ASSERT_EQ(with.y.size(), without.y.size());
+  EXPECT_LE(relative_difference(with.y, without.y), 1e-6);
+}
+
+TEST(FuseLayouts, ATransposeThatIsNoSequenceImageChangeStays) {
+  // Transpose (0, 2, 1) read by two nodes, and a Reshape that does not split the last axis.
+  GraphBuilder b;
+  b.input("x", {-1, 20, 6}).output("y").output("z");
+  transpose(b, "x", "t", {0, 2, 1});
+  b.ints("img", {3, 6, 4, 5}).ints("other", {3, 3, 2, 20});
+  b.node("Reshape", {"t", "img"}, {"y"});
+  b.node("Relu", {"t"}, {"t2"});
+  b.node("Reshape", {"t2", "other"}, {"z"});
+  const Prepared with = run(b.g, {20, 6}, true);
+  EXPECT_EQ(transposes_of_rank(with.g, 3), 1);
+  EXPECT_EQ(transposes_of_rank(with.g, 4), 0);
 }

@@ -100,6 +100,10 @@ class ConvKernel final : public Kernel {
     } else if (act == "LeakyRelu") {
       act_.kind = Activation::LeakyRelu;
       act_.alpha = init.node.get_float("alpha", 0.01f);
+    } else if (act == "Gelu") {
+      act_.kind = Activation::Gelu;
+    } else if (act == "GeluTanh") {
+      act_.kind = Activation::GeluTanh;
     } else if (!act.empty()) {
       init.fail("unknown activation '", act, "'");
     }

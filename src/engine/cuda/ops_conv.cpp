@@ -569,7 +569,9 @@ ActParams fused_activation(const Builder& b, const Node& n) {
   else if (a == "Relu") p.act = Act::Relu;
   else if (a == "Clip") { p.act = Act::Clip; p.a = n.get_float("clip_min", -INFINITY); p.b = n.get_float("clip_max", INFINITY); }
   else if (a == "LeakyRelu") { p.act = Act::LeakyRelu; p.a = n.get_float("alpha", 0.01f); }
-  else b.fail(n, "activation '", a, "' is not supported (Relu, Clip, LeakyRelu)");
+  else if (a == "Gelu") p.act = Act::Gelu;
+  else if (a == "GeluTanh") p.act = Act::GeluTanh;
+  else b.fail(n, "activation '", a, "' is not supported (Relu, Clip, LeakyRelu, Gelu, GeluTanh)");
   return p;
 }
 

@@ -280,6 +280,37 @@ void lower_antialias(Builder& b, const Node& n, const ResizeShape& rs) {
   });
 }
 
+namespace {
+
+// SLUICE_CUDA_RESIZE_VIEWS=0 copies a Resize that changes no size (read at the step's lowering).
+bool resize_views_on() {
+  const char* v = std::getenv("SLUICE_CUDA_RESIZE_VIEWS");
+  const std::string s = v ? v : "";
+  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_RESIZE_VIEWS must be 0 or 1, not '", s, "'"));
+  return s != "0";
+}
+
+// A Resize whose every axis keeps its size and scale (Segformer's decode head "upsamples" its
+// first stage to its own size) gives each output element its input element in every mode (the
+// kernels pass such axes through; tf_crop_and_resize is refused earlier), so its output is a view
+// of the input in the input's layout.  Graph outputs and type changes keep the kernel.
+bool lower_same_size_view(Builder& b, const Node& n, int x, const ResizeShape& rs) {
+  if (!resize_views_on() || b.is_graph_output(n.outputs.at(0))) return false;
+  for (int d = 0; d < rs.rank; ++d)
+    if (!keeps(rs, d)) return false;
+  const TensorSlot xs = b.slot(x);
+  if (b.stored(n.outputs.at(0), b.value(n.outputs.at(0)).dtype) != xs.dtype) return false;
+  const int y = b.output(n, 0, xs.nhwc);
+  TensorSlot& ys = b.slots[static_cast<std::size_t>(y)];
+  if (ys.bytes != xs.bytes || ys.nhwc != xs.nhwc) b.fail(n, "same-size view of ", xs.bytes, " bytes has ", ys.bytes);
+  ys.where = Where::Alias;
+  ys.index = xs.where == Where::Alias ? xs.index : x;
+  ys.offset = xs.where == Where::Alias ? xs.offset : 0;
+  return true;
+}
+
+}  // namespace
+
 void lower_resize(Builder& b, const Node& n) {
   const int any = b.input_any(n, 0);
   const Shape xs = b.slot(any).shape, ys = b.value(n.outputs.at(0)).shape;
@@ -293,6 +324,7 @@ void lower_resize(Builder& b, const Node& n) {
 
   // A channels-last input is resized channels-last: the kernels work on the dims in memory order.
   const bool nhwc = b.is_nhwc(any);
+  if (lower_same_size_view(b, n, any, logical)) return;
   const int x = nhwc ? any : b.input(n, 0);
   const int y = b.output(n, 0, nhwc);
   const ResizeShape rs = nhwc ? channels_last_order(logical) : logical;
