@@ -313,7 +313,7 @@ bool fold_scale_at(Graph& g, std::size_t index) {
 }
 
 bool is_perm(const Node& t, std::size_t rank, const std::vector<int64_t>& want) {
-  return t.inputs.size() == 1 && t.outputs.size() == 1 && permutation(t, rank) == want;
+  return t.inputs.size() == 1 && t.outputs.size() == 1 && transpose_permutation(t, rank) == want;
 }
 
 Node layout_node(Graph& g, const char* op, const std::string& base, const std::string& in, const std::string& out) {
