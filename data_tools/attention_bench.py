@@ -81,6 +81,7 @@ def main():
     ap.add_argument("--profile", default="vit_b_16")
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--deadline", type=float, default=300)
+    ap.add_argument("--profile-variants", default="", help="the variants (by name, comma-separated) that --profile runs; default all")
     ap.add_argument("--variant", action="append", default=None,
                     help="NAME:VAR=V,... a run per variant with these environment variables (default: "
                          "before:SLUICE_FUSE_ATTENTION=0 and after:SLUICE_FUSE_ATTENTION=1); profiles use them too")
@@ -114,6 +115,8 @@ def main():
                              "steady_images_per_s": steady})
             if name in a.profile.split(","):
                 for tag, extra in variants:
+                    if a.profile_variants and tag not in a.profile_variants.split(","):
+                        continue
                     env = dict(os.environ)
                     env.update(extra)
                     cmd = shlex.split(a.sluice) + ["profile", "--model", path, "--input-dtype", "uint8",

@@ -34,6 +34,8 @@ fi
 if want accuracy; then
   l=$(left)
   run accuracy "$l" python3 data_tools/fullsize_accuracy.py --sluice "$R $S" --only "${ACCURACY:-clip_vit_b16,convnext_tiny}" \
-    --precisions bf16 --batch "${ACCURACY_BATCH:-4}" --deadline $((l - 10)) 2>&1 | grep -E "ok \(|FAIL|over|error|Error" | tail -20
+    --precisions bf16 --batch "${ACCURACY_BATCH:-4}" --deadline $((l - 10)) > "$OUT/accuracy.log" 2>&1
+  # Every result line (ok, MISS, failed, skipped), the header and the errors; the whole log is in $OUT.
+  grep -E "^===|^model|ok \(|MISS|FAIL|failed|skipped|done in|over|error|Error" "$OUT/accuracy.log" | tail -20
 fi
 echo "=== done after $SECONDS s"

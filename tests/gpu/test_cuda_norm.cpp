@@ -6,10 +6,15 @@
 // one element off 16-byte alignment, a position embedding repeating over the rows, both kernels
 // (vectorized and SLUICE_CUDA_NORM_VEC=0's), and nothing written past the last row.  Then the Swish
 // step (x * sigmoid(a x): CLIP's quick GELU, SiLU) that ops_elementwise.cpp makes of the exporters'
-// Mul, Sigmoid, Mul chains: the steps the builder makes, and its output against float64.
+// Mul, Sigmoid, Mul chains: the steps the builder makes, and its output against float64; its kernel
+// called directly (exact math bit for bit the generic kernel's, fast math and a bias row within one
+// rounding of float64, odd sizes, unaligned tails), the bias taken into the step
+// (SLUICE_CUDA_SWISH_BIAS=1) and a bandwidth benchmark (disabled).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "core/cuda/cuda_raii.h"
 #include "engine/cuda/kernels.h"
@@ -389,6 +394,257 @@ TEST(CudaSwish, ClipsMlpIsAProductWithItsBiasThenOneSwishStep) {
   EXPECT_EQ(count(kinds, "Swish"), 1);
   EXPECT_EQ(count(kinds, "Sigmoid"), 0);
   for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16}) expect_matches_cpu(b.g, p);
+}
+
+// ---- the Swish kernel, called directly -----------------------------------------------------------
+
+// x * sigmoid(a x) of v = x (+ bias) in float64, v formed as the kernel forms it (an fp32 sum).
+double swish_ref(double x, const double* bias, double a) {
+  const double v = bias ? static_cast<double>(static_cast<float>(x) + static_cast<float>(*bias)) : x;
+  return v / (1 + std::exp(-static_cast<double>(static_cast<float>(a)) * v));
+}
+
+struct SwishCase {
+  DType t;
+  int64_t n, channels;   // channels 0: no bias
+  int64_t offset;        // elements off the buffers' alignment (x, y and the bias)
+  bool fast;
+};
+
+// The new kernel's output for one case, the input and the bias as the kernel read them.
+std::vector<double> run_swish(const SwishCase& c, const std::vector<double>& x, const std::vector<double>& bias, float a) {
+  Region rx(c.t, c.offset, c.n), ry(c.t, c.offset, c.n), rb(DType::F32, c.offset, std::max<int64_t>(c.channels, 1));
+  rx.upload(x);
+  if (c.channels) rb.upload(bias);
+  cuda::SwishParams p;
+  p.alpha = a;
+  p.fast = c.fast;
+  if (c.channels) {
+    p.bias = static_cast<const float*>(rb.ptr());
+    p.channels = c.channels;
+  }
+  cuda::swish(c.t, rx.ptr(), ry.ptr(), c.n, p, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return ry.download_all();
+}
+
+// Exact math is the generic unary kernel's Act::Swish bit for bit (the step as it ran before), on
+// every float type, odd sizes (packs and a tail of 1 to 7 elements), pointers one element off
+// alignment (the one-element kernel) and inputs out to where exp overflows fp32.
+TEST(CudaSwish, TheKernelsExactMathIsTheGenericKernelsBitForBit) {
+  SLUICE_REQUIRE_GPU();
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t n : {1, 7, 13, 4096 + 5, 3 * 3072 + 3, 100003})
+      for (int64_t offset : {0, 1}) {
+        SCOPED_TRACE(str(dtype_name(t), " n ", n, " offset ", offset));
+        const double range = t == DType::F16 ? 12 : 70;   // fp16 holds no more than 65504
+        const std::vector<double> x = stored(t, random_doubles(static_cast<std::size_t>(n), 21, -range, range));
+        const std::vector<double> y = run_swish({t, n, 0, offset, false}, x, {}, 1.702f);
+        Region rx(t, offset, n), rg(t, offset, n);
+        rx.upload(x);
+        cuda::ActParams ap;
+        ap.act = cuda::Act::Swish;
+        ap.a = 1.702f;
+        cuda::unary(t, rx.ptr(), rg.ptr(), n, ap, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<double> g = rg.download_all();
+        int bad = 0;
+        for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i)
+          if (!(y[i] == g[i] && std::signbit(y[i]) == std::signbit(g[i])) && bad++ < 5)
+            ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", the generic kernel " << g[i] << " (x " << x[i] << ")";
+        for (std::size_t i = static_cast<std::size_t>(n); i < y.size(); ++i)
+          if (!std::isnan(y[i]) && bad++ < 5) ADD_FAILURE() << "y written past its end at " << i;
+        ASSERT_EQ(bad, 0);
+      }
+}
+
+// Exact and fast math, with and without a bias row broadcast over the rows (3072 wide as CLIP's fc1,
+// 40 and 8 filling packs, 37 and 3 that do not: the one-element kernel), aligned and not: within
+// half an ulp of the type (plus a few fp32 ulps) of float64, and nothing written past the end.
+TEST(CudaSwish, BothMathsWithAndWithoutABiasAreWithinOneRoundingOfFloat64) {
+  SLUICE_REQUIRE_GPU();
+  for (DType t : {DType::F32, DType::F16, DType::BF16})
+    for (int64_t channels : {0, 3072, 40, 37, 8, 3})
+      for (int64_t offset : {0, 1})
+        for (bool fast : {false, true}) {
+          const int64_t rows = channels == 3072 ? 5 : 211;
+          const int64_t n = channels ? rows * channels : 9001;
+          SCOPED_TRACE(str(dtype_name(t), " n ", n, " bias of ", channels, " offset ", offset, fast ? " fast" : " exact"));
+          const std::vector<double> x = stored(t, random_doubles(static_cast<std::size_t>(n), 31, -9, 9));
+          const std::vector<double> bias =
+              stored(DType::F32, random_doubles(static_cast<std::size_t>(std::max<int64_t>(channels, 1)), 32, -2, 2));
+          const std::vector<double> y = run_swish({t, n, channels, offset, fast}, x, bias, 1.702f);
+          int bad = 0;
+          for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+            const double want = swish_ref(x[i], channels ? &bias[i % static_cast<std::size_t>(channels)] : nullptr, 1.702);
+            if (!(std::fabs(y[i] - want) <= allowed(t, want, 1e-6)) && bad++ < 5)
+              ADD_FAILURE() << "y[" << i << "] = " << y[i] << ", want " << want << " (x " << x[i] << ")";
+          }
+          for (std::size_t i = static_cast<std::size_t>(n); i < y.size(); ++i)
+            if (!std::isnan(y[i]) && bad++ < 5) ADD_FAILURE() << "y written past its end at " << i;
+          ASSERT_EQ(bad, 0);
+        }
+}
+
+// Where exp(-a v) overflows or underflows fp32, both maths give the exact division's limits: v for
+// large v, a signed zero or the tiny quotient for very negative v; SiLU (a = 1) too.
+TEST(CudaSwish, TheLimitsAreTheExactDivisions) {
+  SLUICE_REQUIRE_GPU();
+  const std::vector<double> x = {0, -0.0, 1, -1, 30, -30, 60, -50, -51.5, -52, -60, -100, 200, -200, 1e30, -1e30};
+  for (float a : {1.702f, 1.f})
+    for (bool fast : {false, true}) {
+      SCOPED_TRACE(str("a ", a, fast ? " fast" : " exact"));
+      const int64_t n = static_cast<int64_t>(x.size());
+      const std::vector<double> y = run_swish({DType::F32, n, 0, 0, fast}, x, {}, a);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const float v = static_cast<float>(x[i]);
+        const float e = std::exp(-a * v);
+        const double want = static_cast<double>(v / (1.f + e));   // the host's fp32 exact division
+        EXPECT_NEAR(y[i], want, 1e-5 * std::fabs(want) + 1e-38) << "x " << x[i];
+      }
+    }
+}
+
+// The kernel against the one before it on CLIP's fc1 output, [256 * 197, 3072] bf16: GB/s of bytes
+// read and written (and the bias's bytes once), beside a device-to-device copy of the same bytes.
+// Disabled in normal runs: sluice_gpu_tests --gtest_also_run_disabled_tests --gtest_filter='CudaSwish.DISABLED_*'
+TEST(CudaSwish, DISABLED_BandwidthOnClipsFc1Output) {
+  SLUICE_REQUIRE_GPU();
+  const int64_t cols = 3072, n = 256 * 197 * cols;
+  const std::size_t bytes = static_cast<std::size_t>(n) * 2;
+  cuda::DeviceBuffer x(bytes), y(bytes), bias(static_cast<std::size_t>(cols) * 4);
+  CUDA_CHECK(cudaMemset(x.get(), 0x3f, bytes));
+  CUDA_CHECK(cudaMemset(bias.get(), 0, static_cast<std::size_t>(cols) * 4));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  auto time_ms = [&](const std::function<void()>& f) {
+    for (int i = 0; i < 3; ++i) f();
+    std::vector<float> ms;
+    for (int i = 0; i < 15; ++i) {
+      CUDA_CHECK(cudaEventRecord(e0));
+      f();
+      CUDA_CHECK(cudaEventRecord(e1));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  const float copy = time_ms([&] { CUDA_CHECK(cudaMemcpyAsync(y.get(), x.get(), bytes, cudaMemcpyDeviceToDevice)); });
+  std::printf("swish bench [%lld, %lld] bf16: copy %.3f ms %.0f GB/s\n", static_cast<long long>(n / cols),
+              static_cast<long long>(cols), copy, 2.0 * bytes / copy * 1e-6);
+  struct V { const char* name; int kind; bool fast, with_bias; };
+  for (const V v : {V{"generic", 0, false, false}, V{"exact", 1, false, false}, V{"fast", 1, true, false},
+                    V{"exact+bias", 1, false, true}, V{"fast+bias", 1, true, true}}) {
+    const float ms = time_ms([&] {
+      if (v.kind == 0) {
+        cuda::ActParams ap;
+        ap.act = cuda::Act::Swish;
+        ap.a = 1.702f;
+        cuda::unary(DType::BF16, x.get(), y.get(), n, ap, nullptr);
+      } else {
+        cuda::SwishParams p;
+        p.alpha = 1.702f;
+        p.fast = v.fast;
+        if (v.with_bias) {
+          p.bias = bias.as<float>();
+          p.channels = cols;
+        }
+        cuda::swish(DType::BF16, x.get(), y.get(), n, p, nullptr);
+      }
+    });
+    std::printf("swish bench %-11s %.3f ms %.0f GB/s, %.0f %% of the copy\n", v.name, ms, 2.0 * bytes / ms * 1e-6,
+                100.0 * copy / ms);
+  }
+  CUDA_CHECK(cudaEventDestroy(e0));
+  CUDA_CHECK(cudaEventDestroy(e1));
+}
+
+// ---- the bias in the Swish step (SLUICE_CUDA_SWISH_BIAS=1) and the kernel switch -------------------
+
+Graph clip_mlp_graph() {
+  const Shape s = {2, 37, 32}, h = {2, 37, 64};
+  GraphBuilder b(s);
+  b.random_f("w1", {32, 64}, 11, -0.3f, 0.3f).random_f("b1", {64}, 12).random_f("w2", {64, 32}, 13, -0.2f, 0.2f);
+  b.constant_f("k", {}, {1.702f});
+  b.node("MatMul", {"x", "w1"}, {f32("p", h)});
+  b.node("Add", {"b1", "p"}, {f32("hb", h)});
+  b.node("Mul", {"hb", "k"}, {f32("t", h)});
+  b.node("Sigmoid", {"t"}, {f32("u", h)});
+  b.node("Mul", {"hb", "u"}, {f32("g", h)});
+  b.node("MatMul", {"g", "w2"}, {f32("y", s)});
+  b.output("y");
+  return b.g;
+}
+
+// The steps first (no device needed), then the outputs against the CPU engine.
+TEST(CudaSwish, UnderSwishBiasTheFc1BiasIsAddedByTheSwishStep) {
+  const Graph g = clip_mlp_graph();
+  // A sum read by another node too (here a graph output) stays the product's epilogue.
+  GraphBuilder b({2, 37, 32});
+  b.random_f("w1", {32, 64}, 11, -0.3f, 0.3f).random_f("b1", {64}, 12);
+  b.node("MatMul", {"x", "w1"}, {f32("p", {2, 37, 64})});
+  b.node("Add", {"p", "b1"}, {f32("hb", {2, 37, 64})});
+  b.node("Sigmoid", {"hb"}, {f32("u", {2, 37, 64})});
+  b.node("Mul", {"hb", "u"}, {f32("g", {2, 37, 64})});
+  b.output("g").output("hb");
+  // SiLU after a bias, the bias first in the Add: taken too.
+  GraphBuilder c({2, 37, 32});
+  c.random_f("w1", {32, 64}, 11, -0.3f, 0.3f).random_f("b1", {1, 1, 64}, 12);
+  c.node("MatMul", {"x", "w1"}, {f32("p", {2, 37, 64})});
+  c.node("Add", {"b1", "p"}, {f32("hb", {2, 37, 64})});
+  c.node("Sigmoid", {"hb"}, {f32("u", {2, 37, 64})});
+  c.node("Mul", {"u", "hb"}, {f32("g", {2, 37, 64})});
+  c.output("g");
+  ScopedEnv on("SLUICE_CUDA_SWISH_BIAS", "1");
+  {
+    const auto kinds = step_kinds(g, Precision::BF16);
+    EXPECT_EQ(count(kinds, "MatMul+Bias"), 0);
+    EXPECT_EQ(count(kinds, "MatMul"), 2);   // fc1 on cuBLASLt without an epilogue, fc2
+    EXPECT_EQ(count(kinds, "Swish"), 1);
+    EXPECT_EQ(count(kinds, "Add"), 0);
+    EXPECT_EQ(count(kinds, "Sigmoid") + count(kinds, "Mul"), 0);
+    const auto silu = step_kinds(c.g, Precision::BF16);
+    EXPECT_EQ(count(silu, "MatMul"), 1);
+    EXPECT_EQ(count(silu, "Swish"), 1);
+    EXPECT_EQ(count(silu, "Add") + count(silu, "Sigmoid") + count(silu, "Mul") + count(silu, "MatMul+Bias"), 0);
+    const auto shared = step_kinds(b.g, Precision::BF16);
+    EXPECT_EQ(count(shared, "MatMul+Bias"), 1);
+    EXPECT_EQ(count(shared, "Swish"), 1);
+  }
+  for (const char* mode : {"fast", "generic"}) {
+    ScopedEnv m("SLUICE_CUDA_SWISH", mode);
+    // The generic kernel takes no bias: the product keeps it.
+    EXPECT_EQ(count(step_kinds(g, Precision::BF16), "MatMul+Bias"), std::string(mode) == "generic" ? 1 : 0) << mode;
+  }
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16}) expect_matches_cpu(g, p);
+  expect_matches_cpu(c.g, Precision::BF16);
+  expect_matches_cpu(b.g, Precision::BF16);
+  ScopedEnv m("SLUICE_CUDA_SWISH", "fast");
+  expect_matches_cpu(g, Precision::BF16);
+}
+
+TEST(CudaSwish, EachKernelMatchesTheCpuEngineAndBadSwitchesAreRefused) {
+  {
+    ScopedEnv bad("SLUICE_CUDA_SWISH", "quick");
+    EXPECT_THROW(step_kinds(clip_mlp_graph(), Precision::BF16), UsageError);
+  }
+  {
+    ScopedEnv bad("SLUICE_CUDA_SWISH_BIAS", "yes");
+    EXPECT_THROW(step_kinds(clip_mlp_graph(), Precision::BF16), UsageError);
+  }
+  for (const char* mode : {"exact", "fast", "generic"}) {
+    ScopedEnv m("SLUICE_CUDA_SWISH", mode);
+    EXPECT_EQ(count(step_kinds(clip_mlp_graph(), Precision::BF16), "Swish"), 1) << mode;
+  }
+  for (const char* mode : {"exact", "fast", "generic"}) {
+    ScopedEnv m("SLUICE_CUDA_SWISH", mode);
+    for (Precision p : {Precision::FP32, Precision::BF16}) expect_matches_cpu(clip_mlp_graph(), p);
+    expect_matches_cpu(swish_graph(Chain::Silu), Precision::FP16);
+  }
 }
 
 }  // namespace

@@ -230,6 +230,9 @@ class Builder {
 bool lower_conv(Builder& b, const Node& n);
 bool lower_gemm(Builder& b, const Node& n);
 bool lower_elementwise(Builder& b, const Node& n);
+// Whether bias Add node `add` goes into the Swish step after it (SLUICE_CUDA_SWISH_BIAS=1,
+// ops_elementwise.cpp): then the product before it keeps no bias epilogue (ops_gemm.cpp).
+bool swish_takes_bias(const Builder& b, const Node& add);
 bool lower_layout(Builder& b, const Node& n);
 bool lower_reduce(Builder& b, const Node& n);
 bool lower_index(Builder& b, const Node& n);   // masks and indices (ops_index.cpp)

@@ -37,6 +37,19 @@ enum class RedOp : int { Sum = 0, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSu
 // y = f(x) elementwise, n elements of float type t.
 void unary(DType t, const void* x, void* y, int64_t n, ActParams p, cudaStream_t s);
 
+// The Swish step (ops_elementwise.cpp): y = v * sigmoid(alpha * v) with v = x + bias[i % channels]
+// (bias: `channels` floats; null for v = x), n elements of float type t, in fp32, rounded once.  Its
+// own kernel, branch-free, two 16-byte packs a thread at a time.  Exact math is v / (1 + expf(-alpha
+// * v)), the generic unary kernel's Act::Swish bit for bit; fast math takes exp2 and the reciprocal
+// from the hardware's approximations (a few fp32 ulps, far below one rounding of a 16-bit type).
+struct SwishParams {
+  float alpha = 1.f;
+  const float* bias = nullptr;
+  int64_t channels = 1;
+  bool fast = false;
+};
+void swish(DType t, const void* x, void* y, int64_t n, const SwishParams& p, cudaStream_t s);
+
 // y = a op b with NumPy broadcasting.  Shapes are already collapsed and padded to `rank` dims; a
 // stride of 0 marks a broadcast dimension.
 struct BroadcastShape {

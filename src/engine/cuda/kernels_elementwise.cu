@@ -60,6 +60,118 @@ __global__ void unary_kernel64(const T* x, T* y, int64_t n, ActParams p) {
   SLUICE_GRID_STRIDE(i, n) { y[i] = from_f<T>(apply_act(to_f(x[i]), p)); }
 }
 
+// ---- swish: v * sigmoid(a v), v = x (+ bias) ------------------------------------------------------
+// The generic unary kernel picks its activation with a switch on a run-time value for each element:
+// a tree of branches per element, which also keeps the compiler from interleaving the elements of
+// a pack, so CLIP's quick GELU ran issue-bound at about half the copy rate.  This kernel has the
+// activation at compile time, no branch inside a pack and two packs in flight per thread.
+
+__device__ __forceinline__ float ex2_approx(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+// Not flushing: 1 / d for d up to 2^128 stays a subnormal, as the exact division's result does.
+__device__ __forceinline__ float rcp_approx(float x) {
+  float r;
+  asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+// neg_a_log2e = -a / ln 2, for the fast form exp(-a v) = 2^(v * neg_a_log2e).
+template <bool Fast>
+__device__ __forceinline__ float swish_f(float v, float a, float neg_a_log2e) {
+  if (Fast) return v * rcp_approx(1.f + ex2_approx(v * neg_a_log2e));
+  return v / (1.f + expf(-a * v));   // apply_act's Act::Swish, the same expression
+}
+
+// Pack i (its first element e = i * K) through the swish.  With a bias, channels % K == 0 and the
+// bias is 16-byte aligned, so the pack's K biases are consecutive and load as float4s.
+template <typename T, int K, bool Bias, bool Fast>
+__device__ __forceinline__ void swish_pack(Pack<T, K>& u, uint32_t e, const float* bias, FastDiv channels, float a,
+                                           float neg_a_log2e) {
+  float bb[K];
+  if (Bias) {
+    uint32_t c;
+    channels.divmod(e, &c);
+    if constexpr (K % 4 == 0) {
+#pragma unroll
+      for (int k = 0; k < K; k += 4) {
+        const float4 q = *reinterpret_cast<const float4*>(bias + c + k);
+        bb[k] = q.x;
+        bb[k + 1] = q.y;
+        bb[k + 2] = q.z;
+        bb[k + 3] = q.w;
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < K; ++k) bb[k] = bias[c + k];
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float v = to_f(u.v[k]);
+    if (Bias) v += bb[k];
+    u.v[k] = from_f<T>(swish_f<Fast>(v, a, neg_a_log2e));
+  }
+}
+
+// n / K packs, two a thread at a time (both loads issued before either is computed), then the last
+// n % K elements one by one (only without a bias, or with K == 1: a bias takes packs only when
+// channels % K == 0, and then n % K == 0).
+template <typename T, int K, bool Bias, bool Fast>
+__global__ void __launch_bounds__(kThreads) swish_kernel(const T* x, T* y, uint32_t n, const float* bias,
+                                                         FastDiv channels, float a) {
+  const float neg_a_log2e = -a * 1.4426950408889634f;
+  const uint32_t packs = n / K, stride = grid_size();
+  const Pack<T, K>* xp = reinterpret_cast<const Pack<T, K>*>(x);
+  Pack<T, K>* yp = reinterpret_cast<Pack<T, K>*>(y);
+  uint32_t i = thread_index();
+  for (; i + stride < packs; i += 2 * stride) {
+    Pack<T, K> u = xp[i];
+    Pack<T, K> w = xp[i + stride];
+    swish_pack<T, K, Bias, Fast>(u, i * K, bias, channels, a, neg_a_log2e);
+    swish_pack<T, K, Bias, Fast>(w, (i + stride) * K, bias, channels, a, neg_a_log2e);
+    yp[i] = u;
+    yp[i + stride] = w;
+  }
+  if (i < packs) {
+    Pack<T, K> u = xp[i];
+    swish_pack<T, K, Bias, Fast>(u, i * K, bias, channels, a, neg_a_log2e);
+    yp[i] = u;
+  }
+  if (K > 1)
+    for (uint32_t j = packs * K + thread_index(); j < n; j += stride) {
+      Pack<T, 1> u;
+      u.v[0] = x[j];
+      swish_pack<T, 1, Bias, Fast>(u, j, bias, channels, a, neg_a_log2e);
+      y[j] = u.v[0];
+    }
+}
+
+template <typename T>
+__global__ void swish_kernel64(const T* x, T* y, int64_t n, const float* bias, int64_t channels, float a, bool fast) {
+  const float neg_a_log2e = -a * 1.4426950408889634f;
+  SLUICE_GRID_STRIDE(i, n) {
+    float v = to_f(x[i]);
+    if (bias) v += bias[i % channels];
+    y[i] = from_f<T>(fast ? swish_f<true>(v, a, neg_a_log2e) : swish_f<false>(v, a, neg_a_log2e));
+  }
+}
+
+template <typename T, int K>
+void launch_swish(const T* x, T* y, uint32_t n, const SwishParams& p, cudaStream_t s) {
+  const FastDiv ch(p.bias ? p.channels : 1);
+  const unsigned grid = waves_grid(n / K / 2 + 1);
+  if (p.bias) {
+    if (p.fast) swish_kernel<T, K, true, true><<<grid, kThreads, 0, s>>>(x, y, n, p.bias, ch, p.alpha);
+    else swish_kernel<T, K, true, false><<<grid, kThreads, 0, s>>>(x, y, n, p.bias, ch, p.alpha);
+  } else {
+    if (p.fast) swish_kernel<T, K, false, true><<<grid, kThreads, 0, s>>>(x, y, n, nullptr, ch, p.alpha);
+    else swish_kernel<T, K, false, false><<<grid, kThreads, 0, s>>>(x, y, n, nullptr, ch, p.alpha);
+  }
+}
+
 // ---- binary --------------------------------------------------------------------------------------
 
 template <typename T, int K>
@@ -202,6 +314,26 @@ void unary(DType t, const void* x, void* y, int64_t n, ActParams p, cudaStream_t
       unary_kernel<T, K><<<waves_grid(n / K + 1), kThreads, 0, s>>>(xp, yp, static_cast<uint32_t>(n), p);
     else
       unary_kernel<T, 1><<<waves_grid(n), kThreads, 0, s>>>(xp, yp, static_cast<uint32_t>(n), p);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void swish(DType t, const void* x, void* y, int64_t n, const SwishParams& p, cudaStream_t s) {
+  if (n <= 0) return;
+  SLUICE_CHECK(!p.bias || (p.channels >= 1 && n % p.channels == 0), "swish: ", n, " elements are not rows of ", p.channels,
+               " biases");
+  dispatch_float(t, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x);
+    T* yp = static_cast<T*>(y);
+    constexpr int K = kVec<T>;
+    const bool packs_fit = !p.bias || (p.channels % K == 0 && aligned16(p.bias));
+    if (!fast_kernels() || !fits_int32(n) || !fits_int32(p.channels))
+      swish_kernel64<T><<<grid_for(n), kThreads, 0, s>>>(xp, yp, n, p.bias, p.channels, p.alpha, p.fast);
+    else if (aligned16(x) && aligned16(y) && packs_fit)
+      launch_swish<T, K>(xp, yp, static_cast<uint32_t>(n), p, s);
+    else
+      launch_swish<T, 1>(xp, yp, static_cast<uint32_t>(n), p, s);
   });
   CUDA_CHECK_LAUNCH();
 }

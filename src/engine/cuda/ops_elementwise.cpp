@@ -123,12 +123,37 @@ void lower_unary(Builder& b, const Node& n, ActParams p) {
 // after the fc1 product (Mul by the constant 1.702, Sigmoid, Mul): one Swish step reading x and
 // writing the product, in float with one rounding at the end, where the separate steps move the
 // tensor three times and round after each.  SLUICE_CUDA_FUSE_SWISH=0 keeps the separate steps.
+// The step runs its own kernel (kernels.h, swish()): SLUICE_CUDA_SWISH=fast (the default: fp32
+// with the hardware's exp2 and reciprocal approximations, a few fp32 ulps from the exact division,
+// far below one bf16 rounding; CLIP's step at 99 % of the copy rate on the H200), exact (the generic
+// kernel's arithmetic, the same bits; 88 %) or generic (the unary kernel with Act::Swish, the step
+// as it ran before; 57 %).  With
+// SLUICE_CUDA_SWISH_BIAS=1 the bias Add before the chain (a constant row, the fc1 bias) is taken into
+// the step too, and the product before it runs without its bias epilogue (ops_gemm.cpp).
 
 bool fuse_swish_on() {
   const char* v = std::getenv("SLUICE_CUDA_FUSE_SWISH");
   const std::string s = v ? v : "";
   if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_FUSE_SWISH must be 0 or 1, not '", s, "'"));
   return s != "0";
+}
+
+enum class SwishKernel { Exact, Fast, Generic };
+
+SwishKernel swish_kernel_mode() {
+  const char* v = std::getenv("SLUICE_CUDA_SWISH");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "fast") return SwishKernel::Fast;
+  if (s == "exact") return SwishKernel::Exact;
+  if (s == "generic") return SwishKernel::Generic;
+  throw UsageError(str("SLUICE_CUDA_SWISH must be fast, exact or generic, not '", s, "'"));
+}
+
+bool swish_bias_on() {
+  const char* v = std::getenv("SLUICE_CUDA_SWISH_BIAS");
+  const std::string s = v ? v : "";
+  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_SWISH_BIAS must be 0 or 1, not '", s, "'"));
+  return s == "1";
 }
 
 // The only reader of `name` (none when it has several, or is a graph output).
@@ -140,49 +165,133 @@ const Node* sole_reader(const Builder& b, const std::string& name) {
 
 bool plain_op(const Node* n, const char* op) { return n && n->domain.empty() && n->op == op && !n->outputs.empty(); }
 
-// When n starts a swish over one of its inputs: lowers the chain as one step and returns true.
-bool lower_swish(Builder& b, const Node& n) {
-  if (!b.has_output(n, 0) || b.is_wide(n.outputs[0]) || !fuse_swish_on()) return false;
-  std::size_t xi = 0;
-  float alpha = 1.f;
+// A swish chain starting at node n (its Sigmoid, or the Mul by a constant before it): the value x
+// it gates, the nodes after n it takes, its alpha.
+struct SwishChain {
+  std::string x;
   const Node* sig = nullptr;
-  if (n.op == "Sigmoid") {
-    sig = &n;
-  } else if (n.op == "Mul" && n.inputs.size() == 2) {
+  const Node* mul = nullptr;   // the final Mul, whose output the step writes
+  float alpha = 1.f;
+};
+
+bool match_swish(const Builder& b, const Node& n, SwishChain* c) {
+  if (!b.has_output(n, 0) || b.is_wide(n.outputs[0])) return false;
+  std::size_t xi = 0;
+  if (n.op == "Sigmoid" && n.domain.empty()) {
+    c->sig = &n;
+  } else if (n.op == "Mul" && n.domain.empty() && n.inputs.size() == 2) {
     const Tensor* c0 = b.const_input(n, 0);
     const Tensor* c1 = b.const_input(n, 1);
-    const Tensor* c = c1 ? c1 : c0;
-    if (!c || (c0 && c1) || c->numel() != 1) return false;
-    const DType ct = c->dtype;
+    const Tensor* k = c1 ? c1 : c0;
+    if (!k || (c0 && c1) || k->numel() != 1) return false;
+    const DType ct = k->dtype;
     if (ct != DType::F32 && ct != DType::F16 && ct != DType::BF16 && ct != DType::F64) return false;
     xi = c1 ? 0 : 1;
-    alpha = c->as_float().at(0);
-    sig = sole_reader(b, n.outputs[0]);
-    if (!plain_op(sig, "Sigmoid") || sig->input(0) != n.outputs[0]) return false;
+    c->alpha = k->as_float().at(0);
+    c->sig = sole_reader(b, n.outputs[0]);
+    if (!plain_op(c->sig, "Sigmoid") || c->sig->input(0) != n.outputs[0]) return false;
   } else {
     return false;
   }
-  const std::string& x = n.input(xi);
-  const std::string& u = sig->outputs[0];
+  c->x = n.input(xi);
+  const std::string& u = c->sig->outputs[0];
   const Node* m = sole_reader(b, u);
   if (!plain_op(m, "Mul") || m->inputs.size() != 2 || !b.has_output(*m, 0) || b.is_wide(m->outputs[0])) return false;
-  if (!((m->inputs[0] == x && m->inputs[1] == u) || (m->inputs[0] == u && m->inputs[1] == x))) return false;
-  const ValueInfo* vx = b.graph.value(x);
+  if (!((m->inputs[0] == c->x && m->inputs[1] == u) || (m->inputs[0] == u && m->inputs[1] == c->x))) return false;
+  const ValueInfo* vx = b.graph.value(c->x);
   const ValueInfo* vy = b.graph.value(m->outputs[0]);
-  if (!vx || !vy || vx->shape != vy->shape) return false;
+  if (!vx || !vy || vx->shape != vy->shape || vx->shape.empty()) return false;
   if (vx->dtype != DType::F32 && vx->dtype != DType::F16 && vx->dtype != DType::BF16) return false;
-  const int xs = float_input(b, n, xi, true);
-  const int y = b.output(*m, 0, b.is_nhwc(xs));
-  ActParams p;
-  p.act = Act::Swish;
-  p.a = alpha;
+  c->mul = m;
+  return true;
+}
+
+// For bias Add node `add` (x + a constant row, in either order) whose sum only a swish chain reads
+// (its first node and its final Mul): the chain, the index of x and the bias values.
+bool match_bias_swish(const Builder& b, const Node& add, SwishChain* c, std::size_t* xi, std::vector<float>* bias) {
+  if (!plain_op(&add, "Add") || add.inputs.size() != 2 || !b.has_output(add, 0)) return false;
+  const std::string& h = add.outputs[0];
+  if (b.is_graph_output(h) || b.is_wide(h)) return false;
+  const Tensor* c0 = b.const_input(add, 0);
+  const Tensor* c1 = b.const_input(add, 1);
+  if ((c0 != nullptr) == (c1 != nullptr)) return false;
+  *xi = c1 ? 0 : 1;
+  const Tensor* k = c1 ? c1 : c0;
+  const ValueInfo* vh = b.graph.value(h);
+  const ValueInfo* vx = b.graph.value(add.input(*xi));
+  if (!vh || !vx || vh->shape.empty() || vx->shape != vh->shape) return false;
+  const DType kt = k->dtype;
+  if (kt != DType::F32 && kt != DType::F16 && kt != DType::BF16) return false;
+  const int64_t cols = vh->shape.back();
+  std::size_t lead = 0;
+  while (lead < k->shape.size() && k->shape[lead] == 1) ++lead;
+  if (k->shape.size() > vh->shape.size() || k->shape.size() - lead != 1 || k->shape.back() != cols) return false;
+  const auto readers = b.consumers(h);
+  if (readers.size() != 2) return false;
+  for (const Node* first : readers) {
+    SwishChain chain;
+    if (!match_swish(b, *first, &chain) || chain.x != h) continue;
+    if (chain.mul == first || (readers[0] != chain.mul && readers[1] != chain.mul)) continue;
+    *c = chain;
+    *bias = k->as_float();
+    return true;
+  }
+  return false;
+}
+
+// The step for chain c over slot xs (bias: the fp32 constant slot, or -1), writing node c.mul's output.
+void add_swish_step(Builder& b, const std::string& label, int xs, int bias_slot, int64_t channels, const SwishChain& c) {
+  const int y = b.output(*c.mul, 0, b.is_nhwc(xs));
   const DType t = b.compute;
   const int64_t count = b.slot(y).numel();
-  b.add(n.name + " + " + m->name, {xs, y}, [=](Context&, const Bindings& bd, cudaStream_t s) {
-    unary(t, bd.at(xs), bd.at(y), count, p, s);
+  const SwishKernel mode = swish_kernel_mode();
+  const float alpha = c.alpha;
+  std::vector<int> uses = {xs, y};
+  if (bias_slot >= 0) uses.push_back(bias_slot);
+  b.add(label, uses, [=](Context&, const Bindings& bd, cudaStream_t s) {
+    if (mode == SwishKernel::Generic) {
+      ActParams p;
+      p.act = Act::Swish;
+      p.a = alpha;
+      unary(t, bd.at(xs), bd.at(y), count, p, s);
+      return;
+    }
+    SwishParams p;
+    p.alpha = alpha;
+    p.fast = mode == SwishKernel::Fast;
+    if (bias_slot >= 0) {
+      p.bias = static_cast<const float*>(bd.at(bias_slot));
+      p.channels = channels;
+    }
+    swish(t, bd.at(xs), bd.at(y), count, p, s);
   }, "Swish");
-  if (sig != &n) b.skip(*sig);
-  b.skip(*m);
+}
+
+// When n starts a swish over one of its inputs (or is the bias Add before one, under
+// SLUICE_CUDA_SWISH_BIAS=1): lowers the chain as one step and returns true.
+bool lower_swish(Builder& b, const Node& n) {
+  if (!fuse_swish_on()) return false;
+  if (n.op == "Add") {
+    SwishChain c;
+    std::size_t xi = 0;
+    std::vector<float> bias;
+    if (!swish_bias_on() || swish_kernel_mode() == SwishKernel::Generic || !match_bias_swish(b, n, &c, &xi, &bias))
+      return false;
+    const int xs = float_input(b, n, xi);   // the bias runs along the last axis: plain order
+    const int64_t cols = static_cast<int64_t>(bias.size());
+    const int bs = b.constant(n.name + " (bias, float32)", Tensor::from(DType::F32, {cols}, bias));
+    add_swish_step(b, n.name + " + " + c.mul->name, xs, bs, cols, c);
+    for (const Node* k : b.consumers(n.outputs[0])) b.skip(*k);
+    b.skip(*c.sig);
+    b.skip(*c.mul);
+    return true;
+  }
+  SwishChain c;
+  if (!match_swish(b, n, &c)) return false;
+  const int xs = float_input(b, n, n.input(0) == c.x ? 0 : 1, true);
+  add_swish_step(b, n.name + " + " + c.mul->name, xs, -1, 1, c);
+  if (c.sig != &n) b.skip(*c.sig);
+  b.skip(*c.mul);
   return true;
 }
 
@@ -394,6 +503,14 @@ void lower_group_norm(Builder& b, const Node& n, bool instance) {
 
 }  // namespace
 
+bool swish_takes_bias(const Builder& b, const Node& add) {
+  if (!fuse_swish_on() || !swish_bias_on() || swish_kernel_mode() == SwishKernel::Generic) return false;
+  SwishChain c;
+  std::size_t xi = 0;
+  std::vector<float> bias;
+  return match_bias_swish(b, add, &c, &xi, &bias);
+}
+
 bool lower_elementwise(Builder& b, const Node& n) {
   if (n.domain == "sluice") {
     if (n.op != "Normalize") return false;
@@ -401,7 +518,7 @@ bool lower_elementwise(Builder& b, const Node& n) {
     return true;
   }
   if (!n.domain.empty()) return false;
-  if ((n.op == "Sigmoid" || n.op == "Mul") && lower_swish(b, n)) return true;
+  if ((n.op == "Sigmoid" || n.op == "Mul" || n.op == "Add") && lower_swish(b, n)) return true;
   ActParams p;
   if (unary_act(n, &p)) { lower_unary(b, n, p); return true; }
   static const std::map<std::string, BinOp> binops = {

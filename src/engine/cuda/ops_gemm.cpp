@@ -208,6 +208,13 @@ bool plan_epilogue(Builder& b, const Node& n, const Shape& shape, int64_t cols, 
   if (!v || v->shape != shape || !c || !writable(b, add->outputs[0], shape)) return false;
   p->bias = bias_values(*c, cols, shape.size());
   if (p->bias.empty()) return false;
+  if (swish_takes_bias(b, *add)) {
+    // The Swish step after it adds the bias (SLUICE_CUDA_SWISH_BIAS=1): the product alone, on
+    // cuBLASLt all the same (its algorithm chosen as the others are).
+    p->bias.clear();
+    p->last = &n;
+    return true;
+  }
   p->add = add;
   p->last = add;
   plan_gelu(b, add->outputs[0], shape, p);
@@ -234,15 +241,19 @@ void lower_with_epilogue(Builder& b, const Node& n, int a, int w, const GemmCall
   s.ab = b.compute;
   s.y = b.slot(y).dtype;   // the compute type, or fp32 for a branch tail of the residual stream
   s.precision = b.precision;
-  s.epilogue = p.gelu ? GemmEpilogue::BiasGelu : GemmEpilogue::Bias;
+  s.epilogue = p.gelu ? GemmEpilogue::BiasGelu : p.bias.empty() ? GemmEpilogue::None : GemmEpilogue::Bias;
   s.gelu = p.act;
-  Tensor bias = Tensor::from(DType::F32, {c.n}, p.bias);
-  if (s.y != DType::F32) bias = b.to_compute(bias);
-  const int bs = b.constant((p.add ? p.add->name : n.name) + " (bias, " + dtype_name(s.y) + ")", bias);
-  std::vector<int> uses = {a, w, bs, y};
+  int bs = -1;
+  if (!p.bias.empty()) {
+    Tensor bias = Tensor::from(DType::F32, {c.n}, p.bias);
+    if (s.y != DType::F32) bias = b.to_compute(bias);
+    bs = b.constant((p.add ? p.add->name : n.name) + " (bias, " + dtype_name(s.y) + ")", bias);
+  }
+  std::vector<int> uses = {a, w, y};
+  if (bs >= 0) uses.push_back(bs);
   if (p.residual) uses.push_back(p.residual_slot);
   b.add(make_lt_gemm_step(n.name, s, a, w, bs, y, p.residual ? p.residual_slot : -1), uses,
-        n.op + (p.gelu ? "+Bias+Gelu" : p.residual ? "+Bias+Residual" : "+Bias"));
+        n.op + (p.gelu ? "+Bias+Gelu" : p.residual ? "+Bias+Residual" : bs >= 0 ? "+Bias" : ""));
   if (p.add) b.skip(*p.add);
   if (p.gelu) b.skip(*p.gelu);
   if (p.view) b.skip(*p.view);
