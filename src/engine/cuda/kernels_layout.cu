@@ -52,38 +52,6 @@ __global__ void strided_copy_kernel(const U* x, U* y, uint32_t packs, Copy32 s) 
   }
 }
 
-// One element at a time, R of them per thread in flight: R independent loads, a grid stride
-// apart (so each of them is a coalesced row of the warp's writes), before the R stores.  Element
-// copies whose inner dim cannot be packed (a patch embedding's 14- or 16-wide rows, a 6-D
-// permute) are latency-bound with one narrow load per thread in flight: 9 % of the copy rate.
-template <typename U, int R>
-__global__ void strided_copy_ilp_kernel(const U* __restrict__ x, U* __restrict__ y, uint32_t n, Copy32 s) {
-  const uint32_t step = gridDim.x * blockDim.x;
-  for (uint32_t base = blockIdx.x * blockDim.x + threadIdx.x; base < n; base += step * R) {
-    U v[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint32_t i = base + r * step;
-      if (i >= n) break;
-      uint32_t rem = i;
-      int32_t off = 0;
-      for (int d = s.rank - 1; d >= 0; --d) {
-        uint32_t idx;
-        rem = s.out[d].divmod(rem, &idx);
-        if (s.in_dim[d].d != s.out[d].d) s.in_dim[d].divmod(idx, &idx);
-        off += static_cast<int32_t>(idx) * s.in_stride[d];
-      }
-      v[r] = x[off];
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint32_t i = base + r * step;
-      if (i >= n) break;
-      y[i] = v[r];
-    }
-  }
-}
-
 template <typename U>
 void launch_strided_copy(const void* xv, void* yv, int64_t n, const CopyShape& shape, cudaStream_t st) {
   const U* x = static_cast<const U*>(xv);
@@ -107,12 +75,7 @@ void launch_strided_copy(const void* xv, void* yv, int64_t n, const CopyShape& s
                aligned16(x) && aligned16(y);
   for (int d = 0; d < last && packs; ++d) packs = shape.in_stride[d] % K == 0;
   if (packs) strided_copy_kernel<U, K><<<waves_grid(n / K), kThreads, 0, st>>>(x, y, static_cast<uint32_t>(n / K), c);
-  else if (n < (int64_t{1} << 30)) {
-    constexpr int R = 4;
-    strided_copy_ilp_kernel<U, R><<<waves_grid((n + R - 1) / R), kThreads, 0, st>>>(x, y, static_cast<uint32_t>(n), c);
-  } else {
-    strided_copy_kernel<U, 1><<<waves_grid(n), kThreads, 0, st>>>(x, y, static_cast<uint32_t>(n), c);
-  }
+  else strided_copy_kernel<U, 1><<<waves_grid(n), kThreads, 0, st>>>(x, y, static_cast<uint32_t>(n), c);
 }
 
 // ---- 2-D block copies in one launch ------------------------------------------------------------------
@@ -212,43 +175,31 @@ struct S2D32 {
   int32_t c = 0, h = 0, w = 0, step = 1, pad_top = 0, pad_left = 0;
 };
 
-// One output element at a time in the output's memory order (so the writes are coalesced), R of
-// them per thread in flight, a grid stride apart (see strided_copy_ilp_kernel); the reads of
-// neighbouring threads fall in the same few input rows, which L1 serves.
-template <typename U, int R>
+// One thread per output element, in the output's memory order (so the writes are coalesced); the
+// reads of neighbouring threads fall in the same few input rows, which L1 serves.
+template <typename U>
 __global__ void space_to_depth_kernel(const U* __restrict__ x, U* __restrict__ y, uint32_t total, S2D32 d, bool nhwc) {
-  const uint32_t step = gridDim.x * blockDim.x;
-  for (uint32_t base = blockIdx.x * blockDim.x + threadIdx.x; base < total; base += step * R) {
-    U val[R];
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-      const uint32_t i = base + k * step;
-      if (i >= total) break;
-      uint32_t rem = i, ch, u, v;
-      if (nhwc) {
-        rem = d.c2.divmod(rem, &ch);
-        rem = d.ow.divmod(rem, &v);
-        rem = d.oh.divmod(rem, &u);
-      } else {
-        rem = d.ow.divmod(rem, &v);
-        rem = d.oh.divmod(rem, &u);
-        rem = d.c2.divmod(rem, &ch);
-      }
-      const uint32_t n = rem;
-      uint32_t ij, j;
-      const uint32_t ci = d.ss.divmod(ch, &ij);
-      const uint32_t bi = d.s.divmod(ij, &j);
-      const int32_t r = static_cast<int32_t>(u) * d.step + static_cast<int32_t>(bi) - d.pad_top;
-      const int32_t col = static_cast<int32_t>(v) * d.step + static_cast<int32_t>(j) - d.pad_left;
-      val[k] = U(0);
-      if (r >= 0 && r < d.h && col >= 0 && col < d.w) val[k] = x[((static_cast<size_t>(n) * d.c + ci) * d.h + r) * d.w + col];
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+    uint32_t rem = i, ch, u, v;
+    if (nhwc) {
+      rem = d.c2.divmod(rem, &ch);
+      rem = d.ow.divmod(rem, &v);
+      rem = d.oh.divmod(rem, &u);
+    } else {
+      rem = d.ow.divmod(rem, &v);
+      rem = d.oh.divmod(rem, &u);
+      rem = d.c2.divmod(rem, &ch);
     }
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-      const uint32_t i = base + k * step;
-      if (i >= total) break;
-      y[i] = val[k];
-    }
+    const uint32_t n = rem;
+    uint32_t ij, j;
+    const uint32_t ci = d.ss.divmod(ch, &ij);
+    const uint32_t bi = d.s.divmod(ij, &j);
+    const int32_t r = static_cast<int32_t>(u) * d.step + static_cast<int32_t>(bi) - d.pad_top;
+    const int32_t col = static_cast<int32_t>(v) * d.step + static_cast<int32_t>(j) - d.pad_left;
+    U val = U(0);
+    if (r >= 0 && r < d.h && col >= 0 && col < d.w)
+      val = x[((static_cast<size_t>(n) * d.c + ci) * d.h + r) * d.w + col];
+    y[i] = val;
   }
 }
 
@@ -438,7 +389,7 @@ void pad(std::size_t elem_size, const void* x, void* y, const PadShape& shape, c
 void space_to_depth(std::size_t elem_size, const void* x, void* y, const SpaceToDepthShape& sh, cudaStream_t st) {
   const int64_t c2 = sh.c * sh.s * sh.s, total = sh.n * c2 * sh.oh * sh.ow;
   if (total <= 0) return;
-  SLUICE_CHECK(total < (int64_t{1} << 30) && fits_int32(sh.n * sh.c * sh.h * sh.w) && fits_int32(sh.oh * sh.s + sh.h),
+  SLUICE_CHECK(fits_int32(total) && fits_int32(sh.n * sh.c * sh.h * sh.w) && fits_int32(sh.oh * sh.s + sh.h),
                "space to depth: ", total, " elements exceed the kernel's 32-bit indices");
   S2D32 d;
   d.c2 = FastDiv(c2);
@@ -454,9 +405,8 @@ void space_to_depth(std::size_t elem_size, const void* x, void* y, const SpaceTo
   d.pad_left = static_cast<int32_t>(sh.pad_left);
   dispatch_size(elem_size, [&](auto tag) {
     using U = decltype(tag);
-    constexpr int R = 4;
-    space_to_depth_kernel<U, R><<<waves_grid((total + R - 1) / R), kThreads, 0, st>>>(
-        static_cast<const U*>(x), static_cast<U*>(y), static_cast<uint32_t>(total), d, sh.nhwc);
+    space_to_depth_kernel<U><<<waves_grid(total), kThreads, 0, st>>>(static_cast<const U*>(x), static_cast<U*>(y),
+                                                                      static_cast<uint32_t>(total), d, sh.nhwc);
   });
   CUDA_CHECK_LAUNCH();
 }
