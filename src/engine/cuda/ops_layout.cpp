@@ -339,6 +339,7 @@ bool lower_space_to_depth(Builder& b, const Node& n) {
   if (s < 1 || cs[5] != s || hp % s != 0 || wp % s != 0) return false;
   if (cs != Shape{x[0], x[1], hp / s, s, wp / s, s} || ds != Shape{x[0], x[1] * s * s, hp / s, wp / s}) return false;
   if (move->get_ints("perm") != std::vector<int64_t>{0, 1, 3, 5, 2, 4}) return false;
+  if (shape_numel(ds) >= (int64_t{1} << 31) || shape_numel(x) >= (int64_t{1} << 31)) return false;   // the kernel's 32-bit indices
   const bool convs = b.consumers_want_nhwc(depth->outputs[0]);
   const int xi = b.input(n, 0);
   if (b.slot(xi).dtype != b.stored(depth->outputs[0], b.value(depth->outputs[0]).dtype)) return false;
