@@ -81,10 +81,7 @@ Builder::Builder(const sluice::Graph& g, Precision p) : graph(g), precision(p), 
   }
   output_slots_.assign(g.outputs.size(), -1);
   // fp16/bf16: the residual stream of transformer blocks stays fp32 (engine/residual_stream.h).
-  const char* wide = std::getenv("SLUICE_CUDA_RESIDUAL_FP32");
-  const std::string w = wide ? wide : "";
-  if (!w.empty() && w != "0" && w != "1") throw UsageError(str("SLUICE_CUDA_RESIDUAL_FP32 must be 0 or 1, not '", w, "'"));
-  if (compute != DType::F32 && w != "0") wide_ = residual_stream(g);
+  if (compute != DType::F32 && switch_on("SLUICE_CUDA_RESIDUAL_FP32")) wide_ = residual_stream(g);
 }
 
 int Builder::new_slot(TensorSlot s) {

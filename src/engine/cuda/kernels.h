@@ -19,6 +19,10 @@ constexpr int kMaxRank = 8;
 // SLUICE_CUDA_FAST=0 (for comparing with the plain kernels and cuDNN).
 bool fast_kernels();
 
+// An engine switch in the environment, read where it is called (a test may set it around one
+// engine): unset, empty or "1" is on, "0" off; any other value is a usage error that names it.
+bool switch_on(const char* name);
+
 enum class Act : int {
   Identity = 0, Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid, HardSwish, Exp, Log, Sqrt, Neg,
   Abs, Erf, Reciprocal, Floor, Ceil, Round, Elu, Softplus, Gelu, GeluTanh, Selu, Sin, Cos, Not, Sign,

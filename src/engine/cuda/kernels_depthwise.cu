@@ -295,17 +295,10 @@ bool plan_tile(const DepthwiseShape& s, std::size_t elem, DepthwiseTile* t, std:
   return blocks < (int64_t{1} << 31) && fits_int32(s.n * s.h * s.w * s.c);
 }
 
-// SLUICE_CUDA_DEPTHWISE_ROWS=0 keeps the one-pixel kernel for every layer, to measure the row kernel.
-// SLUICE_CUDA_DEPTHWISE_TILE=0 keeps the row kernel where the tile kernel would run.
-bool switch_on(const char* name) {
-  const char* v = std::getenv(name);
-  const std::string e = v ? v : "";
-  SLUICE_CHECK(e.empty() || e == "0" || e == "1", name, " must be 0 or 1, not '", e, "'");
-  return e != "0";
-}
-
 }  // namespace
 
+// SLUICE_CUDA_DEPTHWISE_ROWS=0 keeps the one-pixel kernel for every layer, to measure the row kernel.
+// SLUICE_CUDA_DEPTHWISE_TILE=0 keeps the row kernel where the tile kernel would run.
 DepthwiseChoice depthwise_choice_from_env() {
   DepthwiseChoice c;
   c.tile = switch_on("SLUICE_CUDA_DEPTHWISE_TILE");

@@ -5,6 +5,7 @@
 // Tensors of 2^31 elements or more, or misaligned pointers, take the plain one-element kernels.
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/kernels_act.cuh"
@@ -18,6 +19,13 @@ bool fast_kernels() {
     return !(v && std::strcmp(v, "0") == 0);
   }();
   return on;
+}
+
+bool switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  const std::string s = v ? v : "";
+  if (!s.empty() && s != "0" && s != "1") throw UsageError(str(name, " must be 0 or 1, not '", s, "'"));
+  return s != "0";
 }
 
 unsigned waves_grid(int64_t n, int threads) {

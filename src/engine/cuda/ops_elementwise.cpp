@@ -131,12 +131,7 @@ void lower_unary(Builder& b, const Node& n, ActParams p) {
 // SLUICE_CUDA_SWISH_BIAS=1 the bias Add before the chain (a constant row, the fc1 bias) is taken into
 // the step too, and the product before it runs without its bias epilogue (ops_gemm.cpp).
 
-bool fuse_swish_on() {
-  const char* v = std::getenv("SLUICE_CUDA_FUSE_SWISH");
-  const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_FUSE_SWISH must be 0 or 1, not '", s, "'"));
-  return s != "0";
-}
+bool fuse_swish_on() { return switch_on("SLUICE_CUDA_FUSE_SWISH"); }
 
 enum class SwishKernel { Exact, Fast, Generic };
 

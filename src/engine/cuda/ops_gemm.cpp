@@ -83,19 +83,9 @@ void enqueue_gemm(Context& ctx, DType t, const GemmCall& c, const void* a, const
 
 // ---- epilogues (cuBLASLt) ------------------------------------------------------------------------
 
-bool gemm_epilogue_on() {
-  const char* v = std::getenv("SLUICE_CUDA_GEMM_EPILOGUE");
-  const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_GEMM_EPILOGUE must be 0 or 1, not '", s, "'"));
-  return s != "0";
-}
+bool gemm_epilogue_on() { return switch_on("SLUICE_CUDA_GEMM_EPILOGUE"); }
 
-bool gemm_residual_on() {
-  const char* v = std::getenv("SLUICE_CUDA_GEMM_RESIDUAL");
-  const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_GEMM_RESIDUAL must be 0 or 1, not '", s, "'"));
-  return s != "0";
-}
+bool gemm_residual_on() { return switch_on("SLUICE_CUDA_GEMM_RESIDUAL"); }
 
 bool float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 

@@ -65,12 +65,7 @@ void lower_view(Builder& b, const Node& n) {
 }
 
 // SLUICE_CUDA_LAYOUT_VIEWS=0 turns the views below off (every Transpose copies), to measure them.
-bool layout_views_on() {
-  const char* v = std::getenv("SLUICE_CUDA_LAYOUT_VIEWS");
-  const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_LAYOUT_VIEWS must be 0 or 1, not '", s, "'"));
-  return s != "0";
-}
+bool layout_views_on() { return switch_on("SLUICE_CUDA_LAYOUT_VIEWS"); }
 
 // A Transpose between the two 4-D orders whose result already lies in memory the way it is stored:
 //   (0, 2, 3, 1) of a channels-last [N, C, H, W] slot is that slot's bytes read as a plain [N, H, W, C];
@@ -293,12 +288,7 @@ void lower_gather(Builder& b, const Node& n) {
 }
 
 // SLUICE_CUDA_SPACE_TO_DEPTH=0 lowers the strided stem's chain node by node (to measure it).
-bool space_to_depth_on() {
-  const char* v = std::getenv("SLUICE_CUDA_SPACE_TO_DEPTH");
-  const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_SPACE_TO_DEPTH must be 0 or 1, not '", s, "'"));
-  return s != "0";
-}
+bool space_to_depth_on() { return switch_on("SLUICE_CUDA_SPACE_TO_DEPTH"); }
 
 // The strided stem's input (model/fuse_patches.cpp): Pad (zeros, on H and W only) -> Reshape
 // [N, C, H'/s, s, W'/s, s] -> Transpose (0, 1, 3, 5, 2, 4) -> Reshape [N, C s s, H'/s, W'/s], as one

@@ -15,12 +15,7 @@ namespace {
 
 // SLUICE_CUDA_NORM_VEC=0 keeps the warp-per-row LayerNorm and the one-element residual Add of scalar
 // loads (kernels_residual.cu), for comparison with the vectorized kernels.
-bool norm_vec_on() {
-  const char* v = std::getenv("SLUICE_CUDA_NORM_VEC");
-  const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_NORM_VEC must be 0 or 1, not '", s, "'"));
-  return s != "0";
-}
+bool norm_vec_on() { return switch_on("SLUICE_CUDA_NORM_VEC"); }
 
 bool float_slot(const TensorSlot& s) { return s.dtype == DType::F32 || s.dtype == DType::F16 || s.dtype == DType::BF16; }
 

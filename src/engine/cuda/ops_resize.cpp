@@ -283,12 +283,7 @@ void lower_antialias(Builder& b, const Node& n, const ResizeShape& rs) {
 namespace {
 
 // SLUICE_CUDA_RESIZE_VIEWS=0 copies a Resize that changes no size (read at the step's lowering).
-bool resize_views_on() {
-  const char* v = std::getenv("SLUICE_CUDA_RESIZE_VIEWS");
-  const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_RESIZE_VIEWS must be 0 or 1, not '", s, "'"));
-  return s != "0";
-}
+bool resize_views_on() { return switch_on("SLUICE_CUDA_RESIZE_VIEWS"); }
 
 // A Resize whose every axis keeps its size and scale (Segformer's decode head "upsamples" its
 // first stage to its own size) gives each output element its input element in every mode (the
