@@ -377,7 +377,7 @@ TEST(CudaSwish, TheFusedStepIsWithinOneRoundingOfFloat64) {
 }
 
 // CLIP's MLP as transformers exports it: fc1 MatMul, bias Add, Mul by 1.702, Sigmoid, Mul, fc2.
-TEST(CudaSwish, ClipsMlpIsAProductWithItsBiasThenOneSwishStep) {
+Graph clip_mlp_graph() {
   const Shape s = {2, 37, 32}, h = {2, 37, 64};
   GraphBuilder b(s);
   b.random_f("w1", {32, 64}, 11, -0.3f, 0.3f).random_f("b1", {64}, 12).random_f("w2", {64, 32}, 13, -0.2f, 0.2f);
@@ -389,11 +389,16 @@ TEST(CudaSwish, ClipsMlpIsAProductWithItsBiasThenOneSwishStep) {
   b.node("Mul", {"hb", "u"}, {f32("g", h)});
   b.node("MatMul", {"g", "w2"}, {f32("y", s)});
   b.output("y");
-  const auto kinds = step_kinds(b.g, Precision::BF16);
+  return b.g;
+}
+
+TEST(CudaSwish, ClipsMlpIsAProductWithItsBiasThenOneSwishStep) {
+  const Graph g = clip_mlp_graph();
+  const auto kinds = step_kinds(g, Precision::BF16);
   EXPECT_EQ(count(kinds, "MatMul+Bias"), 1);
   EXPECT_EQ(count(kinds, "Swish"), 1);
   EXPECT_EQ(count(kinds, "Sigmoid"), 0);
-  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16}) expect_matches_cpu(b.g, p);
+  for (Precision p : {Precision::FP32, Precision::TF32, Precision::FP16, Precision::BF16}) expect_matches_cpu(g, p);
 }
 
 // ---- the Swish kernel, called directly -----------------------------------------------------------
@@ -565,20 +570,6 @@ TEST(CudaSwish, DISABLED_BandwidthOnClipsFc1Output) {
 
 // ---- the bias in the Swish step (SLUICE_CUDA_SWISH_BIAS=1) and the kernel switch -------------------
 
-Graph clip_mlp_graph() {
-  const Shape s = {2, 37, 32}, h = {2, 37, 64};
-  GraphBuilder b(s);
-  b.random_f("w1", {32, 64}, 11, -0.3f, 0.3f).random_f("b1", {64}, 12).random_f("w2", {64, 32}, 13, -0.2f, 0.2f);
-  b.constant_f("k", {}, {1.702f});
-  b.node("MatMul", {"x", "w1"}, {f32("p", h)});
-  b.node("Add", {"b1", "p"}, {f32("hb", h)});
-  b.node("Mul", {"hb", "k"}, {f32("t", h)});
-  b.node("Sigmoid", {"t"}, {f32("u", h)});
-  b.node("Mul", {"hb", "u"}, {f32("g", h)});
-  b.node("MatMul", {"g", "w2"}, {f32("y", s)});
-  b.output("y");
-  return b.g;
-}
 
 // The steps first (no device needed), then the outputs against the CPU engine.
 TEST(CudaSwish, UnderSwishBiasTheFc1BiasIsAddedByTheSwishStep) {
