@@ -161,7 +161,7 @@ bool reshape_strides(const Shape& in, const Strides& st, const Shape& out, Strid
 class LayoutPass {
  public:
   explicit LayoutPass(Graph& g) : g_(g) {
-    if (const char* e = std::getenv("SLUICE_ATTENTION_LAYOUT_WINDOWS"); e && std::string(e) == "0") windows_ = false;
+    if (switched_off("SLUICE_ATTENTION_LAYOUT_WINDOWS")) windows_ = false;
     for (const auto& o : g.outputs) outputs_.insert(o.name);
     try {
       // At batch 1 (an export's fixed batch, re-specialized after the passes) the check sees every
@@ -470,7 +470,7 @@ bool LayoutPass::rewrite(Node& a) {
 }  // namespace
 
 int attention_layout(Graph& g) {
-  if (const char* e = std::getenv("SLUICE_ATTENTION_LAYOUT"); e && std::string(e) == "0") return 0;
+  if (switched_off("SLUICE_ATTENTION_LAYOUT")) return 0;
   bool any = false;
   for (const Node& n : g.nodes) any = any || (n.op == "Attention" && n.domain == "sluice");
   if (!any) return 0;

@@ -378,7 +378,7 @@ bool AttentionMatcher::fuse_at(std::size_t index) {
 }  // namespace
 
 int fuse_attention(Graph& g) {
-  if (const char* e = std::getenv("SLUICE_FUSE_ATTENTION"); e && std::string(e) == "0") return 0;
+  if (switched_off("SLUICE_FUSE_ATTENTION")) return 0;
   AttentionMatcher m(g);
   int fused = 0;
   for (std::size_t i = 0; i < g.nodes.size(); ++i) fused += m.fuse_at(i) ? 1 : 0;

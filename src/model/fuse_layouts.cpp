@@ -53,11 +53,6 @@ namespace sluice {
 
 namespace {
 
-bool switched_off(const char* name) {
-  const char* env = std::getenv(name);
-  return env && std::string(env) == "0";
-}
-
 // Read by exactly one node input and by no graph output.
 bool single_use(const Graph& g, const std::string& name) { return g.consumers(name) == 1 && !is_graph_output(g, name); }
 

@@ -198,11 +198,6 @@ bool rewrite_strided_stem(Graph& g, std::size_t index) {
   return true;
 }
 
-bool switched_off(const char* name) {
-  const char* env = std::getenv(name);
-  return env && std::string(env) == "0";
-}
-
 }  // namespace
 
 int fuse_patch_convolutions(Graph& g) {

@@ -1,6 +1,7 @@
 #include "model/graph_util.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -111,6 +112,11 @@ const Shape* static_shape(const Graph& g, const std::string& name) {
   for (int64_t d : v->shape)
     if (d < 0) return nullptr;
   return &v->shape;
+}
+
+bool switched_off(const char* name) {
+  const char* env = std::getenv(name);
+  return env && std::string(env) == "0";
 }
 
 std::vector<int64_t> transpose_permutation(const Node& t, std::size_t rank) {

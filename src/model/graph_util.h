@@ -33,6 +33,9 @@ bool is_graph_output(const Graph& g, const std::string& name);
 // The shape of `name` when shape inference knows every dimension, else nullptr.
 const Shape* static_shape(const Graph& g, const std::string& name);
 
+// Whether a pass's environment switch is set to "0" (the pass then leaves the graph as it is).
+bool switched_off(const char* name);
+
 // Transpose node t's perm for an input of `rank` dims, negative entries resolved (none given: the
 // reversal); empty when it is no permutation of [0, rank).
 std::vector<int64_t> transpose_permutation(const Node& t, std::size_t rank);

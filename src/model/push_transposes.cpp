@@ -420,7 +420,7 @@ bool hoist_at(Graph& g, std::size_t index) {
 }  // namespace
 
 int push_transposes(Graph& g) {
-  if (const char* e = std::getenv("SLUICE_PUSH_TRANSPOSES"); e && std::string(e) == "0") return 0;
+  if (switched_off("SLUICE_PUSH_TRANSPOSES")) return 0;
   bool any = false;
   for (const Node& n : g.nodes) any = any || (n.op == "Transpose" && n.domain.empty());
   if (!any) return 0;
