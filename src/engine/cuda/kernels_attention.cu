@@ -4,6 +4,8 @@
 // the type the second product reads.
 #include <algorithm>
 #include <cfloat>
+#include <cstring>
+#include <type_traits>
 
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/kernels_common.cuh"
@@ -300,11 +302,236 @@ void launch_window_dp(const WindowAttentionArgs& a, cudaStream_t st) {
   else launch_window<T, B, SP, 128>(a, st);
 }
 
+// ---- sluice.Attention for sequences up to kFlashMaxKeys tokens, head size 64 ----------------------
+// The ViTs' 197 tokens (ViT-B/16, CLIP, DeiT) and DINOv2's 257, where cuDNN's fused attention ran
+// at 18-19 % of the GEMM rate (its tiles of 64 or 128 keys leave much of the last one empty).  One
+// block per (score matrix, run of 16-row query tiles): k and v of the matrix go to shared memory
+// once (rows padded by 8 elements, so the matrix loads below meet no bank conflicts), then each
+// warp takes 16 query rows, holds q in registers as mma operands and walks the keys in chunks of
+// 64 (the rest in chunks of 16, so the padding stays under 16 keys): scores on tensor cores
+// (mma.sync m16n8k16, fp32 accumulators), the running row maximum and sum in fp32 (online
+// softmax, exp2 with log2(e) folded into the scale), the probabilities rounded to T straight from
+// the accumulators into the next product's operand registers, p v accumulated in fp32.
+constexpr int kFlashD = 64, kFlashLd = kFlashD + 8;
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same<T, __nv_bfloat16>::value)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+// Two floats as the pair of T in one register (the lower index in the low half).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&r, &v, 4);
+  }
+  return r;
+}
+
+struct FlashState {
+  float o[kFlashD / 8][4];   // output accumulators: 8 column tiles of rows g and g + 8
+  float m[2], l[2];          // running maximum (log2 units) and this thread's part of the sum
+};
+
+// One chunk of NT x 8 keys from key kb on, for the warp's 16 rows (r0..r0+15).
+template <typename T, int NT>
+__device__ __forceinline__ void flash_chunk(FlashState& st, const uint32_t (&qa)[kFlashD / 16][4], const T* sk, const T* sv,
+                                            int kb, int r0, const WindowAttentionArgs& a, const float* bias_m, float sc) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float sco[NT][4];
+  // scores: B operand k[key][d] (row-major = the col layout mma wants), two k-steps per ldmatrix.x4
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    sco[j][0] = sco[j][1] = sco[j][2] = sco[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kFlashD / 16; kk += 2) {
+      uint32_t b[4];
+      const int mtx = lane >> 3;   // matrix mtx: d columns 16 kk + 8 mtx .. + 7
+      ldsm_x4(b, sk + (kb + 8 * j + (lane & 7)) * kFlashLd + 16 * kk + 8 * mtx);
+      mma16816<T>(sco[j], qa[kk], b[0], b[1]);
+      mma16816<T>(sco[j], qa[kk + 1], b[2], b[3]);
+    }
+  }
+  // scale (and bias) in log2 units, keys past skv masked; the rows' maxima over the quad
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = kb + 8 * j + 2 * t + (e & 1), row = r0 + g + 8 * (e >> 1);
+      float x = sco[j][e] * sc;
+      if (bias_m && row < a.s && key < a.skv) x += __ldg(bias_m + static_cast<int64_t>(row) * a.skv + key) * 1.4426950408889634f;
+      if (key >= a.skv) x = -INFINITY;
+      sco[j][e] = x;
+      mx[e >> 1] = fmaxf(mx[e >> 1], x);
+    }
+  float use[2], alpha[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFull, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(kFull, mx[h], 2));
+    const float mnew = fmaxf(st.m[h], mx[h]);
+    use[h] = mnew == -INFINITY ? 0.f : mnew;   // a row masked so far: exp2(-inf - 0) = 0, no NaN
+    alpha[h] = exp2f(st.m[h] - use[h]);
+    st.m[h] = mnew;
+    st.l[h] *= alpha[h];
+  }
+#pragma unroll
+  for (int dn = 0; dn < kFlashD / 8; ++dn) {
+    st.o[dn][0] *= alpha[0];
+    st.o[dn][1] *= alpha[0];
+    st.o[dn][2] *= alpha[1];
+    st.o[dn][3] *= alpha[1];
+  }
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = exp2f(sco[j][e] - use[e >> 1]);
+      sco[j][e] = p;
+      st.l[e >> 1] += p;
+    }
+  // y += p v: the score accumulators of two key tiles are the A operand of one 16-key step; B is
+  // v[key][d] read transposed by ldmatrix, two column tiles per ldmatrix.x4.trans
+#pragma unroll
+  for (int ks = 0; ks < NT / 2; ++ks) {
+    const uint32_t pa[4] = {pack2<T>(sco[2 * ks][0], sco[2 * ks][1]), pack2<T>(sco[2 * ks][2], sco[2 * ks][3]),
+                            pack2<T>(sco[2 * ks + 1][0], sco[2 * ks + 1][1]), pack2<T>(sco[2 * ks + 1][2], sco[2 * ks + 1][3])};
+#pragma unroll
+    for (int dn = 0; dn < kFlashD / 8; dn += 2) {
+      uint32_t b[4];
+      const int mtx = lane >> 3;   // matrix mtx: keys + 8 (mtx & 1), d columns 8 (dn + (mtx >> 1))
+      ldsm_x4_trans(b, sv + (kb + 16 * ks + 8 * (mtx & 1) + (lane & 7)) * kFlashLd + 8 * (dn + (mtx >> 1)));
+      mma16816<T>(st.o[dn], pa, b[0], b[1]);
+      mma16816<T>(st.o[dn + 1], pa, b[2], b[3]);
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256) flash_attention_kernel(WindowAttentionArgs a, int row_blocks, int keys_pad) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* sk = reinterpret_cast<T*>(smem);
+  T* sv = sk + static_cast<size_t>(keys_pad) * kFlashLd;
+  const int64_t m = blockIdx.x / row_blocks;
+  const int rb = static_cast<int>(blockIdx.x - m * row_blocks);
+  const int64_t n = m / a.heads, h = m - n * a.heads;
+  const T* q = static_cast<const T*>(a.q) + n * a.sample[0] + h * a.head[0];
+  const T* k = static_cast<const T*>(a.k) + n * a.sample[1] + h * a.head[1];
+  const T* v = static_cast<const T*>(a.v) + n * a.sample[2] + h * a.head[2];
+  constexpr int kChunks = kFlashD / 8;   // 16-byte pieces of a row
+  for (int i = threadIdx.x; i < keys_pad * kChunks; i += blockDim.x) {
+    const int r = i / kChunks, c = (i - r * kChunks) * 8;
+    uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;
+    if (r < a.skv) {
+      kx = __ldg(reinterpret_cast<const uint4*>(k + r * a.row[1] + c));
+      vx = __ldg(reinterpret_cast<const uint4*>(v + r * a.row[2] + c));
+    }
+    *reinterpret_cast<uint4*>(sk + r * kFlashLd + c) = kx;
+    *reinterpret_cast<uint4*>(sv + r * kFlashLd + c) = vx;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int r0 = (rb * (blockDim.x >> 5) + warp) * 16;
+  if (r0 >= a.s) return;   // no rows for this warp (no block-wide work follows)
+  // q rows r0 + g and r0 + g + 8 as A operands, 16 columns per k-step
+  uint32_t qa[kFlashD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kFlashD / 16; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = r0 + g + 8 * (e & 1), col = 16 * kk + 2 * t + 8 * (e >> 1);
+      qa[kk][e] = row < a.s ? __ldg(reinterpret_cast<const uint32_t*>(q + row * a.row[0] + col)) : 0u;
+    }
+  const float* bias_m = a.bias ? static_cast<const float*>(a.bias) + (m % a.period) * a.s * a.skv : nullptr;
+  const float sc = a.scale * 1.4426950408889634f;
+  FlashState st;
+#pragma unroll
+  for (int dn = 0; dn < kFlashD / 8; ++dn) st.o[dn][0] = st.o[dn][1] = st.o[dn][2] = st.o[dn][3] = 0.f;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.f;
+  int kb = 0;
+  for (; kb + 64 <= keys_pad; kb += 64) flash_chunk<T, 8>(st, qa, sk, sv, kb, r0, a, bias_m, sc);
+  for (; kb < keys_pad; kb += 16) flash_chunk<T, 2>(st, qa, sk, sv, kb, r0, a, bias_m, sc);
+  T* y = static_cast<T*>(a.y) + n * a.sample[3] + h * a.head[3];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float l = st.l[hh];
+    l += __shfl_xor_sync(kFull, l, 1);
+    l += __shfl_xor_sync(kFull, l, 2);
+    const int row = r0 + g + 8 * hh;
+    if (row >= a.s) continue;
+    const bool masked = st.m[hh] == -INFINITY;   // every key masked: zeros or NaN, as Softmax
+    const float inv = masked ? (a.zero_rows ? 0.f : NAN) : 1.f / l;
+#pragma unroll
+    for (int dn = 0; dn < kFlashD / 8; ++dn)
+      *reinterpret_cast<uint32_t*>(y + row * a.row[3] + 8 * dn + 2 * t) =
+          pack2<T>(st.o[dn][2 * hh] * inv, st.o[dn][2 * hh + 1] * inv);
+  }
+}
+
+template <typename T>
+void launch_flash(const WindowAttentionArgs& a, cudaStream_t st) {
+  const int tiles = static_cast<int>((a.s + 15) / 16);
+  const int row_blocks = (tiles + 7) / 8;                  // blocks of at most 8 warps per matrix,
+  const int warps = (tiles + row_blocks - 1) / row_blocks;   // their rows spread evenly
+  const int keys_pad = static_cast<int>((a.skv + 15) / 16 * 16);
+  const std::size_t smem = 2 * static_cast<std::size_t>(keys_pad) * kFlashLd * sizeof(T);
+  auto kern = flash_attention_kernel<T>;
+  if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kern<<<static_cast<unsigned>(a.mats * row_blocks), warps * 32, smem, st>>>(a, row_blocks, keys_pad);
+}
+
 }  // namespace
 
 bool window_attention_fits(DType t, int64_t s, int64_t skv, int64_t d, int64_t dv) {
   return (t == DType::BF16 || t == DType::F16) && s > 0 && skv > 0 && s <= kWindowMaxTokens && skv <= kWindowMaxTokens &&
          d > 0 && dv > 0 && d <= 128 && dv <= 128;
+}
+
+bool flash_attention_fits(DType t, const WindowAttentionArgs& a, DType bias_type) {
+  if ((t != DType::BF16 && t != DType::F16) || a.s < 1 || a.skv < 1 || a.skv > kFlashMaxKeys || a.d != kFlashD ||
+      a.dv != kFlashD || a.kt || (a.bias && bias_type != DType::F32) || a.mats < 1)
+    return false;
+  const int64_t tiles = (a.s + 15) / 16, row_blocks = (tiles + 7) / 8;
+  if (!fits_int32(a.mats * row_blocks)) return false;
+  // 16-byte rows for k and v, 4-byte pairs for q and y: every stride a multiple of 8 elements
+  const void* ptr[4] = {a.q, a.k, a.v, a.y};
+  for (int i = 0; i < 4; ++i)
+    if (!aligned16(ptr[i]) || a.row[i] % 8 != 0 || a.sample[i] % 8 != 0 || a.head[i] % 8 != 0) return false;
+  return true;
+}
+
+void flash_attention(DType t, DType bias_type, const WindowAttentionArgs& a, cudaStream_t st) {
+  if (!flash_attention_fits(t, a, bias_type))
+    SLUICE_THROW("flash attention: ", dtype_name(t), " s ", a.s, " s_kv ", a.skv, " d ", a.d, " dv ", a.dv,
+                 " is not a shape or layout the kernel takes");
+  if (t == DType::BF16) launch_flash<__nv_bfloat16>(a, st);
+  else launch_flash<__half>(a, st);
+  CUDA_CHECK_LAUNCH();
 }
 
 void window_attention(DType t, DType bias_type, const WindowAttentionArgs& args, cudaStream_t st) {

@@ -52,6 +52,84 @@ __global__ void strided_copy_kernel(const U* x, U* y, uint32_t packs, Copy32 s) 
   }
 }
 
+// ---- patch embeddings' permutation through shared memory -------------------------------------------
+// x [N, C, Hp, p, Wp, q] -> y [N, Hp, Wp, C, p, q]: the Transpose (0, 2, 4, 1, 3, 5) that cuts an
+// image into patches (fuse_patches.cpp).  The general copy spends its time on six divisions per
+// element and reads q-element runs from C x p rows per output patch (DINOv2's q = 14 bf16 elements
+// ran at 9 % of the copy rate).  Here one block takes `chunk` patches of one patch row: it reads the
+// C x p image rows they cover as contiguous runs, places them in shared memory in the output order
+// and writes them out as one contiguous run.  Units are words of the widest size that divides a
+// patch row's bytes (4 bytes for 14 bf16), so the index arithmetic is per word, not per element.
+struct PatchDims {
+  FastDiv run, qw, p;         // run = chunk x qw words of one image row; qw words in a patch row
+  uint32_t c = 0, h = 0, ww = 0, hp = 0, wp = 0, chunk = 0;   // ww = words in an image row
+};
+
+template <typename U>
+__global__ void patchify_kernel(const U* __restrict__ x, U* __restrict__ y, PatchDims d) {
+  extern __shared__ uint4 patch_smem[];
+  U* tile = reinterpret_cast<U*>(patch_smem);
+  const uint32_t n = blockIdx.z, py = blockIdx.y, px0 = blockIdx.x * d.chunk;
+  const uint32_t rows = d.c * d.p.d, total = rows * d.run.d, qw = d.qw.d, per_patch = rows * qw;
+  const U* src = x + (static_cast<size_t>(n) * d.c * d.h + static_cast<size_t>(py) * d.p.d) * d.ww + px0 * qw;
+  for (uint32_t i = threadIdx.x; i < total; i += blockDim.x) {
+    uint32_t j, ky, kx;
+    const uint32_t r = d.run.divmod(i, &j);      // r = c x p + ky over the block's image rows
+    const uint32_t c = d.p.divmod(r, &ky);
+    const uint32_t px = d.qw.divmod(j, &kx);
+    tile[px * per_patch + (c * d.p.d + ky) * qw + kx] = src[(static_cast<size_t>(c) * d.h + ky) * d.ww + j];
+  }
+  __syncthreads();
+  U* dst = y + ((static_cast<size_t>(n) * d.hp + py) * d.wp + px0) * per_patch;
+  for (uint32_t i = threadIdx.x; i < total; i += blockDim.x) dst[i] = tile[i];
+}
+
+constexpr std::size_t kPatchTileBytes = 24 * 1024;
+
+// Launches patchify_kernel when `shape` is that permutation (no broadcast) and the sizes fit; false
+// leaves the copy to the general kernel.  SLUICE_CUDA_PATCHIFY=0 keeps the general one.
+bool launch_patchify(std::size_t es, const void* x, void* y, const CopyShape& s, cudaStream_t st) {
+  if (!switch_on("SLUICE_CUDA_PATCHIFY") || !fast_kernels() || !is_patch_permutation(s)) return false;
+  const int64_t n = s.out[0], hp = s.out[1], wp = s.out[2], c = s.out[3], p = s.out[4], q = s.out[5];
+  const int64_t w = wp * q, h = hp * p;
+  if (n * c * h * w <= 0 || n > 65535 || hp > 65535) return false;
+  std::size_t word = 16;   // the widest word that divides a patch row and both addresses
+  while (word > 1 && ((static_cast<std::size_t>(q) * es) % word != 0 || reinterpret_cast<uintptr_t>(x) % word != 0 ||
+                      reinterpret_cast<uintptr_t>(y) % word != 0))
+    word /= 2;
+  const int64_t qw = q * static_cast<int64_t>(es) / static_cast<int64_t>(word);   // words in a patch row
+  const int64_t words_total = n * c * h * w * static_cast<int64_t>(es) / static_cast<int64_t>(word);
+  const std::size_t patch_bytes = static_cast<std::size_t>(c * p * q) * es;
+  if (!fits_int32(words_total) || patch_bytes > kPatchTileBytes) return false;
+  int64_t chunk = 1;   // the most patches of a row whose tile fits, dividing the row evenly
+  for (int64_t k = wp; k >= 1; --k)
+    if (wp % k == 0 && static_cast<std::size_t>(k) * patch_bytes <= kPatchTileBytes) { chunk = k; break; }
+  PatchDims d;
+  d.qw = FastDiv(qw);
+  d.run = FastDiv(chunk * qw);
+  d.p = FastDiv(p);
+  d.c = static_cast<uint32_t>(c);
+  d.h = static_cast<uint32_t>(h);
+  d.ww = static_cast<uint32_t>(wp * qw);
+  d.hp = static_cast<uint32_t>(hp);
+  d.wp = static_cast<uint32_t>(wp);
+  d.chunk = static_cast<uint32_t>(chunk);
+  const dim3 grid(static_cast<unsigned>(wp / chunk), static_cast<unsigned>(hp), static_cast<unsigned>(n));
+  const std::size_t smem = static_cast<std::size_t>(chunk) * patch_bytes;
+  const auto go = [&](auto tag) {
+    using U = decltype(tag);
+    patchify_kernel<U><<<grid, kThreads, smem, st>>>(static_cast<const U*>(x), static_cast<U*>(y), d);
+  };
+  switch (word) {
+    case 1: go(uint8_t{}); break;
+    case 2: go(uint16_t{}); break;
+    case 4: go(uint32_t{}); break;
+    case 8: go(uint2{}); break;
+    default: go(uint4{}); break;
+  }
+  return true;
+}
+
 template <typename U>
 void launch_strided_copy(const void* xv, void* yv, int64_t n, const CopyShape& shape, cudaStream_t st) {
   const U* x = static_cast<const U*>(xv);
@@ -319,10 +397,24 @@ void atrous(std::size_t es, const void* src, void* dst, const AtrousShape& a, bo
 
 }  // namespace
 
+bool is_patch_permutation(const CopyShape& s) {
+  if (s.rank != 6) return false;
+  for (int d = 0; d < 6; ++d)
+    if (s.in_dim[d] != s.out[d]) return false;
+  const int64_t hp = s.out[1], wp = s.out[2], c = s.out[3], p = s.out[4], q = s.out[5];
+  const int64_t w = wp * q, h = hp * p;
+  return s.in_stride[5] == 1 && s.in_stride[4] == w && s.in_stride[2] == q && s.in_stride[1] == p * w &&
+         s.in_stride[3] == h * w && s.in_stride[0] == c * h * w;
+}
+
 void strided_copy(std::size_t elem_size, const void* x, void* y, const CopyShape& shape, cudaStream_t s) {
   int64_t n = 1;
   for (int d = 0; d < shape.rank; ++d) n *= shape.out[d];
   if (n <= 0) return;
+  if (launch_patchify(elem_size, x, y, shape, s)) {
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   dispatch_size(elem_size, [&](auto tag) { launch_strided_copy<decltype(tag)>(x, y, n, shape, s); });
   CUDA_CHECK_LAUNCH();
 }
