@@ -67,10 +67,9 @@ TEST_P(Attention, BothPathsMatchTheCpuEngineOnHeadsWindowsAndTransposedKeys) {
       {{2, 3}, 50, 64, 3, true},    // a bias per head, k transposed
       {{2, 4, 3}, 49, 32, 12, false},   // Swin-like: 4 windows x 3 heads, window bias and shift mask
       {{1, 2}, 300, 16, 1, false},  // long rows (above the kernel's register path)
-      {{2, 2}, 197, 64, 2, false},  // the ViTs' 197 tokens, a bias per head (the flash kernel)
   };
   uint32_t seed = 10;
-  for (const char* path : {"gemm", "cudnn", "window", "flash", "auto"}) {
+  for (const char* path : {"gemm", "cudnn", "window", "auto"}) {
     ScopedEnv env("SLUICE_CUDA_ATTENTION", path);
     for (const Case& c : cases) {
       SCOPED_TRACE(str(path, " lead ", shape_str(c.lead), " s ", c.s, " d ", c.d, " period ", c.period, c.kt ? " kt" : ""));

@@ -3,8 +3,7 @@
 // output projection's input, on cuDNN's fused attention and on the per-head batched GEMMs, at every
 // precision, against the CPU engine running the graph as the exporters wrote it (views packed by
 // their own nodes).  Odd token counts; head sizes that cuDNN takes (multiples of 8) and one it does
-// not (the GEMM path must take it); the ViTs' 197 and DINOv2's 257 tokens at head size 64 (the flash
-// kernel's shapes).
+// not (the GEMM path must take it).
 #include <cmath>
 #include <cstdlib>
 
@@ -33,15 +32,13 @@ const AttentionBlock kBlocks[] = {
     {2, 65, 4, 32, QkvSpelling::Three, false, 3},    // CLIP's three projections
     {2, 19, 3, 20, QkvSpelling::Split, false, 4},    // a head size cuDNN does not take
     {1, 300, 2, 16, QkvSpelling::Split, true, 5},    // long rows (the softmax kernel's looped path)
-    {2, 197, 2, 64, QkvSpelling::Split, false, 6},   // ViT-B/16's 197 tokens (the flash kernel)
-    {1, 257, 2, 64, QkvSpelling::Three, true, 7},    // DINOv2's 257, three projections, a bias
 };
 
 class AttentionLayout : public ::testing::TestWithParam<Precision> {};
 
 TEST_P(AttentionLayout, StridedOperandsMatchThePackedGraphOnBothPaths) {
   const Precision p = GetParam();
-  for (const char* path : {"gemm", "cudnn", "window", "flash", "auto"}) {
+  for (const char* path : {"gemm", "cudnn", "window", "auto"}) {
     ScopedEnv env("SLUICE_CUDA_ATTENTION", path);
     for (const AttentionBlock& c : kBlocks) {
       SCOPED_TRACE(str(path, " n ", c.n, " s ", c.s, " h ", c.h, " d ", c.d, " spelling ", static_cast<int>(c.spelling),

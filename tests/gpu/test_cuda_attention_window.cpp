@@ -4,7 +4,6 @@
 // mask), odd token counts with s != s_kv, head sizes off the 16-byte packs (the scalar loads), k
 // given transposed, rows that are not 16-byte aligned, the 64- and 128-token tiles, one token, and
 // fully masked rows (zeros or NaN).  Elements of the output tensor outside the view stay untouched.
-// The flash kernel (longer sequences at head size 64) runs through the same reference.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -70,7 +69,6 @@ struct WinCase {
   int64_t pad = 0;          // extra elements at the end of each row of the interleaved tensors (unaligned rows)
   int mask_row = -1;        // row of matrix 1 whose bias is all -inf
   bool zero_rows = false;
-  bool flash = false;       // the flash kernel (head size 64, longer sequences) instead of the window one
 };
 
 // One operand's place: buffer, offset of matrix 0, sample, head and row strides.
@@ -158,13 +156,8 @@ void run_case(const WinCase& c, DType t) {
   a.kt = c.kt;
   a.zero_rows = c.zero_rows;
   a.scale = scale;
-  if (c.flash) {
-    ASSERT_TRUE(flash_attention_fits(t, a, DType::F32));
-    flash_attention(t, DType::F32, a, nullptr);
-  } else {
-    ASSERT_TRUE(window_attention_fits(t, c.s, c.skv, c.d, c.dv));
-    window_attention(t, DType::F32, a, nullptr);
-  }
+  ASSERT_TRUE(window_attention_fits(t, c.s, c.skv, c.d, c.dv));
+  window_attention(t, DType::F32, a, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(y.data(), dy, y.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
   cudaFree(din);
@@ -236,49 +229,6 @@ const WinCase kCases[] = {
 TEST(WindowAttention, MatchesAFloat64ReferenceOnEveryBranch) {
   for (DType t : {DType::BF16, DType::F16})
     for (const WinCase& c : kCases) run_case(c, t);
-}
-
-// The flash kernel's cases: head size 64 only, k not transposed, aligned rows (pad a multiple of 8).
-const WinCase kFlashCases[] = {
-    {"DINOv2: 257 tokens, 6 heads in the qkv projection", 2, 6, 257, 257, 64, 64, 0, false, true, 0, -1, false, true},
-    {"ViT-B: 197 tokens, 4 heads, padded rows", 1, 4, 197, 197, 64, 64, 0, false, true, 8, -1, false, true},
-    {"s != s_kv, a bias per matrix, a fully masked row gives zeros", 2, 1, 150, 300, 64, 64, 2, false, false, 0, 5, true, true},
-    {"a fully masked row gives NaN, 320 keys", 2, 1, 33, 320, 64, 64, 2, false, false, 0, 7, false, true},
-    {"20 tokens (one 16-key chunk and a part)", 3, 2, 20, 20, 64, 64, 0, false, true, 0, -1, false, true},
-    {"one query row", 4, 1, 1, 64, 64, 64, 1, false, false, 0, -1, false, true},
-};
-
-TEST(FlashAttention, MatchesAFloat64ReferenceOnEveryBranch) {
-  for (DType t : {DType::BF16, DType::F16})
-    for (const WinCase& c : kFlashCases) run_case(c, t);
-}
-
-TEST(FlashAttention, TakesHeadSize64UpTo320KeysOnAlignedOperands) {
-  std::vector<char> buf(64);
-  char* aligned = buf.data() + (16 - reinterpret_cast<uintptr_t>(buf.data()) % 16) % 16;
-  WindowAttentionArgs a;
-  a.q = a.k = a.v = a.y = aligned;
-  a.mats = 12;
-  a.s = a.skv = 257;
-  a.d = a.dv = 64;
-  for (int i = 0; i < 4; ++i) a.row[i] = a.sample[i] = 3 * 64;
-  EXPECT_TRUE(flash_attention_fits(DType::BF16, a, DType::F32));
-  EXPECT_FALSE(flash_attention_fits(DType::F32, a, DType::F32));
-  WindowAttentionArgs b = a;
-  b.skv = 321;
-  EXPECT_FALSE(flash_attention_fits(DType::BF16, b, DType::F32));
-  b = a;
-  b.d = 32;
-  EXPECT_FALSE(flash_attention_fits(DType::BF16, b, DType::F32));
-  b = a;
-  b.kt = true;
-  EXPECT_FALSE(flash_attention_fits(DType::BF16, b, DType::F32));
-  b = a;
-  b.row[0] = 3 * 64 + 2;   // rows off the 16-byte grid
-  EXPECT_FALSE(flash_attention_fits(DType::BF16, b, DType::F32));
-  b = a;
-  b.y = aligned + 2;
-  EXPECT_FALSE(flash_attention_fits(DType::BF16, b, DType::F32));
 }
 
 TEST(WindowAttention, TakesShortSequencesOfHalfTypesOnly) {

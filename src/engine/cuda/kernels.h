@@ -255,13 +255,6 @@ struct WindowAttentionArgs {
 };
 bool window_attention_fits(DType t, int64_t s, int64_t skv, int64_t d, int64_t dv);
 void window_attention(DType t, DType bias_type, const WindowAttentionArgs& args, cudaStream_t st);
-// The same computation for longer sequences (up to kFlashMaxKeys keys, head size 64: the ViTs' 197
-// and DINOv2's 257 tokens): k and v of a matrix in shared memory, 16 query rows per warp on tensor
-// cores with an online softmax in fp32.  Operands as WindowAttentionArgs (k not transposed), every
-// pointer 16-byte aligned and every stride a multiple of 8 elements; an fp32 bias or none.
-constexpr int64_t kFlashMaxKeys = 320;
-bool flash_attention_fits(DType t, const WindowAttentionArgs& args, DType bias_type);
-void flash_attention(DType t, DType bias_type, const WindowAttentionArgs& args, cudaStream_t st);
 
 // ArgMax / ArgMin over the middle axis of [outer, r, inner]; index type I64, I32 or U8.
 void argmax(DType t, DType index_type, const void* x, void* y, int64_t outer, int64_t r, int64_t inner,

@@ -10,12 +10,9 @@
 // or, for short sequences (up to 128 tokens, Swin's 49-token windows), the engine's own kernel
 // doing all of it in one pass ("Attn window", window_attention in kernels_attention.cu: tensor-core
 // products with fp32 accumulation, any bias period, any strided view, the bias in fp32).
-// For longer sequences with head size 64 (the ViTs' 197 tokens, DINOv2's 257; up to 320) a second
-// kernel of the engine's own ("Attn flash", flash_attention: k and v in shared memory, 16 query rows
-// per warp, online softmax in registers) takes the window kernel's place in the choice.
-// The choice is timed at start-up on the real buffers.  SLUICE_CUDA_ATTENTION=gemm|cudnn|window|flash
-// forces one path (each where it takes the shape), for measurements;
-// SLUICE_CUDA_WINDOW_ATTENTION=0 leaves the own kernels out of the choice.
+// The choice is timed at start-up on the real buffers.  SLUICE_CUDA_ATTENTION=gemm|cudnn|window
+// forces one path (cudnn and window where they take the shape), for measurements;
+// SLUICE_CUDA_WINDOW_ATTENTION=0 leaves the own kernel out of the choice.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,7 +28,7 @@
 namespace sluice::cuda {
 namespace {
 
-enum class Path { Auto, Gemm, Cudnn, Window, Flash };
+enum class Path { Auto, Gemm, Cudnn, Window };
 
 // Read at each step's preparation, not once a process: an engine built after the variable changed
 // (a test that sets it for one engine) follows it.
@@ -41,11 +38,10 @@ Path forced_path() {
   if (std::strcmp(v, "gemm") == 0) return Path::Gemm;
   if (std::strcmp(v, "cudnn") == 0) return Path::Cudnn;
   if (std::strcmp(v, "window") == 0) return Path::Window;
-  if (std::strcmp(v, "flash") == 0) return Path::Flash;
-  throw UsageError(str("SLUICE_CUDA_ATTENTION must be auto, gemm, cudnn, window or flash, not '", v, "'"));
+  throw UsageError(str("SLUICE_CUDA_ATTENTION must be auto, gemm, cudnn or window, not '", v, "'"));
 }
 
-// SLUICE_CUDA_WINDOW_ATTENTION=0: the own one-pass kernels are no candidates (read at preparation).
+// SLUICE_CUDA_WINDOW_ATTENTION=0: the own one-pass kernel is no candidate (read at preparation).
 bool window_enabled() {
   const char* v = std::getenv("SLUICE_CUDA_WINDOW_ATTENTION");
   return !(v && std::strcmp(v, "0") == 0);
@@ -103,32 +99,30 @@ class AttentionStep final : public Step {
 
   void prepare(Context& ctx, const Bindings& b) override {
     graph_.reset();
-    own_ = Path::Auto;   // none
+    window_ = false;
     const Path want = forced_path();
-    // The own kernels: bf16/fp16, an fp32 bias (constants are) or none; the window kernel for
-    // short rows, the flash kernel for longer ones with head size 64 and aligned operands.
-    const bool ok = window_enabled() && (d_.period == 0 || bias_t_ == DType::F32) && d_.mats <= 0x7fffffff;
-    const bool win = ok && window_attention_fits(t_, d_.s, d_.skv, d_.d, d_.dv);
-    const bool flash = ok && flash_attention_fits(t_, window_args(b), bias_t_);
-    const Path own = win ? Path::Window : flash ? Path::Flash : Path::Auto;
-    if ((want == Path::Window && win) || (want == Path::Flash && flash)) {
-      own_ = want;
-    } else if (want != Path::Window && want != Path::Flash) {
+    // The own kernel: bf16/fp16, short rows, an fp32 bias (constants are) or none.
+    const bool win = window_enabled() && window_attention_fits(t_, d_.s, d_.skv, d_.d, d_.dv) &&
+                     (d_.period == 0 || bias_t_ == DType::F32) && d_.mats <= 0x7fffffff;
+    if (want == Path::Window && win) {
+      window_ = true;
+    } else if (want != Path::Window) {
       choose(ctx, b, want);
-      if (want == Path::Auto && own != Path::Auto) {
+      if (want == Path::Auto && win) {
         cudaStream_t s = nullptr;
         CUDNN_CHECK(cudnnGetStream(ctx.cudnn, &s));
         const float cur_ms = graph_ ? time_ms([&] { run_fused(*graph_, ctx, b); }) : time_ms([&] { run_gemm(ctx, b, s); });
-        own_ = own;
-        const float own_ms = time_ms([&] { run_own(b, s); });
-        log_debug("cuda engine: ", label(), ": ", own == Path::Window ? "window" : "flash", " attention ", own_ms, " ms, ",
-                  graph_ ? "cuDNN " : "batched GEMMs ", cur_ms, " ms");
-        if (own_ms < cur_ms) graph_.reset();
-        else own_ = Path::Auto;
+        const float win_ms = time_ms([&] { run_window(b, s); });
+        log_debug("cuda engine: ", label(), ": window attention ", win_ms, " ms, ", graph_ ? "cuDNN " : "batched GEMMs ",
+                  cur_ms, " ms");
+        if (win_ms < cur_ms) {
+          window_ = true;
+          graph_.reset();
+        }
       }
     }
     // The profile's kind names the path taken.
-    kind = own_ == Path::Window ? "Attn window" : own_ == Path::Flash ? "Attn flash" : graph_ ? "Attn cuDNN" : "Attn GEMM";
+    kind = window_ ? "Attn window" : graph_ ? "Attn cuDNN" : "Attn GEMM";
   }
 
   void choose(Context& ctx, const Bindings& b, Path want) {
@@ -164,8 +158,8 @@ class AttentionStep final : public Step {
   }
 
   void run(Context& ctx, const Bindings& b, cudaStream_t s) override {
-    if (own_ != Path::Auto) {
-      run_own(b, s);
+    if (window_) {
+      run_window(b, s);
       return;
     }
     if (graph_) {
@@ -185,13 +179,7 @@ class AttentionStep final : public Step {
                  const_cast<void*>(at(b, y_, 3)), ctx.workspace);
   }
 
-  // The window or flash kernel, whichever own_ names.
-  void run_own(const Bindings& b, cudaStream_t s) const {
-    if (own_ == Path::Flash) flash_attention(t_, bias_t_, window_args(b), s);
-    else window_attention(t_, bias_t_, window_args(b), s);
-  }
-
-  WindowAttentionArgs window_args(const Bindings& b) const {
+  void run_window(const Bindings& b, cudaStream_t s) const {
     WindowAttentionArgs a;
     a.q = at(b, q_, 0);
     a.k = at(b, k_, 1);
@@ -213,7 +201,7 @@ class AttentionStep final : public Step {
     a.kt = d_.kt;
     a.zero_rows = d_.zero_rows;
     a.scale = d_.scale;
-    return a;
+    window_attention(t_, bias_t_, a, s);
   }
 
   void run_gemm(Context& ctx, const Bindings& b, cudaStream_t s) {
@@ -259,7 +247,7 @@ class AttentionStep final : public Step {
   AttentionGraphSpec spec_;
   int q_, k_, v_, bias_, bias_half_, scores_, probs_, y_;
   std::shared_ptr<AttentionGraph> graph_;
-  Path own_ = Path::Auto;   // Window or Flash: the own kernel runs; Auto: cuDNN or the GEMMs
+  bool window_ = false;
 };
 
 // Whether a constant bias holds only finite values (cuDNN's kernels are not asked about -inf).
