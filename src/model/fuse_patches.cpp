@@ -21,6 +21,10 @@
 //     -> Reshape [N, C, H'/s, s, W'/s, s] -> Transpose (0, 1, 3, 5, 2, 4) -> Reshape [N, C s s, H'/s, W'/s]
 //     -> Conv (or FusedConv, its bias, residual and activation kept) k' x k', stride 1, no pads
 // with W'[o, (c, bh, bw), a, b] = W[o, c, s a + bh, s b + bw].  SLUICE_STEM_S2D=0 keeps the stem.
+// Where C s s is no multiple of 8 (ResNet's 3 x 2 x 2 = 12), a Pad adds zero channels up to one
+// (16), with zero weights for them: cuDNN's channels-last bf16 kernels ran the 12-channel 4x4
+// convolution at 97 TFLOP/s and the 16-channel one at 160 on the H200 (BENCHMARKS.md).
+// SLUICE_STEM_S2D_PAD=0 leaves the channels as they are.
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -131,37 +135,39 @@ bool rewrite_patch_conv(Graph& g, std::size_t index) {
   return true;
 }
 
-// The space-to-depth rewrite of one strided stem convolution, or false when it is not one.
-bool rewrite_strided_stem(Graph& g, std::size_t index) {
+// The space-to-depth rewrite of one strided stem convolution: the number of nodes that replace it
+// (the new convolution last), or 0 when it is not one.
+std::size_t rewrite_strided_stem(Graph& g, std::size_t index) {
   const Node conv = g.nodes[index];
   const bool fused = conv.op == "FusedConv" && conv.domain == "sluice";
-  if (!(conv.op == "Conv" && conv.domain.empty()) && !fused) return false;
+  if (!(conv.op == "Conv" && conv.domain.empty()) && !fused) return 0;
   const Tensor* w = g.constant(conv.input(1));
   const Shape* xs = static_shape(g, conv.input(0));
   const ValueInfo* yv = g.value(conv.outputs.at(0));
-  if (!w || !xs || xs->size() != 4 || w->shape.size() != 4 || !yv || yv->shape.size() != 4) return false;
-  if (w->dtype != DType::F32 || yv->dtype != DType::F32) return false;
+  if (!w || !xs || xs->size() != 4 || w->shape.size() != 4 || !yv || yv->shape.size() != 4) return 0;
+  if (w->dtype != DType::F32 || yv->dtype != DType::F32) return 0;
   const int64_t O = w->shape[0], C = w->shape[1], kh = w->shape[2], kw = w->shape[3];
   const std::vector<int64_t> st = conv.get_ints("strides", {1, 1});
-  if (C != (*xs)[1] || C > kMaxPatchChannels || conv.get_int("group", 1) != 1 || st.size() != 2 || st[0] != st[1]) return false;
+  if (C != (*xs)[1] || C > kMaxPatchChannels || conv.get_int("group", 1) != 1 || st.size() != 2 || st[0] != st[1]) return 0;
   const int64_t s = st[0];
   // Kernels of 5 and more (7x7/2 in ResNets, 7x7/4 in Segformer); a 3x3/2 stem is cheap already.
-  if (s < 2 || kh <= s || kw <= s || kh < 5 || kw < 5) return false;
-  if (conv.get_ints("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return false;
-  if (conv.get_string("auto_pad", "NOTSET") != "NOTSET") return false;
+  if (s < 2 || kh <= s || kw <= s || kh < 5 || kw < 5) return 0;
+  if (conv.get_ints("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return 0;
+  if (conv.get_string("auto_pad", "NOTSET") != "NOTSET") return 0;
   const std::vector<int64_t> pads = conv.get_ints("pads", {0, 0, 0, 0});
-  if (pads.size() != 4) return false;
+  if (pads.size() != 4) return 0;
   const int64_t oh = yv->shape[2], ow = yv->shape[3];
   const int64_t kh2 = (kh + s - 1) / s, kw2 = (kw + s - 1) / s;
   // The padded input the stride-1 convolution needs: s (out + k' - 1) rows, the model's pads first.
   const int64_t hp = s * (oh + kh2 - 1), wp = s * (ow + kw2 - 1);
   const int64_t pad_bottom = hp - (*xs)[2] - pads[0], pad_right = wp - (*xs)[3] - pads[1];
-  if (pad_bottom < 0 || pad_right < 0) return false;  // the model crops instead: leave it
+  if (pad_bottom < 0 || pad_right < 0) return 0;  // the model crops instead: leave it
 
   const std::string base = conv.name.empty() ? std::string("stem") : conv.name;
   auto tensor = [&](const std::string& what) { return unique_tensor_name(g, base + "_s2d_" + what); };
   const int64_t C2 = C * s * s;
-  Tensor w2(DType::F32, Shape{O, C2, kh2, kw2});
+  const int64_t C2p = switched_off("SLUICE_STEM_S2D_PAD") ? C2 : (C2 + 7) / 8 * 8;   // zero channels up to a multiple of 8
+  Tensor w2(DType::F32, Shape{O, C2p, kh2, kw2});
   const float* src = w->data<float>();
   float* dst = w2.data<float>();
   for (int64_t o = 0; o < O; ++o)
@@ -169,7 +175,7 @@ bool rewrite_strided_stem(Graph& g, std::size_t index) {
       for (int64_t i = 0; i < kh; ++i)
         for (int64_t j = 0; j < kw; ++j) {
           const int64_t ch = (c * s + i % s) * s + j % s;
-          dst[((o * C2 + ch) * kh2 + i / s) * kw2 + j / s] = src[((o * C + c) * kh + i) * kw + j];
+          dst[((o * C2p + ch) * kh2 + i / s) * kw2 + j / s] = src[((o * C + c) * kh + i) * kw + j];
         }
   const std::string wname = unique_tensor_name(g, base + "_s2d_weight");
   g.constants[wname] = std::move(w2);
@@ -185,8 +191,14 @@ bool rewrite_strided_stem(Graph& g, std::size_t index) {
   nodes.back().attrs["perm"] = Attribute::of_ints({0, 1, 3, 5, 2, 4});
   nodes.push_back(make_node(g, "Reshape", base + "/s2d_depth",
                             {moved, add_int64_constant(g, base + "_s2d_depth_shape", {0, C2, hp / s, wp / s})}, depth));
+  std::string conv_in = depth;
+  if (C2p != C2) {
+    conv_in = tensor("channels");
+    nodes.push_back(make_node(g, "Pad", base + "/s2d_channels",
+                              {depth, add_int64_constant(g, base + "_s2d_channel_pads", {0, 0, 0, 0, 0, C2p - C2, 0, 0})}, conv_in));
+  }
   Node c2 = conv;
-  c2.inputs[0] = depth;
+  c2.inputs[0] = conv_in;
   c2.inputs[1] = wname;
   c2.attrs["kernel_shape"] = Attribute::of_ints({kh2, kw2});
   c2.attrs["strides"] = Attribute::of_ints({1, 1});
@@ -195,7 +207,7 @@ bool rewrite_strided_stem(Graph& g, std::size_t index) {
   nodes.push_back(std::move(c2));
   g.nodes.erase(g.nodes.begin() + static_cast<long>(index));
   g.nodes.insert(g.nodes.begin() + static_cast<long>(index), nodes.begin(), nodes.end());
-  return true;
+  return nodes.size();
 }
 
 }  // namespace
@@ -204,9 +216,9 @@ int fuse_patch_convolutions(Graph& g) {
   int stems = 0;
   if (!switched_off("SLUICE_STEM_S2D"))
     for (std::size_t i = 0; i < g.nodes.size(); ++i)
-      if (rewrite_strided_stem(g, i)) {
+      if (const std::size_t added = rewrite_strided_stem(g, i)) {
         ++stems;
-        i += 4;  // past the new convolution
+        i += added - 1;  // to the new convolution
       }
   if (stems) {
     infer_known_shapes(g);

@@ -1,7 +1,8 @@
 // The strided stem's input as one step (ops_layout.cpp, SLUICE_CUDA_SPACE_TO_DEPTH): a 7x7/2 and a
 // 7x7/4 stem convolution, rewritten by model/fuse_patches.cpp into Pad -> Reshape -> Transpose ->
 // Reshape -> a stride-1 convolution, on odd sizes (so the zero padding differs per side), against
-// the CPU engine at every precision with the step on and off; which steps the builder makes of it
+// the CPU engine at every precision with the step on and off and with the 12 channels padded to 16
+// or not; which steps the builder makes of it
 // (no device needed); and the chain read by something other than a convolution (written NCHW).
 #include <algorithm>
 
@@ -66,13 +67,13 @@ TEST(SpaceToDepthLowering, TheStemChainIsOneStepThatWritesTheConvolutionsLayout)
   EXPECT_LE(count(on, "Layout"), 1);
   const auto off = step_kinds_with(g, Precision::BF16, "SLUICE_CUDA_SPACE_TO_DEPTH", "0");
   EXPECT_EQ(count(off, "SpaceToDepth"), 0);
-  EXPECT_EQ(count(off, "Pad"), 1);
+  EXPECT_EQ(count(off, "Pad"), 2);   // the spatial padding and the 4 zero channels (12 -> 16)
   EXPECT_EQ(count(off, "Transpose"), 1);
   EXPECT_GT(count(off, "Layout"), count(on, "Layout"));
   // Read by a Sigmoid as well: still one step (written NCHW, the convolution's layout change after it).
   const auto elsewhere = step_kinds(chain_read_elsewhere(2, 29, 34), Precision::BF16);
   EXPECT_EQ(count(elsewhere, "SpaceToDepth"), 1);
-  EXPECT_EQ(count(elsewhere, "Pad"), 0);
+  EXPECT_EQ(count(elsewhere, "Pad"), 1);   // the zero channels, a step of their own when the 12 are read elsewhere
 }
 
 TEST_P(SpaceToDepth, StemsMatchTheCpuEngineWithTheStepAndWithout) {
@@ -84,6 +85,9 @@ TEST_P(SpaceToDepth, StemsMatchTheCpuEngineWithTheStepAndWithout) {
     ScopedEnv node_by_node("SLUICE_CUDA_SPACE_TO_DEPTH", "0");
     expect_matches_cpu(g, GetParam());
   }
+  // The 12 channels unpadded (SLUICE_STEM_S2D_PAD=0, read when the graph is rewritten).
+  ScopedEnv unpadded("SLUICE_STEM_S2D_PAD", "0");
+  expect_matches_cpu(stem(2, 29, 34, 7, 2, 3, true), GetParam());
 }
 
 TEST_P(SpaceToDepth, AChainReadBeyondTheConvolutionMatchesTheCpuEngine) {

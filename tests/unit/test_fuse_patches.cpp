@@ -152,15 +152,26 @@ TEST(FusePatches, AStridedStemBecomesAStrideOneConvolutionOnSpaceToDepthInput) {
     const GraphBuilder b = stem_model(c.k, c.s, c.p, c.relu);
     const Prepared with = run(b.g, {3, 29, 34}, true, "SLUICE_STEM_S2D");
     const Prepared without = run(b.g, {3, 29, 34}, false, "SLUICE_STEM_S2D");
-    EXPECT_EQ(count_ops(with.g, "Pad"), 1) << c.k << "/" << c.s;
+    // 3 x 2 x 2 = 12 channels get 4 zero channels (a second Pad) up to 16; 3 x 4 x 4 = 48 need none.
+    EXPECT_EQ(count_ops(with.g, "Pad"), c.s == 2 ? 2 : 1) << c.k << "/" << c.s;
     for (const Node& n : with.g.nodes)
       if (n.op == "Conv" || n.op == "FusedConv") {
         EXPECT_EQ(n.get_ints("strides"), (std::vector<int64_t>{1, 1})) << c.k << "/" << c.s;
         EXPECT_EQ(n.get_ints("kernel_shape"), (std::vector<int64_t>{(c.k + c.s - 1) / c.s, (c.k + c.s - 1) / c.s}));
+        EXPECT_EQ(with.g.constant(n.inputs[1])->shape[1], c.s == 2 ? 16 : 48) << c.k << "/" << c.s;
       }
     EXPECT_EQ(count_ops(with.g, "FusedConv"), c.relu ? 1 : 0);
     ASSERT_EQ(with.y.size(), without.y.size());
     EXPECT_LE(relative_difference(with.y, without.y), 1e-5) << c.k << "/" << c.s;
+  }
+  {  // SLUICE_STEM_S2D_PAD=0: the 12 channels as they are, one Pad, the same result
+    setenv("SLUICE_STEM_S2D_PAD", "0", 1);
+    const GraphBuilder b = stem_model(7, 2, 3, true);
+    const Prepared with = run(b.g, {3, 29, 34}, true, "SLUICE_STEM_S2D");
+    const Prepared without = run(b.g, {3, 29, 34}, false, "SLUICE_STEM_S2D");
+    unsetenv("SLUICE_STEM_S2D_PAD");
+    EXPECT_EQ(count_ops(with.g, "Pad"), 1);
+    EXPECT_LE(relative_difference(with.y, without.y), 1e-5);
   }
   // A 3x3/2 stem and a 7x7/1 convolution stay as they are.
   EXPECT_EQ(count_ops(run(stem_model(3, 2, 1, false).g, {3, 29, 34}, true, "SLUICE_STEM_S2D").g, "Pad"), 0);

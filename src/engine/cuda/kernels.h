@@ -144,6 +144,7 @@ void batch_to_space(std::size_t elem_size, const void* yb, void* y, const Atrous
 struct SpaceToDepthShape {
   int64_t n = 0, c = 0, h = 0, w = 0;
   int64_t s = 1, pad_top = 0, pad_left = 0, oh = 0, ow = 0;
+  int64_t c_out = 0;   // channels written (0: c s s); those past c s s are zeros
   bool nhwc = false;
 };
 void space_to_depth(std::size_t elem_size, const void* x, void* y, const SpaceToDepthShape& shape, cudaStream_t s);

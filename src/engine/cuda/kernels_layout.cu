@@ -275,7 +275,7 @@ __global__ void space_to_depth_kernel(const U* __restrict__ x, U* __restrict__ y
     const int32_t r = static_cast<int32_t>(u) * d.step + static_cast<int32_t>(bi) - d.pad_top;
     const int32_t col = static_cast<int32_t>(v) * d.step + static_cast<int32_t>(j) - d.pad_left;
     U val = U(0);
-    if (r >= 0 && r < d.h && col >= 0 && col < d.w)
+    if (ci < static_cast<uint32_t>(d.c) && r >= 0 && r < d.h && col >= 0 && col < d.w)   // ci >= c: a zero channel
       val = x[((static_cast<size_t>(n) * d.c + ci) * d.h + r) * d.w + col];
     y[i] = val;
   }
@@ -479,7 +479,7 @@ void pad(std::size_t elem_size, const void* x, void* y, const PadShape& shape, c
 }
 
 void space_to_depth(std::size_t elem_size, const void* x, void* y, const SpaceToDepthShape& sh, cudaStream_t st) {
-  const int64_t c2 = sh.c * sh.s * sh.s, total = sh.n * c2 * sh.oh * sh.ow;
+  const int64_t c2 = sh.c_out > 0 ? sh.c_out : sh.c * sh.s * sh.s, total = sh.n * c2 * sh.oh * sh.ow;
   if (total <= 0) return;
   SLUICE_CHECK(fits_int32(total) && fits_int32(sh.n * sh.c * sh.h * sh.w) && fits_int32(sh.oh * sh.s + sh.h),
                "space to depth: ", total, " elements exceed the kernel's 32-bit indices");

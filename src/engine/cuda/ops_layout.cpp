@@ -329,11 +329,30 @@ bool lower_space_to_depth(Builder& b, const Node& n) {
   if (s < 1 || cs[5] != s || hp % s != 0 || wp % s != 0) return false;
   if (cs != Shape{x[0], x[1], hp / s, s, wp / s, s} || ds != Shape{x[0], x[1] * s * s, hp / s, wp / s}) return false;
   if (move->get_ints("perm") != std::vector<int64_t>{0, 1, 3, 5, 2, 4}) return false;
-  if (shape_numel(ds) >= (int64_t{1} << 31) || shape_numel(x) >= (int64_t{1} << 31)) return false;   // the kernel's 32-bit indices
-  const bool convs = b.consumers_want_nhwc(depth->outputs[0]);
+  // fuse_patches' zero channels after the depth tensor (a Pad of axis 1's end only, value 0): the
+  // step writes them too.
+  const Node* widen = sole(depth->outputs[0], "Pad");
+  int64_t c_out = ds[1];
+  if (widen) {
+    const Tensor* wp_t = b.const_input(*widen, 1);
+    const Tensor* wv = b.has_input(*widen, 2) ? b.const_input(*widen, 2) : nullptr;
+    const bool zero = !b.has_input(*widen, 2) || (wv && (wv->numel() == 0 || wv->as_float().at(0) == 0.0f));
+    std::vector<int64_t> wpads;
+    if (wp_t && wp_t->numel() == 8) wpads = b.const_ints(*widen, 1, "pads");
+    const bool channels_only = wpads.size() == 8 && wpads[5] > 0 && wpads[0] == 0 && wpads[1] == 0 && wpads[2] == 0 &&
+                               wpads[3] == 0 && wpads[4] == 0 && wpads[6] == 0 && wpads[7] == 0;
+    if (widen->get_string("mode", "constant") == "constant" && !b.has_input(*widen, 3) && zero && channels_only &&
+        !b.is_graph_output(widen->outputs[0]))
+      c_out = ds[1] + wpads[5];
+    else
+      widen = nullptr;
+  }
+  const Node& last = widen ? *widen : *depth;
+  if (x[0] * c_out * ds[2] * ds[3] >= (int64_t{1} << 31) || shape_numel(x) >= (int64_t{1} << 31)) return false;   // the kernel's 32-bit indices
+  const bool convs = b.consumers_want_nhwc(last.outputs[0]);
   const int xi = b.input(n, 0);
-  if (b.slot(xi).dtype != b.stored(depth->outputs[0], b.value(depth->outputs[0]).dtype)) return false;
-  const int y = b.output(*depth, 0, convs);
+  if (b.slot(xi).dtype != b.stored(last.outputs[0], b.value(last.outputs[0]).dtype)) return false;
+  const int y = b.output(last, 0, convs);
   SpaceToDepthShape sh;
   sh.n = x[0];
   sh.c = x[1];
@@ -344,14 +363,16 @@ bool lower_space_to_depth(Builder& b, const Node& n) {
   sh.pad_left = pads[3];
   sh.oh = hp / s;
   sh.ow = wp / s;
+  sh.c_out = c_out;
   sh.nhwc = b.slot(y).nhwc;
   const std::size_t es = dtype_size(b.slot(xi).dtype);
-  b.add(n.name + " + " + depth->name, {xi, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
+  b.add(n.name + " + " + last.name, {xi, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
     space_to_depth(es, bd.at(xi), bd.at(y), sh, st);
   }, "SpaceToDepth");
   b.skip(*cut);
   b.skip(*move);
   b.skip(*depth);
+  if (widen) b.skip(*widen);
   return true;
 }
 
