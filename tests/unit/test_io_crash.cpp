@@ -143,7 +143,16 @@ TEST(RankFileCrash, KillNineAtRandomMomentsLosesNoCommittedChunk) {
     const std::size_t n = check_committed(crashed, specs, t.reported);
     if (n == static_cast<std::size_t>(t.reported) + 1) ++mid_commit;
 
-    recover_rank_file(path);
+    // A throw below names its trial (a SCOPED_TRACE does not reach gtest's report of an exception).
+    const std::string where = "trial " + std::to_string(trial) + " (" + std::to_string(t.reported) + " commits reported, " +
+                              std::to_string(n) + " on disk, delay " + std::to_string(delay_us) + " us" +
+                              (compressed ? ", compressed" : "") + ")";
+    std::string recovered;
+    try {
+      recovered = recover_rank_file(path);
+    } catch (const std::exception& e) {
+      FAIL() << where << ": recovery threw: " << e.what();
+    }
     const RankFileInfo rec = read_rank_file(path);
     EXPECT_TRUE(rec.closed_cleanly);
     EXPECT_EQ(rec.file_rows, rec.committed_rows);
@@ -153,10 +162,14 @@ TEST(RankFileCrash, KillNineAtRandomMomentsLosesNoCommittedChunk) {
     // Every trial resumes: the next commits land right after the recovered ones, over the space
     // (and the stale chunk index entries past the extent) the killed writer left, and every
     // commit, old and new, still reads back right.
-    auto f = open_rank_file(path, specs, 4, test_meta(), true);
-    for (int64_t k = static_cast<int64_t>(n); k < static_cast<int64_t>(n) + 3; ++k)
-      write_chunk(*f, specs, k, chunk_first(k), kChunkSamples, kBatch);
-    f->close();
+    try {
+      auto f = open_rank_file(path, specs, 4, test_meta(), true);
+      for (int64_t k = static_cast<int64_t>(n); k < static_cast<int64_t>(n) + 3; ++k)
+        write_chunk(*f, specs, k, chunk_first(k), kChunkSamples, kBatch);
+      f->close();
+    } catch (const std::exception& e) {
+      FAIL() << where << ": the resume's writes threw after the recovery said \"" << recovered << "\": " << e.what();
+    }
     const RankFileInfo resumed = read_rank_file(path);
     EXPECT_EQ(resumed.attempt, 1);
     EXPECT_EQ(check_committed(resumed, specs, static_cast<int32_t>(n + 3)), n + 3);
