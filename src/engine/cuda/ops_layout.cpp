@@ -295,6 +295,19 @@ bool space_to_depth_on() { return switch_on("SLUICE_CUDA_SPACE_TO_DEPTH"); }
 // step that writes the last Reshape's tensor, channels-last where only convolutions read it (so no
 // layout change follows).  Node by node, the Pad and the 6-D Transpose ran at 7-9 % of the copy
 // rate and a layout change came after them.  Returns false, lowering nothing, for any other chain.
+// The 8 pads of a constant-mode Pad of value 0 without an axes input, empty for any other Pad (the
+// space-to-depth chain's two Pads: the spatial one in front, fuse_patches' zero channels behind).
+std::vector<int64_t> zero_pads_4d(Builder& b, const Node& p) {
+  if (p.get_string("mode", "constant") != "constant" || b.has_input(p, 3)) return {};
+  if (b.has_input(p, 2)) {
+    const Tensor* v = b.const_input(p, 2);
+    if (!v || (v->numel() > 0 && v->as_float().at(0) != 0.0f)) return {};
+  }
+  const Tensor* pt = b.const_input(p, 1);
+  if (!pt || pt->numel() != 8) return {};
+  return b.const_ints(p, 1, "pads");
+}
+
 bool lower_space_to_depth(Builder& b, const Node& n) {
   if (!space_to_depth_on() || n.inputs.empty() || !b.has_output(n, 0)) return false;
   auto sole = [&](const std::string& name, const char* op) -> const Node* {
@@ -307,17 +320,11 @@ bool lower_space_to_depth(Builder& b, const Node& n) {
   const Node* move = cut ? sole(cut->outputs[0], "Transpose") : nullptr;
   const Node* depth = move ? sole(move->outputs[0], "Reshape") : nullptr;
   if (!depth || b.is_graph_output(depth->outputs[0])) return false;
-  if (n.get_string("mode", "constant") != "constant" || b.has_input(n, 3)) return false;
-  if (b.has_input(n, 2)) {
-    const Tensor* v = b.const_input(n, 2);
-    if (!v || (v->numel() > 0 && v->as_float().at(0) != 0.0f)) return false;
-  }
+  const std::vector<int64_t> pads = zero_pads_4d(b, n);
+  if (pads.empty()) return false;
   const ValueInfo* xv = b.graph.value(n.input(0));
   if (!xv || xv->shape.size() != 4 || b.graph.constant(n.input(0))) return false;
   if (xv->dtype != DType::F32 && xv->dtype != DType::F16 && xv->dtype != DType::BF16) return false;
-  const Tensor* pt = b.const_input(n, 1);
-  if (!pt || pt->numel() != 8) return false;
-  const std::vector<int64_t> pads = b.const_ints(n, 1, "pads");
   if (pads[0] != 0 || pads[1] != 0 || pads[4] != 0 || pads[5] != 0) return false;
   for (const int64_t p : pads)
     if (p < 0) return false;
@@ -334,15 +341,10 @@ bool lower_space_to_depth(Builder& b, const Node& n) {
   const Node* widen = sole(depth->outputs[0], "Pad");
   int64_t c_out = ds[1];
   if (widen) {
-    const Tensor* wp_t = b.const_input(*widen, 1);
-    const Tensor* wv = b.has_input(*widen, 2) ? b.const_input(*widen, 2) : nullptr;
-    const bool zero = !b.has_input(*widen, 2) || (wv && (wv->numel() == 0 || wv->as_float().at(0) == 0.0f));
-    std::vector<int64_t> wpads;
-    if (wp_t && wp_t->numel() == 8) wpads = b.const_ints(*widen, 1, "pads");
+    const std::vector<int64_t> wpads = zero_pads_4d(b, *widen);
     const bool channels_only = wpads.size() == 8 && wpads[5] > 0 && wpads[0] == 0 && wpads[1] == 0 && wpads[2] == 0 &&
                                wpads[3] == 0 && wpads[4] == 0 && wpads[6] == 0 && wpads[7] == 0;
-    if (widen->get_string("mode", "constant") == "constant" && !b.has_input(*widen, 3) && zero && channels_only &&
-        !b.is_graph_output(widen->outputs[0]))
+    if (channels_only && !b.is_graph_output(widen->outputs[0]))
       c_out = ds[1] + wpads[5];
     else
       widen = nullptr;
