@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "app/commands.h"
+#include "app/job_plan.h"
 #include "app/outdir.h"
 #include "core/error.h"
 #include "core/json_text.h"
@@ -187,10 +188,13 @@ KeysView keys_view(const std::string& dir, const std::vector<RankFileInfo>& info
   return k;
 }
 
-// The datasets under /outputs that the job in a rank file's `job` attribute asked for: one per
-// entry of `outputs`, topk as two (values, indices).  Empty when the text names none.
+// The datasets under /outputs that the job in a rank file's `job` attribute asked for: those the
+// head of each entry of `outputs` stores, named as the writer names them (head_datasets: topk and
+// topk_probs as "<name>_values" and "<name>_indices", detections with "<name>_count").  Empty when
+// the text names none.
 std::vector<std::string> promised_outputs(const std::string& job_text) {
-  std::vector<std::string> names;
+  JobConfig job;
+  job.outputs.clear();
   std::istringstream is(job_text);
   std::string line;
   while (std::getline(is, line)) {
@@ -199,16 +203,13 @@ std::vector<std::string> promised_outputs(const std::string& job_text) {
     while ((at = line.find('"', at)) != std::string::npos) {
       const std::size_t end = line.find('"', at + 1);
       if (end == std::string::npos) break;
-      const std::string o = line.substr(at + 1, end - at - 1);
-      if (o == "topk") {
-        names.push_back("topk_values");
-        names.push_back("topk_indices");
-      } else {
-        names.push_back(o);
-      }
+      job.outputs.push_back(line.substr(at + 1, end - at - 1));
       at = end + 1;
     }
   }
+  std::vector<std::string> names;
+  for (const OutputSpec& spec : output_specs(job))
+    for (const std::string& name : head_datasets(spec)) names.push_back(name);
   return names;
 }
 

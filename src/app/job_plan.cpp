@@ -27,7 +27,8 @@ std::string default_cache_dir() {
 
 bool file_readable(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
 
-// The heads behind the model's first output (or --model-output), one per --outputs name.
+}  // namespace
+
 std::vector<OutputSpec> output_specs(const JobConfig& job) {
   std::vector<OutputSpec> specs;
   const DType float_out = dtype_from_name(job.output_dtype);
@@ -63,8 +64,6 @@ std::vector<OutputSpec> output_specs(const JobConfig& job) {
   }
   return specs;
 }
-
-}  // namespace
 
 std::string mb(double bytes) {
   if (bytes < 1e12) return str(static_cast<int64_t>(bytes / 1e6 + 0.5), " MB");

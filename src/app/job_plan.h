@@ -55,6 +55,10 @@ struct JobPlan {
   std::string slots_text(std::size_t in_slot_bytes, std::size_t out_row_bytes) const;
 };
 
+// The heads behind the model's first output (or --model-output), one per --outputs name; each
+// stores the datasets head_datasets (model/prepare.h) names.
+std::vector<OutputSpec> output_specs(const JobConfig& job);
+
 // The plan of `job` for rank `rank` (which takes part in the test-only faults).
 JobPlan plan_job(const JobConfig& job, int rank = 0);
 

@@ -228,12 +228,13 @@ void add_heads(Graph& g, const std::vector<OutputSpec>& specs, const std::string
   const std::size_t source = head_source(g, model_output);
   std::string y = g.outputs.at(source).name;
   for (const auto& s : specs) {
-    const bool topk = s.kind == OutputSpec::Kind::TopK || s.kind == OutputSpec::Kind::TopKProbs;
     const bool dets = s.kind == OutputSpec::Kind::Detections;
-    bool clash = false;
-    for (const auto& o : g.outputs)
-      if (dets && (s.name == o.name || s.name + "_count" == o.name)) clash = true;
-    if ((!topk && !dets && s.name == y) || (topk && (s.name + "_values" == y || s.name + "_indices" == y)) || clash) {
+    const std::vector<std::string> stored = head_datasets(s);
+    auto stores = [&](const std::string& name) { return std::find(stored.begin(), stored.end(), name) != stored.end(); };
+    // A head's dataset named as the output it reads (as any of the model's outputs, for detections).
+    bool clash = !dets && stores(y);
+    for (const auto& o : g.outputs) clash = clash || (dets && stores(o.name));
+    if (clash) {
       // The heads read the model's outputs under other names; remove_identities gives a name back when it can.
       for (auto& o : std::vector<ValueInfo>(g.outputs)) {
         if (o.name != y && !dets) continue;
@@ -289,7 +290,8 @@ void add_heads(Graph& g, const std::vector<OutputSpec>& specs, const std::string
       case OutputSpec::Kind::TopKProbs: {
         check_float_spec(s);
         if (s.top_k < 1) throw UsageError(str("output '", s.name, "': top-k needs k >= 1, got ", s.top_k));
-        const std::string vname = s.name + "_values", iname = s.name + "_indices";
+        const std::vector<std::string> names = head_datasets(s);
+        const std::string vname = names.at(0), iname = names.at(1);
         take(vname);
         take(iname);
         std::string scores = y;
@@ -322,9 +324,10 @@ void add_heads(Graph& g, const std::vector<OutputSpec>& specs, const std::string
         break;
       }
       case OutputSpec::Kind::Detections: {
-        take(s.name);
-        take(s.name + "_count");
-        add_detections(g, source, s, s.name, s.name + "_count");
+        const std::vector<std::string> names = head_datasets(s);
+        take(names.at(0));
+        take(names.at(1));
+        add_detections(g, source, s, names.at(0), names.at(1));
         break;
       }
     }
@@ -348,6 +351,18 @@ void check_ops(const Graph& g) {
 }
 
 }  // namespace
+
+std::vector<std::string> head_datasets(const OutputSpec& spec) {
+  switch (spec.kind) {
+    case OutputSpec::Kind::TopK:
+    case OutputSpec::Kind::TopKProbs:
+      return {spec.name + "_values", spec.name + "_indices"};
+    case OutputSpec::Kind::Detections:
+      return {spec.name, spec.name + "_count"};
+    default:
+      return {spec.name};
+  }
+}
 
 const std::vector<std::string>& supported_ops() {
   static const std::vector<std::string> ops = {

@@ -66,6 +66,11 @@ struct PrepareOptions {
 // unsupported).
 Graph prepare_graph(Graph model, const PrepareOptions& options);
 
+// The datasets under /outputs that the head of `spec` stores, the graph outputs prepare_graph names
+// for it: "<name>"; TopK and TopKProbs "<name>_values" and "<name>_indices"; Detections "<name>"
+// and "<name>_count".
+std::vector<std::string> head_datasets(const OutputSpec& spec);
+
 // The ops the engines implement (default domain, plus the sluice domain ones of graph.h).
 const std::vector<std::string>& supported_ops();
 
