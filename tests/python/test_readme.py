@@ -4,7 +4,8 @@ is extracted and run with bash in a scratch folder that holds `build/sluice` (th
 The one change is the README's own offline variant: `weights='DEFAULT'` becomes `weights=None`
 (and `weights_backbone=None` for the segmenter), as its "Offline" note says, since CI has no network.
 Then the files the README promises are checked: a mask per photo at the photo's size, a class table
-with the names of imagenet_classes.txt, and a resume of a finished run that changes nothing.
+with the names of imagenet_classes.txt, `sluice inspect` saying OK of both run folders, and a resume
+of a finished run that changes nothing.
 Every relative link of the README and of docs/ must name a file of the repository."""
 import csv
 import os
@@ -71,8 +72,16 @@ def photos(workdir):
     return sorted(os.path.relpath(os.path.join(a, f), root) for a, _, fs in os.walk(root) for f in fs)
 
 
+def assert_inspect_ok(workdir, run):
+    # The README's `build/sluice inspect runs/photos`; docs/usage.md: OK and exit 0 for a complete run.
+    p = subprocess.run([str(workdir / "build" / "sluice"), "inspect", run], cwd=workdir, env=MPI_ENV,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.splitlines()[-1] == "OK", p.stdout + p.stderr
+
+
 def test_the_masks_example_writes_a_mask_per_photo_at_its_size(workdir):
     run_example(workdir, "masks")
+    assert_inspect_ok(workdir, "runs/photos")
     for key in photos(workdir):
         mask = workdir / "runs" / "photos" / "export" / (os.path.splitext(key)[0] + ".png")
         assert Image.open(mask).size == Image.open(workdir / "photos" / key).size, key
@@ -80,6 +89,7 @@ def test_the_masks_example_writes_a_mask_per_photo_at_its_size(workdir):
 
 def test_the_classes_example_writes_a_named_class_table(workdir):
     run_example(workdir, "classes")
+    assert_inspect_ok(workdir, "runs/classes")
     names = (workdir / "imagenet_classes.txt").read_text().splitlines()
     assert len(names) == 1000 and names[0] == "tench"
     with open(workdir / "runs" / "classes" / "export" / "classes.csv") as f:
