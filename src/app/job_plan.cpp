@@ -115,7 +115,7 @@ JobPlan plan_job(const JobConfig& job, int rank) {
   // "none": no cache file at all (every start measures); "": the user's cache folder.
   p.engine.cache_dir = job.algo_cache == "none" ? "" : job.algo_cache.empty() ? default_cache_dir() : job.algo_cache;
   // auto: full until the run knows its length (RunContext::build, autotune_for_job); `sluice profile`
-  // and `sluice check` measure the steady state, which is what full chooses for.
+  // measures the steady state, which is what full chooses for.
   p.engine.autotune = autotune_from_name(job.autotune == "auto" ? "full" : job.autotune);
   p.engine.product_autotune = p.engine.autotune;
 

@@ -1,6 +1,6 @@
 #pragma once
 // A channels-last convolution with its epilogue, y = act(conv(x, w) + bias + z), as one cuDNN graph
-// (the graph API through the header-only cudnn-frontend; notes: /work/shared/notes/cudnn-on-hopper.md).
+// (the graph API through the header-only cudnn-frontend; docs/engine.md, the FusedConv row).
 // On Hopper the runtime-fused engines behind it run conv + bias + residual + ReLU in one kernel,
 // which the legacy cudnnConvolutionBiasActivationForward does not reach.  ops_conv.cpp builds one
 // per convolution at start-up, times its plans against the legacy call on the real buffers, and

@@ -5,7 +5,7 @@
 // cudnnConvolutionForward plus one epilogue kernel, ConvTranspose through
 // cudnnConvolutionBackwardData.  Algorithms are chosen once at start-up as --autotune says
 // (autotune.h: cudnnFind*Ex on the whole batch or on its first samples, or cuDNN's heuristics) and
-// kept in the algorithm cache.  Notes on the choices: /work/shared/notes/cudnn-on-hopper.md.
+// kept in the algorithm cache (docs/engine.md, "The algorithm cache"; what was measured: BENCHMARKS.md).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
