@@ -1,8 +1,10 @@
 // The command line: `sluice run`, `sluice inspect`, `sluice export`, `sluice forward`, `sluice profile`, `sluice check`,
 // `sluice mpirun`, `sluice srun`, `sluice explain-job`, `sluice --version`.
 // Usage errors exit 2 with one line; every other failure is a sluice::Error whose exit code says
-// what kind it was (README, "Exit status").  Only rank 0 of a job prints usage errors, so an
-// mpirun of 8 ranks with a typo prints one line, not eight.
+// what kind it was (README, "Exit status").  Under a launcher every rank agrees on the outcome of its
+// options before any other collective (cluster/launch.h): the lowest rank that failed prints its
+// line, so an mpirun of 8 ranks with a typo prints one line, not eight, and a typo on one rank only
+// ends every rank with its status instead of leaving the others waiting.
 #include "app/cli.h"
 
 #include <CLI/CLI.hpp>
@@ -16,7 +18,7 @@
 #include <vector>
 
 #include "app/commands.h"
-#include "cluster/mpi_context.h"
+#include "cluster/launch.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "sluice/version.h"
@@ -24,38 +26,6 @@
 namespace sluice {
 
 namespace {
-
-// The launcher's rank before MPI is initialized (mpirun, srun), 0 for a plain process.
-int launcher_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
-    if (const char* v = std::getenv(var)) return std::atoi(v);
-  }
-  return 0;
-}
-
-// The launcher's world size before MPI is initialized (1 for a plain process).
-int launcher_size() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
-    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
-  }
-  return 1;
-}
-
-void print_error_line(const std::string& message) {
-  if (!message.empty() && launcher_rank() == 0) std::fprintf(stderr, "sluice: error: %s\n", message.c_str());
-  std::fflush(stderr);
-}
-
-// A usage error found before MPI started, under a launcher: only rank 0 prints it, and the others
-// must not exit first, or the launcher kills rank 0 before its line is out.  So every rank meets
-// in one barrier after rank 0 printed, then all exit with the same status.
-void settle_with_the_other_ranks() {
-  if (launcher_size() < 2 || MpiContext::initialized()) return;
-  int provided = 0;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
-  MPI_Barrier(MPI_COMM_WORLD);
-  MPI_Finalize();
-}
 
 // "did you mean --batch-size?" for the first option on the command line that `sub` does not know.
 std::string option_hint(const CLI::App* sub, int argc, char** argv) {
@@ -166,8 +136,7 @@ int cli_main(int argc, char** argv) {
       return kExitOk;
     }
     if (argc < 3 || argv[2][0] == '-') {
-      print_error_line("explain-job needs a job file: sluice explain-job FILE [options of sluice run]");
-      return kExitUsage;
+      return settle_at_start(kExitUsage, "explain-job needs a job file: sluice explain-job FILE [options of sluice run]");
     }
     args = {argv[0], run_word, config_flag, argv[2], dry_flag};
     for (int i = 3; i < argc; ++i) args.push_back(argv[i]);
@@ -236,18 +205,12 @@ int cli_main(int argc, char** argv) {
     const CLI::App* sub = app.get_subcommands().empty() ? nullptr : app.get_subcommands().front();
     std::string hint = list_hint(sub, argc, argv);
     if (hint.empty()) hint = option_hint(sub, argc, argv);
-    print_error_line(hint.empty() ? str(e.what(), " (see sluice ", sub ? sub->get_name() + " " : std::string(), "--help)")
-                                  : str(e.what(), "\nsluice: hint: ", hint));
-    settle_with_the_other_ranks();
-    return kExitUsage;
+    return settle_at_start(kExitUsage, hint.empty() ? str(e.what(), " (see sluice ", sub ? sub->get_name() + " " : std::string(), "--help)")
+                                                    : str(e.what(), "\nsluice: hint: ", hint));
   } catch (const Error& e) {
-    print_error_line(error_text(e));
-    settle_with_the_other_ranks();
-    return e.exit_code();
+    return settle_at_start(e.exit_code(), error_text(e));
   } catch (const std::exception& e) {
-    print_error_line(e.what());
-    settle_with_the_other_ranks();
-    return kExitFailure;
+    return settle_at_start(kExitFailure, e.what());
   }
 }
 

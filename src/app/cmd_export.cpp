@@ -33,7 +33,7 @@
 #include "app/commands.h"
 #include "app/folder_lock.h"
 #include "app/job_file.h"
-#include "cluster/mpi_context.h"
+#include "cluster/launch.h"
 #include "core/error.h"
 #include "core/json_text.h"
 #include "core/sha256.h"
@@ -658,28 +658,11 @@ std::string header_of(const ExportOptions& o, const RunOutputs& r, const Plan& p
   return dump_json(h);
 }
 
-// The launcher's rank (mpirun, srun) before any MPI call; 0 for a plain process.
-int launcher_rank() {
-  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if (const char* v = std::getenv(var)) return std::atoi(v);
-  return 0;
-}
-
-int launcher_size() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"})
-    if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
-  return 1;
-}
-
-// Under a launcher every rank meets the others once, after rank 0's work or its error line (the
-// command line's error path meets them the same way): a rank that exited without MPI_Init while
-// rank 0 then called it would leave rank 0, and the launcher, waiting for it forever.
+// Under a launcher every rank meets the others once in the start-up verdict (cluster/launch.h),
+// after rank 0's work or its error line (the command line's error path brings rank 0's status
+// there): every rank then exits with rank 0's status.
 void meet_the_other_ranks() {
-  if (launcher_size() < 2 || MpiContext::initialized()) return;
-  int provided = 0;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return;
-  MPI_Barrier(MPI_COMM_WORLD);
-  MPI_Finalize();
+  if (const int status = settle_at_start(0, "")) throw CLI::RuntimeError(status);
 }
 
 void export_command(const ExportOptions& o) {

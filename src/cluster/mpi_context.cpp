@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 
+#include "cluster/launch.h"
 #include "core/timer.h"
 
 namespace sluice {
@@ -17,9 +18,14 @@ MpiContext::MpiContext(int* argc, char*** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
-  if (provided < MPI_THREAD_MULTIPLE)
-    throw Error(str("this MPI library provides thread level ", provided,
-                    " but Sluice needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE, ")"));
+  // The job's first collective: a rank whose options failed before MPI (cluster/launch.h) meets
+  // the others here, and every rank leaves with its status.
+  const std::string no_threads =
+      provided < MPI_THREAD_MULTIPLE ? str("this MPI library provides thread level ", provided,
+                                           " but Sluice needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE, ")")
+                                     : std::string();
+  if (const int refused = join_start_verdict(no_threads.empty() ? 0 : kExitFailure, no_threads))
+    throw Error("", refused);  // its line is out, printed by the rank that failed
   set_error_rank(world_ > 1 ? rank_ : -1);
 
   char name[256] = {0};

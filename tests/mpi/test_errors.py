@@ -240,3 +240,42 @@ def test_the_finished_folder_is_unchanged_by_the_refusals(files):
     p = sluice("inspect", files["done"])
     assert p.returncode == 0, p.stdout + p.stderr
     assert "OK" in p.stdout.splitlines()[-1]
+
+
+# One rank's own options fail before MPI starts while the others' are good (an MPMD launch, or a
+# job file missing or malformed on one node only): every rank used to wait forever, the failing one
+# in its error path's barrier and the others in MpiContext's first collective.  Now every rank meets
+# the others in one start-up verdict (cluster/launch.h): the failing rank prints its line, and every
+# rank exits with its status.
+ONE_RANK_CASES = [
+    ("batch-size-0", "batch-size", ["--batch-size", "0"]),
+    ("job-file-missing", "cannot read the job file", ["--config", "{dir}/nope.toml"]),
+    ("job-file-malformed", "is not closed with", ["--config", "{malformed_toml}"]),
+    ("unknown-option", "--batch-sise", ["--batch-sise", "4"]),
+]
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+@pytest.mark.parametrize("bad_rank", ["first", "last"])
+@pytest.mark.parametrize("case_id,words,bad_args", ONE_RANK_CASES, ids=[c[0] for c in ONE_RANK_CASES])
+def test_one_ranks_bad_options_end_every_rank(files, np_, bad_rank, case_id, words, bad_args):
+    out = fresh(files, f"one-rank-{case_id}-{np_}-{bad_rank}")
+    good = [BIN, "run", *[str(a) for a in JOB], "--output", out]
+    # The last of a repeated option wins: the bad rank's --config replaces the quickstart's.
+    bad = good + [a.format(**files) for a in bad_args]
+    bad_index = 0 if bad_rank == "first" else np_ - 1
+    apps = [bad if r == bad_index else good for r in range(np_)]
+    cmd = ["mpirun", "--oversubscribe"]
+    for r, app in enumerate(apps):
+        cmd += ([":"] if r else []) + ["-np", "1", *app]
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, env=QUICK_ABORT_ENV, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no outcome within {TIMEOUT} s (a hang): {' '.join(cmd)}")
+    errors = [line for line in p.stderr.splitlines() if "error" in line.lower()]
+    assert p.returncode == 2, p.stderr
+    assert len(errors) == 1 and errors[0].startswith("sluice: error: "), p.stderr
+    assert words in p.stderr, p.stderr
+    if bad_index:
+        assert errors[0].startswith(f"sluice: error: [rank {bad_index}] "), p.stderr
+    assert not os.path.exists(os.path.join(out, "report.json")), "a rank ran the job"
