@@ -269,10 +269,19 @@ class Exporter {
     std::raise(SIGKILL);
   }
 
+  // Records that `key` (row) is written to `rel`; InputError saying what to do when another key was.
+  void claim(std::unordered_map<std::string, std::pair<std::string, int64_t>>& owner, const std::string& rel,
+             const std::string& key, int64_t row, const std::string& ext) const {
+    const auto [it, fresh] = owner.emplace(rel, std::make_pair(key, row));
+    if (fresh) return;
+    const KeyClash c = key_clash(it->second.first, it->second.second, key, row, rel, ext, o_.keep_extension, true);
+    throw InputError(str("export: ", c.what), c.hint);
+  }
+
   // Masks and logits: one file per good row.
   void per_sample() {
     const std::string ext = p_.what == "masks" ? ".png" : ".npy";
-    std::unordered_map<std::string, std::string> owner;  // path -> key, to refuse two keys on one file
+    std::unordered_map<std::string, std::pair<std::string, int64_t>> owner;  // path -> key, row: two keys on one file
     const int64_t n = r_.size(), step = block_rows(p_.source);
     for (int64_t first = 0; first < n; first += step) {
       const int64_t count = std::min(step, n - first);
@@ -290,10 +299,7 @@ class Exporter {
         bool up = false;
         rel = export_path(key, ext, o_.keep_extension, &up);
         if (up && ++went_up_ == 1) first_up_ = {key, rel};
-        auto [it, fresh] = owner.emplace(rel, key);
-        if (!fresh)
-          throw InputError(str("export: keys '", it->second, "' and '", key, "' would both be written to ", rel,
-                               o_.keep_extension ? "" : "; pass --keep-extension to name files <key>" + ext));
+        claim(owner, rel, key, row, ext);
         const std::string why = j_.name_problem(rel);
         if (!why.empty()) {
           // A key whose file name this file system cannot hold: the others are still exported.
@@ -549,7 +555,7 @@ class Exporter {
     const int64_t h = s.row_shape[s.row_shape.size() - 2], w = s.row_shape.back();
     std::string table = "key,file,min,max\n";
     const int64_t n = r_.size(), step = block_rows(p_.source);
-    std::unordered_map<std::string, std::string> owner;
+    std::unordered_map<std::string, std::pair<std::string, int64_t>> owner;
     maybe_stop();
     for (int64_t first = 0; first < n; first += step) {
       const int64_t count = std::min(step, n - first);
@@ -564,8 +570,7 @@ class Exporter {
         bool up = false;
         const std::string rel = export_path(key, ".png", o_.keep_extension, &up);
         if (up && ++went_up_ == 1) first_up_ = {key, rel};
-        auto [it, fresh] = owner.emplace(rel, key);
-        if (!fresh) throw InputError(str("export: keys '", it->second, "' and '", key, "' would both be written to ", rel));
+        claim(owner, rel, key, first + i, ".png");
         const float* m = v.data() + i * h * w;
         int64_t mh = h, mw = w;
         std::vector<float> back;

@@ -317,4 +317,26 @@ std::string export_path(const std::string& key, const std::string& ext, bool kee
   return rel + ext;
 }
 
+KeyClash key_clash(const std::string& first, int64_t first_row, const std::string& second, int64_t second_row,
+                   const std::string& rel, const std::string& ext, bool keep_extension, bool can_keep_extension) {
+  KeyClash c;
+  if (first == second || fs::path(first).lexically_normal() == fs::path(second).lexically_normal()) {
+    c.what = str("rows ", first_row, " and ", second_row, " are the same file, '", first, "'",
+                 first == second ? "" : str(" and '", second, "'"), ", listed twice in the input (both would be written to ",
+                 rel, ")");
+    c.hint = "the input lists the same file twice: remove the repeated line from the list file, then run the job again";
+    return c;
+  }
+  c.what = str("keys '", first, "' (row ", first_row, ") and '", second, "' (row ", second_row,
+               ") would both be written to ", rel);
+  if (can_keep_extension && !keep_extension && export_path(first, ext, true) != export_path(second, ext, true))
+    c.hint = str("pass --keep-extension to name files <key>", ext, " (", export_path(first, ext, true), " and ",
+                 export_path(second, ext, true), ")");
+  else
+    c.hint = str("rename one of the two files in the input (a file is named after its key",
+                 keep_extension ? "" : " without its extension", ", with '\\' and control characters as '_' and each '..' as '",
+                 kUpPart, "')");
+  return c;
+}
+
 }  // namespace sluice

@@ -93,4 +93,15 @@ class ExportJournal {
 inline constexpr char kUpPart[] = "__";
 std::string export_path(const std::string& key, const std::string& ext, bool keep_extension, bool* went_up = nullptr);
 
+// Two samples (rows) whose keys export_path maps to the one file `rel`: what is wrong (`what`, without
+// the command's prefix) and what to do (`hint`).  The same key twice (or one path spelt two ways,
+// "a/./b.jpg" and "a/b.jpg") is the same file listed twice in the input: fix the list.  Otherwise
+// --keep-extension is offered only where `can_keep_extension` and it would name them apart; else
+// rename one of the files.
+struct KeyClash {
+  std::string what, hint;
+};
+KeyClash key_clash(const std::string& first, int64_t first_row, const std::string& second, int64_t second_row,
+                   const std::string& rel, const std::string& ext, bool keep_extension, bool can_keep_extension);
+
 }  // namespace sluice

@@ -483,10 +483,11 @@ void open_live_export_dir(const LiveExportOptions& o, const std::vector<std::str
     owner.reserve(keys.size());
     for (std::size_t i = 0; i < keys.size(); ++i) {
       auto [it, fresh] = owner.emplace(export_path(keys[i], f->extension(), false), i);
-      if (!fresh)
-        throw InputError(str("--export ", o.format, ": keys '", keys[it->second], "' and '", keys[i],
-                             "' would both be written to ", it->first),
-                         "rename one of the inputs (files are named after the key without its extension)");
+      if (!fresh) {
+        const KeyClash c = key_clash(keys[it->second], static_cast<int64_t>(it->second), keys[i], static_cast<int64_t>(i),
+                                     it->first, f->extension(), false, false);
+        throw InputError(str("--export ", o.format, ": ", c.what), c.hint);
+      }
     }
   }
   // Temporaries of a killed attempt: no export thread runs yet on any rank (set-up is agreed first).

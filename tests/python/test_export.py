@@ -227,6 +227,52 @@ def test_keys_that_collide_or_escape_are_refused(tmp_path):
     assert not (tmp_path / "up.png").exists()
 
 
+def test_a_file_listed_twice_is_named_as_such_and_keep_extension_offered_only_where_it_helps(tmp_path):
+    outs = seg_outputs(n=3)
+    run = write_run(tmp_path / "run", outs, keys=[b"p/cat.jpg", b"p/dog.jpg", b"p/cat.jpg"], sizes=None)
+    for extra in [[], ["--keep-extension"]]:
+        r = sluice("export", run, "--out", tmp_path / "twice", *extra, check=False)
+        assert r.returncode == 3, (r.returncode, r.stderr)
+        assert "rows 0 and 2 are the same file, 'p/cat.jpg', listed twice in the input" in r.stderr, r.stderr
+        assert "remove the repeated line from the list file" in r.stderr and "--keep-extension" not in r.stderr, r.stderr
+    depth = write_run(tmp_path / "depth", {"logits": outs["logits"][:, 0]}, keys=[b"p/cat.jpg", b"p/dog.jpg", b"p/cat.jpg"],
+                      sizes=None)
+    for what, folder in [("masks", run), ("logits", run), ("dense", depth)]:
+        r = sluice("export", folder, "--what", what, "--out", tmp_path / what, check=False)
+        assert r.returncode == 3 and "listed twice in the input" in r.stderr, (what, r.stderr)
+    # One path spelt two ways is one file too; '../x.jpg' and '__/x.jpg' differ, but no extension separates them.
+    run = write_run(tmp_path / "run2", outs, keys=[b"p/./cat.jpg", b"p/cat.jpg", b"q"], sizes=None,
+                    status=np.zeros(3, np.uint8))
+    r = sluice("export", run, check=False)
+    assert r.returncode == 3 and "'p/./cat.jpg' and 'p/cat.jpg', listed twice" in r.stderr, r.stderr
+    run = write_run(tmp_path / "run3", outs, keys=[b"../x.jpg", b"__/x.jpg", b"q"], sizes=None,
+                    status=np.zeros(3, np.uint8))
+    r = sluice("export", run, check=False)
+    assert r.returncode == 3 and "would both be written to __/x.png" in r.stderr, r.stderr
+    assert "--keep-extension" not in r.stderr and "rename one of the two files" in r.stderr, r.stderr
+
+
+def test_a_list_naming_one_photo_twice_is_refused_with_the_list_to_fix(tmp_path):
+    """A real run over a list file that names a photo twice: `sluice export` and `sluice run --export`
+    both say the list repeats the file (not --keep-extension, which cannot separate one key)."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in ["a.png", "b.png"]:
+        Image.fromarray(np.full((20, 30, 3), 40 if name == "a.png" else 200, np.uint8)).save(photos / name)
+    listing = photos / "list.txt"
+    listing.write_text("a.png\nb.png\na.png\n")
+    model = os.path.join(ROOT, "jobs", "models", "quickstart.onnx")
+    common = ["--model", model, "--input", listing, "--resize", "64x64", "--outputs", "argmax", "--device", "cpu",
+              "--batch-size", 2, "--quiet"]
+    sluice("run", *common, "--output", tmp_path / "run")
+    r = sluice("export", tmp_path / "run", check=False)
+    assert r.returncode == 3 and "rows 0 and 2 are the same file, 'a.png'" in r.stderr, r.stderr
+    assert "the input lists the same file twice" in r.stderr and "--keep-extension" not in r.stderr, r.stderr
+    r = sluice("run", *common, "--output", tmp_path / "live", "--export", "masks", check=False)
+    assert r.returncode == 3 and "--export masks: rows 0 and 2 are the same file, 'a.png'" in r.stderr, r.stderr
+    assert "the input lists the same file twice" in r.stderr, r.stderr
+
+
 def test_keys_above_the_input_folder_are_exported_inside_with_a_note(tmp_path):
     """A list file's '../data/b.jpg' entries: each '..' part becomes '__', inside the export folder."""
     outs = seg_outputs(n=3, seed=8)
