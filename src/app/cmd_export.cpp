@@ -3,8 +3,9 @@
 //   classes  one CSV table: key, top-k class ids (and names), probabilities (export/classes.h)
 //   logits   one .npy per sample
 //   detections  detections.json (COCO results) and detections.csv, boxes in the original image's
-//            pixels (export/detections.h)
-//   embeddings  embeddings.npy [N, D] float16 and embeddings.keys.txt, in the same order
+//            pixels, and images.json, the COCO images they refer to (export/detections.h)
+//   embeddings  embeddings.npy [N, D] float16 (or --dtype float32) and embeddings.keys.txt, in the
+//            same order
 //   dense    dense float maps (depth): one 16-bit grayscale PNG per sample, and dense_scale.csv with
 //            each map's range (value = min + pixel / 65535 * (max - min))
 // Samples whose status is not ok (unreadable images, non-finite inputs) have no result and are
@@ -21,13 +22,16 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include "app/commands.h"
@@ -66,6 +70,7 @@ struct ExportOptions {
   std::string csv = "classes.csv";  // classes: the table's file name in the export folder
   bool keep_extension = false;      // name files <key>.png instead of replacing the key's extension
   bool draw = false;                // detections: draw/<key>.png previews, boxes over the photos
+  std::string dtype;                // embeddings: float16 (the default, "") or float32
   bool overwrite = false;           // replace files the export did not write
   int threads = 0;                  // PNG encoding threads (0: the machine's cores)
   int64_t test_kill_after = -1;     // test only: SIGKILL in the middle of the file after this many
@@ -240,6 +245,9 @@ class Exporter {
   // Keys with '..' parts (written with kUpPart instead), and the first of them with its file.
   int64_t went_up() const { return went_up_; }
   const std::pair<std::string, std::string>& first_up() const { return first_up_; }
+  // Lines for the summary: notes (what to know about the files) and warnings (what they lack).
+  const std::vector<std::string>& notes() const { return notes_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
 
  private:
   // Rows per read so that one block stays under kBlockBytes.
@@ -406,50 +414,119 @@ class Exporter {
     j_.commit(rel, "");
   }
 
-  // Detections: detections.json (COCO results) and detections.csv, written whole.
+  // Detections: detections.json (COCO results), detections.csv and images.json (the COCO images
+  // they refer to), written whole.  A detection with a value that is not a finite number is left
+  // out of both lists (JSON has no NaN), and counted in a warning.
   void detections() {
     const Categories cats = read_categories(o_.labels);
     const int64_t n = r_.size();
-    for (int64_t row = 0; row < n; ++row)
+    std::vector<bool> good(static_cast<std::size_t>(n), false);
+    for (int64_t row = 0; row < n; ++row) {
       if (r_.status()[static_cast<std::size_t>(row)] != 0) bad_.push_back(row);
-    if (j_.done("detections.json") && j_.done("detections.csv")) return;
-    maybe_stop();
+      else good[static_cast<std::size_t>(row)] = true;
+    }
+    const bool done = j_.done("detections.json") && j_.done("detections.csv") && j_.done("images.json");
+    if (!done) maybe_stop();
     // Boxes are in model-input pixels; with image sizes they go back to the original image.
     std::optional<PreprocessSpec> spec;
     if (r_.preprocess()) spec = geometry_from_json(*r_.preprocess());
+    // Sizes without the geometry (not written by sluice run): the boxes stay in model-input pixels.
+    const bool to_photo = r_.has_sizes() && spec;
+    if (r_.has_sizes() && !spec)
+      notes_.push_back(str(r_.path(), " does not record the run's image geometry: the boxes are in the model "
+                           "input's pixels, not the photos'"));
+    const std::vector<std::string> all_keys = r_.keys(0, n);
+    const ImageIds ids = coco_image_ids(all_keys, good);
+    if (!ids.why_rows.empty())
+      notes_.push_back(str("image_id is each sample's index, not its file name's number (", ids.why_rows,
+                           "): images.json names the file of each id"));
     const int64_t k = r_.output(p_.source)->row_shape[0];
     std::string json = "[", csv = detection_csv_header();
     bool first_entry = true;
+    std::set<int64_t> seen_categories;
+    int64_t dropped = 0;
+    std::string dropped_first;
     const int64_t step = block_rows(p_.source);
     for (int64_t first = 0; first < n; first += step) {
       const int64_t count = std::min(step, n - first);
-      const std::vector<std::string> keys = r_.keys(first, count);
       const Tensor dets = r_.read_rows(p_.source, first, count);
       const Tensor counts = r_.read_rows(p_.source + "_count", first, count);
       const std::vector<float> v = dets.as_float();
       const std::vector<int64_t> stored = counts.as_int64();
       for (int64_t i = 0; i < count; ++i) {
         const int64_t row = first + i;
-        if (r_.status()[static_cast<std::size_t>(row)] != 0) continue;
-        const std::string& key = keys[static_cast<std::size_t>(i)];
+        if (!good[static_cast<std::size_t>(row)]) continue;
+        const std::string& key = all_keys[static_cast<std::size_t>(row)];
         const int32_t m = std::min<int32_t>(static_cast<int32_t>(stored[static_cast<std::size_t>(i)]), static_cast<int32_t>(k));
         std::pair<int32_t, int32_t> size{0, 0};
-        if (r_.has_sizes()) size = r_.original_size(row);
+        if (to_photo) size = r_.original_size(row);
         for (int32_t d = 0; d < m; ++d) {
           const float* x = v.data() + (i * k + d) * 6;
+          if (!detection_is_finite(x)) {
+            if (dropped++ == 0)
+              dropped_first = str("'", key, "' (row ", row, ", detection ", d, ": box ", str_float(x[0]), ", ",
+                                  str_float(x[1]), ", ", str_float(x[2]), ", ", str_float(x[3]), ", score ",
+                                  str_float(x[4]), ", class ", str_float(x[5]), ")");
+            continue;
+          }
           float box[4] = {x[0], x[1], x[2], x[3]};
           if (size.first > 0 && size.second > 0)
             box_to_original(box, size.first, size.second, spec, spec ? spec->out_h : 0, spec ? spec->out_w : 0);
           const int64_t cls = static_cast<int64_t>(x[5]);
-          json += str(first_entry ? "\n" : ",\n", coco_entry(coco_image_id(key, row), key, cats.id(cls), box, x[4]));
+          json += str(first_entry ? "\n" : ",\n",
+                      coco_entry(ids.ids[static_cast<std::size_t>(row)], key, cats.id(cls), box, x[4]));
           first_entry = false;
+          seen_categories.insert(cats.id(cls));
           csv += detection_csv_row(key, cats.id(cls), cats.name(cls), x[4], box);
         }
       }
     }
     json += "\n]\n";
+    if (dropped > 0)
+      warnings_.push_back(str(dropped, " detection(s) with a box, score or class that is not a finite number were left "
+                              "out of detections.json and detections.csv, the first ", dropped_first,
+                              "; the model gave them so (check its outputs for that image)"));
+    if (done) return;
     if (!j_.done("detections.json")) j_.write("detections.json", "", json);
     if (!j_.done("detections.csv")) j_.write("detections.csv", "", csv);
+    if (!j_.done("images.json")) j_.write("images.json", "", images_json(all_keys, good, ids, cats, seen_categories, spec));
+  }
+
+  // COCO's dataset file without annotations for the results: every good sample as an image (its
+  // id, key as file_name, original width and height: in model-input pixels without image sizes,
+  // none when even those are not recorded), and the categories (the labels file's, else the ids
+  // the results use, named by their number).
+  std::string images_json(const std::vector<std::string>& keys, const std::vector<bool>& good, const ImageIds& ids,
+                          const Categories& cats, const std::set<int64_t>& seen,
+                          const std::optional<PreprocessSpec>& spec) const {
+    std::string text = "{\"images\": [";
+    bool first = true;
+    for (std::size_t row = 0; row < keys.size(); ++row) {
+      if (!good[row]) continue;
+      int32_t h = 0, w = 0;
+      if (r_.has_sizes() && spec) std::tie(h, w) = r_.original_size(static_cast<int64_t>(row));
+      if ((h < 1 || w < 1) && spec && spec->out_h > 0 && spec->out_w > 0) std::tie(h, w) = std::make_pair(spec->out_h, spec->out_w);
+      json img{{"id", ids.ids[row]}, {"file_name", keys[row]}};
+      if (h > 0 && w > 0) {
+        img["width"] = w;
+        img["height"] = h;
+      }
+      text += str(first ? "\n" : ",\n", dump_json(img));
+      first = false;
+    }
+    text += "\n], \"annotations\": [], \"categories\": [";
+    first = true;
+    std::set<int64_t> listed;
+    auto category = [&](int64_t id, const std::string& name) {
+      if (!listed.insert(id).second) return;
+      text += str(first ? "\n" : ",\n", dump_json(json{{"id", id}, {"name", name}}));
+      first = false;
+    };
+    if (!cats.ids.empty())
+      for (std::size_t c = 0; c < cats.ids.size(); ++c) category(cats.ids[c], cats.names[c]);
+    else
+      for (const int64_t id : seen) category(id, std::to_string(id));
+    return text + "\n]}\n";
   }
 
   // Previews: each good photo with its boxes drawn (2 px, the class's palette colour), as
@@ -492,6 +569,7 @@ class Exporter {
                                " (the photo changed since the run?)"));
         for (int64_t d = 0; d < std::min<int64_t>(stored[static_cast<std::size_t>(i)], k); ++d) {
           const float* x = v.data() + (i * k + d) * 6;
+          if (!detection_is_finite(x)) continue;  // left out of detections.json too (a warning says so)
           float box[4] = {x[0], x[1], x[2], x[3]};
           box_to_original(box, h, w, spec, spec ? spec->out_h : h, spec ? spec->out_w : w);
           const std::size_t c = static_cast<std::size_t>((static_cast<int64_t>(x[5]) + 1) % 256);
@@ -502,10 +580,13 @@ class Exporter {
     }
   }
 
-  // Embeddings: one float16 .npy [N, D] of the good samples, and their keys in the same order.
+  // Embeddings: one .npy [N, D] of the good samples (float16, or float32 with --dtype float32), and
+  // their keys in the same order, one a line (keys_file_line: escaped).  A value float16 cannot hold
+  // refuses the export (the partial file is removed); nonzero values that become 0 are warned of.
   void embeddings() {
     const int64_t n = r_.size();
     const int64_t d = r_.output(p_.source)->row_shape[0];
+    const bool f32 = o_.dtype == "float32";
     int64_t good = 0;
     for (int64_t row = 0; row < n; ++row) {
       if (r_.status()[static_cast<std::size_t>(row)] != 0) bad_.push_back(row);
@@ -517,7 +598,7 @@ class Exporter {
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
     if (!f) throw Error(str("export: cannot create ", tmp));
     // .npy 1.0: magic, version, header length, then the header padded with spaces to 64 bytes.
-    std::string header = str("{'descr': '<f2', 'fortran_order': False, 'shape': (", good, ", ", d, "), }");
+    std::string header = str("{'descr': '", f32 ? "<f4" : "<f2", "', 'fortran_order': False, 'shape': (", good, ", ", d, "), }");
     header.append(64 - (10 + header.size() + 1) % 64, ' ');
     header += '\n';
     std::string bytes = "\x93NUMPY\x01";
@@ -526,6 +607,8 @@ class Exporter {
     bytes += static_cast<char>(header.size() >> 8);
     bytes += header;
     std::string keys_text;
+    int64_t escaped = 0, to_zero = 0;
+    std::string escaped_first, to_zero_first;
     const int64_t step = block_rows(p_.source);
     for (int64_t first = 0; first < n; first += step) {
       const int64_t count = std::min(step, n - first);
@@ -533,18 +616,43 @@ class Exporter {
       const std::vector<float> v = r_.read_rows(p_.source, first, count).as_float();
       for (int64_t i = 0; i < count; ++i) {
         if (r_.status()[static_cast<std::size_t>(first + i)] != 0) continue;
+        const std::string& key = keys[static_cast<std::size_t>(i)];
         for (int64_t j = 0; j < d; ++j) {
-          const uint16_t h = f32_to_f16(v[static_cast<std::size_t>(i * d + j)]);
+          const float x = v[static_cast<std::size_t>(i * d + j)];
+          uint32_t bits;
+          if (f32) {
+            std::memcpy(&bits, &x, 4);
+            for (int b = 0; b < 4; ++b) bytes += static_cast<char>((bits >> (8 * b)) & 0xff);
+            continue;
+          }
+          const uint16_t h = f32_to_f16(x);
+          if (std::isfinite(x) && (h & 0x7fffu) == 0x7c00u) {
+            f.reset();
+            std::remove(tmp.c_str());
+            throw InputError(str("export: the embedding of '", key, "' (row ", first + i, ") holds ", str_float(x),
+                                 " (element ", j, "), beyond float16's range (largest 65504): export with --dtype "
+                                 "float32 to write the vectors as stored"));
+          }
+          if (x != 0.f && (h & 0x7fffu) == 0 && to_zero++ == 0)
+            to_zero_first = str("'", key, "' (row ", first + i, ", element ", j, ": ", str_float(x), ")");
           bytes += static_cast<char>(h & 0xff);
           bytes += static_cast<char>(h >> 8);
         }
-        keys_text += keys[static_cast<std::size_t>(i)] + "\n";
+        bool changed = false;
+        keys_text += keys_file_line(key, &changed) + "\n";
+        if (changed && escaped++ == 0) escaped_first = str("'", key, "' (row ", first + i, ")");
       }
       if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
         throw Error(str("export: cannot write ", tmp, " (disk full?)"));
       bytes.clear();
     }
     if (std::fclose(f.release()) != 0) throw Error(str("export: cannot write ", tmp));
+    if (to_zero > 0)
+      warnings_.push_back(str(to_zero, " nonzero embedding value(s) are below float16's smallest (about 6e-8) and were "
+                              "written as 0, the first in ", to_zero_first, "; --dtype float32 keeps them"));
+    if (escaped > 0)
+      notes_.push_back(str(escaped, " key(s) hold a backslash, newline or carriage return, as ", escaped_first,
+                           ": embeddings.keys.txt writes them escaped (\\\\, \\n, \\r), one key a line"));
     j_.commit("embeddings.npy", "");
     j_.write("embeddings.keys.txt", "", keys_text);
   }
@@ -632,6 +740,7 @@ class Exporter {
   ExportJournal& j_;
   std::vector<int64_t> bad_;
   std::vector<std::string> unwritable_;  // keys whose file could not be named, with why
+  std::vector<std::string> notes_, warnings_;
   int64_t went_up_ = 0;
   std::pair<std::string, std::string> first_up_;
   std::optional<PreprocessSpec> geometry_;  // the run's, when recorded (else a plain resize)
@@ -654,6 +763,11 @@ std::string header_of(const ExportOptions& o, const RunOutputs& r, const Plan& p
   if (p.what == "detections") {
     h["labels_sha256"] = o.labels.empty() ? "" : sha256_file(o.labels);
     h["draw"] = o.draw;
+    h["images"] = "images.json";  // written beside the results (and image ids unique) since this field
+  }
+  if (p.what == "embeddings") {
+    h["dtype"] = o.dtype.empty() ? "float16" : o.dtype;
+    h["keys"] = "escaped";  // embeddings.keys.txt: keys_file_line
   }
   if (p.what == "classes") {
     h["top_k"] = o.top_k;
@@ -707,6 +821,7 @@ void export_command(const ExportOptions& o) {
   if (p.what != "masks" && p.what != "dense" && o.original_size)
     throw UsageError("--original-size applies to masks and dense maps (--what dense) only");
   if (p.what != "detections" && o.draw) throw UsageError("--draw applies to detections only");
+  if (p.what != "embeddings" && !o.dtype.empty()) throw UsageError("--dtype applies to embeddings only");
   if (p.what != "classes" && p.what != "detections" && !o.labels.empty())
     throw UsageError("--labels applies to classes and detections only");
   const std::string out = o.out.empty() ? (fs::path(o.run_dir) / "export").string() : o.out;
@@ -731,12 +846,15 @@ void export_command(const ExportOptions& o) {
     if (e.bad().size() > kListed) line += str(", ... (", e.bad().size() - kListed, " more in /bad_samples)");
   }
   std::printf("%s\n", line.c_str());
+  for (const std::string& note : e.notes()) std::printf("export: note: %s\n", note.c_str());
   if (e.went_up() > 0)
     std::printf("export: note: %lld key(s) start above the input's folder, as '%s' (a list file's '..' entries); "
                 "each '..' part is written as '%s' inside %s, so it is %s/%s\n",
                 static_cast<long long>(e.went_up()), e.first_up().first.c_str(), kUpPart, out.c_str(), out.c_str(),
                 e.first_up().second.c_str());
   std::fflush(stdout);
+  for (const std::string& warning : e.warnings()) std::fprintf(stderr, "export: warning: %s\n", warning.c_str());
+  std::fflush(stderr);
   if (!e.unwritable().empty()) {
     std::string names;
     constexpr std::size_t kListed = 5;
@@ -758,7 +876,7 @@ void add_export_command(CLI::App& app) {
   sub->add_option("RUN_DIR", o->run_dir, "the run's output folder (with outputs.h5)")->required();
   sub->add_option("--out", o->out, "the export folder (default RUN_DIR/export)");
   sub->add_option("--what", o->what,
-                  "masks | classes | logits | detections (COCO JSON and CSV) | embeddings (float16 .npy and keys) | "
+                  "masks | classes | logits | detections (COCO JSON, CSV, images.json) | embeddings (.npy and keys) | "
                   "dense (float maps as 16-bit PNGs and their ranges) | auto (by the stored outputs)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "masks", "classes", "logits", "detections", "embeddings", "dense"}));
@@ -778,6 +896,9 @@ void add_export_command(CLI::App& app) {
   sub->add_option("--csv", o->csv, "classes: the table's file name in the export folder")->capture_default_str();
   sub->add_flag("--draw", o->draw,
                 "detections: also draw/<key>.png, each photo with its boxes (read again from the run's input folder)");
+  sub->add_option("--dtype", o->dtype,
+                  "embeddings: float16 (the default; a value beyond its range is refused) or float32 (as stored)")
+      ->check(CLI::IsMember({"float16", "float32"}));
   sub->add_flag("--keep-extension", o->keep_extension, "name files <key>.png instead of replacing the key's extension");
   sub->add_flag("--overwrite", o->overwrite, "replace files in the export folder that this command did not write");
   sub->add_option("--threads", o->threads, "masks: PNG encoding threads (0: all cores; at most 4 per core, or 8)")

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/json_text.h"
@@ -86,12 +87,48 @@ void draw_box(std::vector<uint8_t>& rgb, int height, int width, const float* b, 
   }
 }
 
-int64_t coco_image_id(const std::string& key, int64_t row) {
-  std::string stem = key.substr(key.find_last_of('/') == std::string::npos ? 0 : key.find_last_of('/') + 1);
-  stem = stem.substr(0, stem.find('.'));
-  const bool digits = !stem.empty() && stem.size() < 19 &&
-                      std::all_of(stem.begin(), stem.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); });
-  return digits ? std::stoll(stem) : row;
+ImageIds coco_image_ids(const std::vector<std::string>& keys, const std::vector<bool>& used) {
+  ImageIds r;
+  r.ids.assign(keys.size(), -1);
+  std::unordered_map<int64_t, std::size_t> first_with;  // number -> the first row whose stem it is
+  for (std::size_t row = 0; row < keys.size() && r.why_rows.empty(); ++row) {
+    if (!used[row]) continue;
+    const std::string& key = keys[row];
+    std::string stem = key.substr(key.find_last_of('/') == std::string::npos ? 0 : key.find_last_of('/') + 1);
+    stem = stem.substr(0, stem.find('.'));
+    const bool digits = !stem.empty() && stem.size() < 19 &&
+                        std::all_of(stem.begin(), stem.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); });
+    if (!digits) {
+      r.why_rows = str("the file name of '", key, "' is not a number");
+      break;
+    }
+    const int64_t id = std::stoll(stem);
+    const auto [it, fresh] = first_with.emplace(id, row);
+    if (!fresh) r.why_rows = str("'", keys[it->second], "' and '", key, "' are both number ", id);
+    r.ids[row] = id;
+  }
+  if (!r.why_rows.empty())
+    for (std::size_t row = 0; row < keys.size(); ++row) r.ids[row] = static_cast<int64_t>(row);
+  return r;
+}
+
+bool detection_is_finite(const float* row) {
+  for (int j = 0; j < 6; ++j)
+    if (!std::isfinite(row[j])) return false;
+  return std::fabs(row[5]) < 9.0e18f;  // a class that an int64 holds
+}
+
+std::string keys_file_line(const std::string& key, bool* escaped) {
+  std::string line;
+  line.reserve(key.size());
+  for (char c : key) {
+    if (c == '\\') line += "\\\\";
+    else if (c == '\n') line += "\\n";
+    else if (c == '\r') line += "\\r";
+    else line += c;
+  }
+  if (escaped && line.size() != key.size()) *escaped = true;
+  return line;
 }
 
 namespace {

@@ -3,9 +3,11 @@
 // embeddings`):
 //   detections  detections.json, COCO's results format (a list of {"image_id", "file_name",
 //               "category_id", "bbox": [x, y, w, h], "score"}), and detections.csv (key, category,
-//               label, score, x1, y1, x2, y2), both in the original image's pixels
-//   embeddings  embeddings.npy [N, D] float16 (the good samples in run order) and embeddings.keys.txt
-//               (their keys, one a line, in the same order)
+//               label, score, x1, y1, x2, y2), both in the original image's pixels; images.json, a
+//               COCO dataset without annotations ({"images": [{"id", "file_name", "width",
+//               "height"}], "annotations": [], "categories": [{"id", "name"}]}) for COCO().loadRes
+//   embeddings  embeddings.npy [N, D] float16 or float32 (the good samples in run order) and
+//               embeddings.keys.txt (their keys, one a line, escaped, in the same order)
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -32,9 +34,24 @@ struct Categories {
 };
 Categories read_categories(const std::string& path);
 
-// COCO's image_id for a key: the digits of the file name's stem when it is all digits (COCO's
-// 000000397133.jpg is image 397133), else the sample's row.
-int64_t coco_image_id(const std::string& key, int64_t row);
+// COCO's image_id of each row, unique among the rows that are `used` (the good samples): the
+// number of the file name's stem when every used key's stem is all digits and no two are the same
+// number (COCO's 000000397133.jpg is image 397133), else the row for every one of them.  `why_rows`
+// says why the rows were taken ("" when the numbers were).
+struct ImageIds {
+  std::vector<int64_t> ids;  // per row (meaningful for used rows)
+  std::string why_rows;
+};
+ImageIds coco_image_ids(const std::vector<std::string>& keys, const std::vector<bool>& used);
+
+// Whether a detection's row (x1, y1, x2, y2, score, class) is finite numbers, so that it can be
+// written as JSON (which has no NaN or infinity) and as a category id.
+bool detection_is_finite(const float* row);
+
+// A key as its line of embeddings.keys.txt (no newline): a backslash written as two, a newline as
+// the two characters \n, a carriage return as \r, so that every line is one key.  Sets *escaped
+// when the line differs from the key.
+std::string keys_file_line(const std::string& key, bool* escaped = nullptr);
 
 // Draws the outline of box (x1, y1, x2, y2, in the image's pixels) `thickness` pixels wide, inside
 // the box, clipped to the image, into interleaved RGB.
