@@ -15,8 +15,8 @@ import pytest
 from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_dir, rank_files, pids_of, report, sluice
 
 N = 384
-PENDING_AT_RESUME = {}  # trial -> samples the resume still had to do
-PENDING_COMPRESSED = {}  # the same for the compressed trials
+TRIALS = 10  # kill-and-resume trials of plain rank files
+COMPRESSED_TRIALS = 4  # ... and of compressed ones
 COMPRESSED = ["--compression", 4, "--writer-threads", 3]
 JOB = ["--config", QUICKSTART, "--samples", N, "--batch-size", 16, "--chunk-batches", 1, "--cpu-threads", 1,
        "--quiet"]
@@ -97,30 +97,46 @@ def kill_and_resume(out, reference, rng, trial, extra=()):
     return r["job"]["pending_samples"]
 
 
-@pytest.mark.parametrize("trial", range(10))
-def test_kill_9_then_resume_gives_the_uninterrupted_outputs(tmp_path, reference, trial):
-    out = fresh_dir(str(tmp_path / f"kill{trial}"))
-    PENDING_AT_RESUME[trial] = kill_and_resume(out, reference, random.Random(1000 + trial), trial)
+_TRIALS_DONE = {}  # (compressed, trial) -> samples its resume had to do: each trial runs once a session
 
 
-@pytest.mark.parametrize("trial", range(4))
-def test_kill_9_then_resume_of_compressed_files_gives_the_uninterrupted_outputs(tmp_path, reference, trial):
+def trial(tmp_path_factory, reference, number, compressed=False):
+    """Kill-and-resume trial `number` (its outputs checked); returns the samples its resume had to
+    do.  A trial runs once per session, for whichever test asks first: the trial's own test, or
+    test_most_kills_landed_mid_run, which runs every trial itself when it runs alone."""
+    key = (compressed, number)
+    if key not in _TRIALS_DONE:
+        out = fresh_dir(str(tmp_path_factory.mktemp("deflated" if compressed else "kill") / str(number)))
+        seed = (2000 if compressed else 1000) + number
+        _TRIALS_DONE[key] = kill_and_resume(out, reference, random.Random(seed), number,
+                                            extra=COMPRESSED if compressed else ())
+        if compressed:
+            for path in rank_files(out):
+                with h5py.File(path, "r") as f:
+                    assert f["outputs/logits"].compression == "gzip" and f["outputs/logits"].compression_opts == 4, path
+    return _TRIALS_DONE[key]
+
+
+@pytest.mark.parametrize("number", range(TRIALS))
+def test_kill_9_then_resume_gives_the_uninterrupted_outputs(tmp_path_factory, reference, number):
+    trial(tmp_path_factory, reference, number)
+
+
+@pytest.mark.parametrize("number", range(COMPRESSED_TRIALS))
+def test_kill_9_then_resume_of_compressed_files_gives_the_uninterrupted_outputs(tmp_path_factory, reference, number):
     """Deflated rank files whose chunks 3 writer threads encode: a kill -9 may land while encoded
     chunks are being stored; the resume still gives the uncompressed reference bit for bit."""
-    out = fresh_dir(str(tmp_path / f"deflated{trial}"))
-    PENDING_COMPRESSED[trial] = kill_and_resume(out, reference, random.Random(2000 + trial), trial, extra=COMPRESSED)
-    for path in rank_files(out):
-        with h5py.File(path, "r") as f:
-            assert f["outputs/logits"].compression == "gzip" and f["outputs/logits"].compression_opts == 4, path
+    trial(tmp_path_factory, reference, number, compressed=True)
 
 
-def test_most_kills_landed_mid_run():
-    """The trials above test something only if the kill came after some commits and before the end."""
-    assert len(PENDING_AT_RESUME) == 10
-    mid_run = [t for t, pending in PENDING_AT_RESUME.items() if 0 < pending < N]
-    assert len(mid_run) >= 5, PENDING_AT_RESUME
-    assert len(PENDING_COMPRESSED) == 4
-    assert sum(0 < pending < N for pending in PENDING_COMPRESSED.values()) >= 2, PENDING_COMPRESSED
+def test_most_kills_landed_mid_run(tmp_path_factory, reference):
+    """The trials above test something only if the kill came after some commits and before the end.
+    Self-contained: it takes every trial's outcome from trial(), which runs the trials not run yet."""
+    plain = {n: trial(tmp_path_factory, reference, n) for n in range(TRIALS)}
+    mid_run = [t for t, pending in plain.items() if 0 < pending < N]
+    assert len(mid_run) >= 5, plain
+    compressed = {n: trial(tmp_path_factory, reference, n, compressed=True) for n in range(COMPRESSED_TRIALS)}
+    assert sum(0 < pending < N for pending in compressed.values()) >= 2, compressed
 
 
 def committed_samples(out):
