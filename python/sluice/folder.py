@@ -118,14 +118,7 @@ class Run:
         """Samples committed so far (every one once the run is complete)."""
         if self.complete:
             return self.total
-        n = 0
-        for path in self.rank_files():
-            try:
-                with _open_h5(path) as f:
-                    n += sum(count for _, count, _ in _ledger(f))
-            except OSError:  # a rank file being created (not yet an HDF5 file)
-                continue
-        return n
+        return sum(count for _, f in self._open_rank_files() for _, count, _ in _ledger(f))
 
     @property
     def outputs(self) -> List[str]:
@@ -152,19 +145,24 @@ class Run:
             return json.load(fh).get("attempts", [])
 
     # ---- rows ------------------------------------------------------------------------------------
-    def _assemble(self, names, dtype=None):
-        """Committed rows of every rank file in sample order: (indices, {name: rows})."""
-        indices, parts = [], {n: [] for n in names}
+    def _open_rank_files(self) -> Iterator:
+        """(path, open file) of each rank file that is an HDF5 file yet, closed after its turn."""
         for path in self.rank_files():
             try:
                 f = _open_h5(path)
-            except OSError:
+            except OSError:  # a rank file being created (not yet an HDF5 file)
                 continue
             with f:
-                spans = [(row, count) for _, count, row in _ledger(f)]
-                indices.append(_read(f["sample_index"], spans))
-                for n in names:
-                    parts[n].append(self._rank_rows(f, n, spans, dtype))
+                yield path, f
+
+    def _assemble(self, names, dtype=None):
+        """Committed rows of every rank file in sample order: (indices, {name: rows})."""
+        indices, parts = [], {n: [] for n in names}
+        for _, f in self._open_rank_files():
+            spans = [(row, count) for _, count, row in _ledger(f)]
+            indices.append(_read(f["sample_index"], spans))
+            for n in names:
+                parts[n].append(self._rank_rows(f, n, spans, dtype))
         if not indices:
             return np.zeros(0, np.int64), {n: np.zeros(0) for n in names}
         idx = np.concatenate(indices)
@@ -267,22 +265,17 @@ class Run:
         while True:
             live = self.running()
             got = False
-            for path in self.rank_files():
-                try:
-                    f = _open_h5(path)
-                except OSError:
-                    continue
-                with f:
-                    records = _ledger(f)
-                    wanted = names if names is not None else sorted(f["outputs"].keys())
-                    for _, count, row in records[seen.get(path, 0):]:
-                        span = [(row, count)]
-                        yield Batch(indices=_read(f["sample_index"], span),
-                                    keys=[decode_key(k) for k in _read(f["sample_key"], span)],
-                                    status=_read(f["sample_status"], span),
-                                    outputs={n: _read(f["outputs"][n], span, dtype) for n in wanted})
-                        got = True
-                    seen[path] = len(records)
+            for path, f in self._open_rank_files():
+                records = _ledger(f)
+                wanted = names if names is not None else sorted(f["outputs"].keys())
+                for _, count, row in records[seen.get(path, 0):]:
+                    span = [(row, count)]
+                    yield Batch(indices=_read(f["sample_index"], span),
+                                keys=[decode_key(k) for k in _read(f["sample_key"], span)],
+                                status=_read(f["sample_status"], span),
+                                outputs={n: _read(f["outputs"][n], span, dtype) for n in wanted})
+                    got = True
+                seen[path] = len(records)
             if not live and not got:
                 return
             if timeout_s is not None and time.monotonic() - start > timeout_s:
