@@ -464,7 +464,7 @@ class Exporter {
           const float* x = v.data() + (i * k + d) * 6;
           if (!detection_is_finite(x)) {
             if (dropped++ == 0)
-              dropped_first = str("'", key, "' (row ", row, ", detection ", d, ": box ", str_float(x[0]), ", ",
+              dropped_first = str("'", keys_file_line(key), "' (row ", row, ", detection ", d, ": box ", str_float(x[0]), ", ",
                                   str_float(x[1]), ", ", str_float(x[2]), ", ", str_float(x[3]), ", score ",
                                   str_float(x[4]), ", class ", str_float(x[5]), ")");
             continue;
@@ -629,18 +629,18 @@ class Exporter {
           if (std::isfinite(x) && (h & 0x7fffu) == 0x7c00u) {
             f.reset();
             std::remove(tmp.c_str());
-            throw InputError(str("export: the embedding of '", key, "' (row ", first + i, ") holds ", str_float(x),
+            throw InputError(str("export: the embedding of '", keys_file_line(key), "' (row ", first + i, ") holds ", str_float(x),
                                  " (element ", j, "), beyond float16's range (largest 65504): export with --dtype "
                                  "float32 to write the vectors as stored"));
           }
           if (x != 0.f && (h & 0x7fffu) == 0 && to_zero++ == 0)
-            to_zero_first = str("'", key, "' (row ", first + i, ", element ", j, ": ", str_float(x), ")");
+            to_zero_first = str("'", keys_file_line(key), "' (row ", first + i, ", element ", j, ": ", str_float(x), ")");
           bytes += static_cast<char>(h & 0xff);
           bytes += static_cast<char>(h >> 8);
         }
         bool changed = false;
         keys_text += keys_file_line(key, &changed) + "\n";
-        if (changed && escaped++ == 0) escaped_first = str("'", key, "' (row ", first + i, ")");
+        if (changed && escaped++ == 0) escaped_first = str("'", keys_file_line(key), "' (row ", first + i, ")");
       }
       if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
         throw Error(str("export: cannot write ", tmp, " (disk full?)"));

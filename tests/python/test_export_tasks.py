@@ -174,7 +174,8 @@ def test_embedding_keys_with_newlines_stay_one_line_per_vector(tmp_path):
     assert lines[2] == "plain.jpg"
     assert [unescape(ln) for ln in lines] == [k.decode() for k in keys[:4]]
     assert np.array_equal(emb.astype(np.float32), vectors[:4])
-    assert "3 key(s) hold a backslash, newline or carriage return" in r.stdout, r.stdout
+    assert "3 key(s) hold a backslash, newline or carriage return, as 'a\\nb.jpg' (row 0)" in r.stdout, r.stdout
+    assert len(r.stdout.splitlines()) == 2, r.stdout  # the summary and the note, each one line
 
 
 # ---- 10: float16 range, --dtype float32 ---------------------------------------------------------
