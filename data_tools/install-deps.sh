@@ -15,7 +15,8 @@ deps=${SLUICE_DEPS:-all}
 apt_pkgs=(build-essential cmake pkg-config git
           libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libcli11-dev
           libonnx-dev libprotobuf-dev protobuf-compiler nlohmann-json3-dev libopenblas-dev
-          libturbojpeg0-dev libspng-dev)
+          libturbojpeg0-dev libspng-dev
+          libicu-dev libpcre2-dev)   # src/text/: Unicode normalization and properties, tokenizer.json's regexes
 if [ "$deps" != run ]; then
   apt_pkgs+=(libgtest-dev python3-torch python3-torchvision python3-numpy python3-h5py python3-pip
              iproute2 util-linux mount)   # ip netns, nsenter, unshare: the multinode tests' simulated nodes

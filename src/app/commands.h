@@ -27,5 +27,6 @@ void add_launch_commands(CLI::App& app);                   // app/cmd_launch.cpp
 int launch_command(const std::string& launcher, int argc, char** argv);  // the arguments after it
 void add_profile_command(CLI::App& app);                   // app/cmd_profile.cpp
 void add_check_command(CLI::App& app);                     // app/cmd_check.cpp
+void add_tokenize_command(CLI::App& app);                  // app/cmd_tokenize.cpp
 
 }  // namespace sluice
