@@ -18,8 +18,10 @@
 #include "app/job.h"
 #include "app/job_options.h"
 #include "app/outdir.h"
+#include "app/preprocess_from.h"
 #include "app/run_context.h"
 #include "app/signals.h"
+#include "cluster/launch.h"
 #include "cluster/mpi_context.h"
 #include "cluster/stop_relay.h"
 #include "cluster/work.h"
@@ -140,6 +142,15 @@ void add_run_command(CLI::App& app, Commands& commands) {
     }
     job.output_given = run->get_option("--output")->count() > 0;
     clean_job_paths(job);
+    if (!job.preprocess_from.empty()) {
+      // The model's own preprocessing, for the options neither the command line nor the job file set.
+      std::vector<std::string> given;
+      for (const auto& o : origins) given.push_back(o.first);
+      const PreprocessFrom p = apply_preprocess_from(job, given);
+      for (const auto& c : p.chosen) origins.emplace_back(c.first, "--preprocess-from " + p.file);
+      if (launcher_rank() == 0 && !job.quiet)
+        std::fprintf(stderr, "sluice: --preprocess-from %s: %s\n", p.file.c_str(), preprocess_from_summary(p).c_str());
+    }
     validate_job(job);
     return run_job(job, origins, argc, argv);
   };

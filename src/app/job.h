@@ -59,6 +59,8 @@ struct JobConfig {
   // (image/image.h has the exact semantics), and what an unreadable or undecodable file does.
   std::string resize;                      // "" | S (shorter side to S) | HxW (exact)
   std::string center_crop;                 // "" | S | HxW
+  std::string interpolation = "bilinear";  // the resize filter: nearest | bilinear | bicubic
+  std::string preprocess_from;             // a model folder's preprocessor_config.json (or timm's config.json) to read the above from
   bool letterbox = false;                  // keep the aspect, pad to the input size
   int pad_value = 0;                       // letterbox padding, 0..255
   std::string on_bad_sample = "skip";      // skip (recorded, zeros fed) | fail (exit 3)

@@ -128,6 +128,15 @@ void visit_job(JobConfig& j, V& v) {
   v("std", j.stddev, "Per-channel standard deviation (comma list; empty: 1)", none);
   v("resize", j.resize, "Image inputs: S (the shorter side to S, aspect kept; with --center-crop) or HxW (exact)", none);
   v("center-crop", j.center_crop, "Image inputs: center crop S or HxW after --resize (the model's input size)", none);
+  v("interpolation", j.interpolation,
+    "Image inputs: the resize filter, antialiased when shrinking: bilinear (torchvision's), bicubic (PIL's, as "
+    "Hugging Face's image processors), nearest",
+    CLI::IsMember({"nearest", "bilinear", "bicubic"}));
+  v("preprocess-from", j.preprocess_from,
+    "Image inputs: a model folder (or its file) whose preprocessor_config.json (Hugging Face) or config.json "
+    "(timm's pretrained_cfg) sets --resize, --center-crop, --interpolation, --scale, --mean and --std; options "
+    "given here or in the job file win",
+    none);
   v("letterbox", j.letterbox, "Image inputs: fit the whole image into the model's input, keeping its aspect, padded", none);
   v("pad-value", j.pad_value, "Image inputs: the padding of --letterbox and of crops larger than the image", CLI::Range(0, 255));
   v("on-bad-sample", j.on_bad_sample,
@@ -201,7 +210,8 @@ std::string clean_path(const std::string& p) {
 }
 
 void clean_job_paths(JobConfig& job) {
-  for (std::string* p : {&job.model, &job.input, &job.output, &job.algo_cache, &job.export_dir}) *p = clean_path(*p);
+  for (std::string* p : {&job.model, &job.input, &job.output, &job.algo_cache, &job.export_dir, &job.preprocess_from})
+    *p = clean_path(*p);
 }
 
 std::string saved_job_path(const std::string& output_dir) { return output_dir + "/job.toml"; }
@@ -355,7 +365,8 @@ std::vector<std::string> typed_inputs(const JobEntry& e, const FieldType& t, con
 }  // namespace
 
 bool is_path_key(const std::string& key) {
-  return key == "model" || key == "input" || key == "output" || key == "algo-cache" || key == "export-dir";
+  return key == "model" || key == "input" || key == "output" || key == "algo-cache" || key == "export-dir" ||
+         key == "preprocess-from";
 }
 
 std::string job_file_path(const std::string& job_file, const std::string& key, const std::string& value) {
@@ -496,6 +507,7 @@ ImageJobOptions image_options(const JobConfig& j) {
   ImageJobOptions o;
   o.resize = j.resize;
   o.center_crop = j.center_crop;
+  o.interpolation = j.interpolation;
   o.letterbox = j.letterbox;
   o.pad_value = j.pad_value;
   o.on_bad_sample = j.on_bad_sample;

@@ -114,7 +114,8 @@ std::map<std::string, std::string> job_keys(const std::string& toml) {
 // The job keys whose change would mix two different computations in one run folder.
 std::vector<std::string> keys_that_must_match(const JobConfig& job) {
   std::vector<std::string> keys = {"input", "input-dataset", "batch-size", "scale", "mean", "std",
-                                   "resize", "center-crop", "letterbox", "pad-value", "precision"};
+                                   "resize", "center-crop", "interpolation", "letterbox", "pad-value",
+                                   "precision"};
   if (job.input == "synthetic") keys.insert(keys.end(), {"sample-shape", "input-dtype", "seed"});
   keys.push_back("model-output");
   const auto asks = [&](const char* o) { return std::find(job.outputs.begin(), job.outputs.end(), o) != job.outputs.end(); };

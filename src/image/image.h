@@ -4,9 +4,14 @@
 // path (image/preprocess.cpp) and the CUDA kernels (image/cuda/), so both compute the same thing.
 //
 // Preprocessing semantics (torchvision.transforms.v2 on uint8 tensors, antialias=True):
-//  - resize: separable triangle (bilinear) filter whose support grows with the downscale factor
-//    (antialiasing); upscaling is plain bilinear with half-pixel centres.  Computed in float32,
-//    the horizontal pass then the vertical pass, rounded to uint8 once at the end.
+//  - resize (--interpolation): a separable filter whose support grows with the downscale factor
+//    (antialiasing), half-pixel centres.  bilinear (the default): a triangle, computed in float32,
+//    the horizontal pass then the vertical pass, rounded to uint8 once at the end, as
+//    torchvision's antialiased bilinear.  bicubic: the cubic of a = -0.5 over two pixels each side
+//    (times the downscale factor), each pass rounded half up and clamped to [0, 255], as PIL's
+//    Image.resize(BICUBIC) (which Hugging Face's image processors call) computes it in fixed
+//    point.  nearest: the input pixel under the output pixel's centre, floor((o + 0.5) * in / out)
+//    summed up as PIL's NEAREST sums it (so a centre on a pixel boundary lands where PIL's lands).
 //  - shorter-side resize S: the shorter side becomes S, the longer floor(S * long / short).
 //  - center crop HxW: top = round((h - H) / 2), left = round((w - W) / 2) with Python's round
 //    (halves to even), as torchvision computes them; a crop larger than the image is padded with
@@ -45,8 +50,12 @@ bool decode_image_rgb(const uint8_t* data, std::size_t size, std::vector<uint8_t
                       std::string* error);
 
 // What the job asks for (--resize, --center-crop, --letterbox); out_h x out_w is the model's input.
+enum class Interpolation { Nearest, Bilinear, Bicubic };
+const char* interpolation_name(Interpolation f);
+
 struct PreprocessSpec {
   enum class Resize { Exact, ShorterSide, Letterbox, None };
+  Interpolation interpolation = Interpolation::Bilinear;
   Resize mode = Resize::Exact;   // Exact: to resize_h x resize_w (aspect not kept); None: as is
   int resize_short = 0;          // ShorterSide: S
   int resize_h = 0, resize_w = 0;  // Exact: the resized size (0: out_h x out_w)
@@ -64,6 +73,7 @@ struct ResizePlan {
   int offset_y = 0, offset_x = 0;
   int out_h = 0, out_w = 0;
   uint8_t pad_value = 0;
+  Interpolation interpolation = Interpolation::Bilinear;
 };
 ResizePlan plan_resize(int in_h, int in_w, const PreprocessSpec& spec);
 
@@ -74,7 +84,9 @@ struct AxisTaps {
   std::vector<int> first, count;
   std::vector<float> weight;
 };
-AxisTaps axis_taps(int in, int out);
+AxisTaps axis_taps(int in, int out, Interpolation filter = Interpolation::Bilinear);
+// Whether a filter's passes are each rounded to uint8 (bicubic, as PIL; bilinear rounds once).
+inline bool rounds_each_pass(Interpolation f) { return f == Interpolation::Bicubic; }
 
 // RGB interleaved (h x w x 3) to planar uint8 [3, out_h, out_w] following `plan`.
 void preprocess_rgb(const uint8_t* rgb, const ResizePlan& plan, uint8_t* out_chw);

@@ -46,6 +46,7 @@ std::unique_ptr<BatchInput> make_gpu_image_input(Source& source, const Preproces
 struct ImageJobOptions {
   std::string resize;        // --resize: "" | "S" (shorter side) | "HxW" (exact)
   std::string center_crop;   // --center-crop: "" | "S" | "HxW"
+  std::string interpolation = "bilinear";  // --interpolation: nearest | bilinear | bicubic
   bool letterbox = false;    // --letterbox: keep the aspect, pad to the model's input (or --resize HxW)
   int pad_value = 0;         // --pad-value: 0..255
   std::string on_bad_sample = "skip";  // skip | fail

@@ -50,6 +50,8 @@ void check_image_options(const ImageJobOptions& o) {
   if (o.on_bad_sample != "skip" && o.on_bad_sample != "fail")
     throw UsageError(str("--on-bad-sample '", o.on_bad_sample, "' is not one of skip, fail"));
   if (o.pad_value < 0 || o.pad_value > 255) throw UsageError(str("--pad-value ", o.pad_value, ": expected 0..255"));
+  if (o.interpolation != "nearest" && o.interpolation != "bilinear" && o.interpolation != "bicubic")
+    throw UsageError(str("--interpolation '", o.interpolation, "' is not one of nearest, bilinear, bicubic"));
   Size2 resize, crop;
   if (!o.resize.empty()) resize = size_option("--resize", o.resize);
   if (!o.center_crop.empty()) crop = size_option("--center-crop", o.center_crop);
@@ -96,6 +98,9 @@ PreprocessSpec resolve_preprocess(const ImageJobOptions& o, const Shape& in, con
                          ", -1: dynamic); fix it with --center-crop H[xW] or an exact --resize HxW"));
 
   PreprocessSpec s;
+  s.interpolation = o.interpolation == "bicubic"   ? Interpolation::Bicubic
+                    : o.interpolation == "nearest" ? Interpolation::Nearest
+                                                   : Interpolation::Bilinear;
   s.out_h = mh > 0 ? static_cast<int>(mh) : want.h;
   s.out_w = mw > 0 ? static_cast<int>(mw) : want.w;
   s.pad_value = static_cast<uint8_t>(o.pad_value);

@@ -23,14 +23,46 @@ int half_to_even(int n) {
 // Where a crop of `crop` pixels starts in an axis of `size` pixels (negative: padded before).
 int crop_offset(int size, int crop) { return crop <= size ? half_to_even(size - crop) : -((crop - size) / 2); }
 
-// Taps of output coordinates [begin, end) only (the ones a crop keeps), in `t` (reused).
-void taps_range(int in, int out, int begin, int end, AxisTaps& t) {
+// The filters at distance x (in input pixels over the filter's scale): the triangle, and Keys'
+// cubic with a = -0.5 (PIL's and torch's antialiased bicubic), each zero from `filter_support` on.
+double filter_weight(Interpolation f, double x) {
+  x = std::fabs(x);
+  if (f == Interpolation::Bicubic) {
+    constexpr double a = -0.5;
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+    if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+    return 0.0;
+  }
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+double filter_support(Interpolation f) { return f == Interpolation::Bicubic ? 2.0 : 1.0; }
+
+// Nearest: one tap, the input pixel under the output pixel's centre.  PIL finds it with a running
+// double sum (the centre of output pixel o is 0.5 * scale + o * scale, added up pixel by pixel,
+// then truncated), and where a centre falls on a pixel boundary its rounding decides the side;
+// the same sum here gives PIL's pixels exactly.
+void nearest_taps(int in, int out, int begin, int n, AxisTaps& t) {
+  t.max_taps = 1;
+  t.first.resize(static_cast<std::size_t>(n));
+  t.count.assign(static_cast<std::size_t>(n), in > 0 ? 1 : 0);
+  t.weight.assign(static_cast<std::size_t>(n), 1.f);
   const double scale = static_cast<double>(in) / out;
-  // Downscaling widens the triangle to cover `scale` input pixels each side; upscaling keeps it
-  // one pixel wide (plain bilinear with half-pixel centres).
-  const double support = scale >= 1.0 ? scale : 1.0;
-  const double inv = 1.0 / support;
+  double centre = scale * 0.5;
+  for (int o = 0; o < begin + n; ++o, centre += scale)
+    if (o >= begin)
+      t.first[static_cast<std::size_t>(o - begin)] = std::clamp(static_cast<int>(centre), 0, std::max(in - 1, 0));
+}
+
+// Taps of output coordinates [begin, end) only (the ones a crop keeps), in `t` (reused).
+void taps_range(int in, int out, int begin, int end, AxisTaps& t, Interpolation filter) {
   const int n = std::max(0, end - begin);
+  if (filter == Interpolation::Nearest) return nearest_taps(in, out, begin, n, t);
+  const double scale = static_cast<double>(in) / out;
+  // Downscaling widens the filter to cover `scale` times its support each side; upscaling keeps
+  // it (plain bilinear or bicubic with half-pixel centres).
+  const double filter_scale = scale >= 1.0 ? scale : 1.0;
+  const double support = filter_support(filter) * filter_scale;
+  const double inv = 1.0 / filter_scale;
   t.max_taps = static_cast<int>(std::ceil(support)) * 2 + 1;
   t.first.resize(static_cast<std::size_t>(n));
   t.count.resize(static_cast<std::size_t>(n));
@@ -50,8 +82,7 @@ void taps_range(int in, int out, int begin, int end, AxisTaps& t) {
     }
     double total = 0;
     for (int k = 0; k < count; ++k) {
-      const double x = std::fabs((lo + k - center + 0.5) * inv);
-      ws[k] = x < 1.0 ? 1.0 - x : 0.0;
+      ws[k] = filter_weight(filter, (lo + k - center + 0.5) * inv);
       total += ws[k];
     }
     float* dst = &t.weight[static_cast<std::size_t>(i) * static_cast<std::size_t>(t.max_taps)];
@@ -62,7 +93,8 @@ void taps_range(int in, int out, int begin, int end, AxisTaps& t) {
 }
 
 inline uint8_t round_u8(float v) {
-  // Round half up; the filter's weights are non-negative, so v >= 0 and truncation is floor.
+  // Round half up and clamp (a bicubic's negative lobes can take v below 0 or above 255); for
+  // v > -0.5 truncation of v + 0.5 is floor.
   const float r = v + 0.5f;
   return r >= 255.f ? 255 : static_cast<uint8_t>(r > 0.f ? static_cast<int>(r) : 0);
 }
@@ -76,6 +108,7 @@ ResizePlan plan_resize(int in_h, int in_w, const PreprocessSpec& s) {
   p.out_h = s.out_h;
   p.out_w = s.out_w;
   p.pad_value = s.pad_value;
+  p.interpolation = s.interpolation;
   const int64_t h = in_h, w = in_w;
   switch (s.mode) {
     case PreprocessSpec::Resize::Exact:
@@ -125,9 +158,18 @@ ResizePlan plan_resize(int in_h, int in_w, const PreprocessSpec& s) {
   return p;
 }
 
-AxisTaps axis_taps(int in, int out) {
+const char* interpolation_name(Interpolation f) {
+  switch (f) {
+    case Interpolation::Nearest: return "nearest";
+    case Interpolation::Bicubic: return "bicubic";
+    case Interpolation::Bilinear: break;
+  }
+  return "bilinear";
+}
+
+AxisTaps axis_taps(int in, int out, Interpolation filter) {
   AxisTaps t;
-  taps_range(in, out, 0, out, t);
+  taps_range(in, out, 0, out, t, filter);
   return t;
 }
 
@@ -144,8 +186,9 @@ void preprocess_rgb(const uint8_t* rgb, const ResizePlan& p, uint8_t* out, Resiz
   if (y0 > 0 || x0 > 0 || y1 < p.out_h || x1 < p.out_w) std::memset(out, p.pad_value, plane * 3);
   if (y0 >= y1 || x0 >= x1) return;
   const int ncols = x1 - x0, nrows = y1 - y0;
-  taps_range(p.in_w, p.resized_w, x0 + p.offset_x, x1 + p.offset_x, sc.cols);
-  taps_range(p.in_h, p.resized_h, y0 + p.offset_y, y1 + p.offset_y, sc.rows);
+  taps_range(p.in_w, p.resized_w, x0 + p.offset_x, x1 + p.offset_x, sc.cols, p.interpolation);
+  taps_range(p.in_h, p.resized_h, y0 + p.offset_y, y1 + p.offset_y, sc.rows, p.interpolation);
+  const bool round_rows = rounds_each_pass(p.interpolation);
   int iy_lo = p.in_h, iy_hi = 0;
   for (int r = 0; r < nrows; ++r) {
     iy_lo = std::min(iy_lo, sc.rows.first[static_cast<std::size_t>(r)]);
@@ -168,6 +211,11 @@ void preprocess_rgb(const uint8_t* rgb, const ResizePlan& p, uint8_t* out, Resiz
         r += w[k] * s[3 * k];
         g += w[k] * s[3 * k + 1];
         b += w[k] * s[3 * k + 2];
+      }
+      if (round_rows) {
+        r = round_u8(r);
+        g = round_u8(g);
+        b = round_u8(b);
       }
       dst[3 * x] = r;
       dst[3 * x + 1] = g;

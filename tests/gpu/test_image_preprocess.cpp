@@ -58,6 +58,9 @@ std::vector<Case> random_cases(int n, uint32_t seed) {
         s.pad_value = static_cast<uint8_t>(pick(0, 255));
         break;
     }
+    // Every filter in every mode: bilinear, bicubic (each pass rounded), nearest.
+    const Interpolation filters[] = {Interpolation::Bilinear, Interpolation::Bicubic, Interpolation::Nearest};
+    s.interpolation = filters[(i / 3) % 3];
     const int rows = pick(1, 4);
     for (int r = 0; r < rows; ++r) c.sizes.push_back({pick(1, 700), pick(1, 700)});
     cases.push_back(c);
@@ -111,7 +114,7 @@ std::vector<uint8_t> cpu_reference(const std::vector<uint8_t>& rgb, int h, int w
 
 std::string describe(const Case& c, std::size_t r) {
   const char* mode[] = {"exact", "shorter-side", "letterbox", "none"};
-  return str(mode[static_cast<int>(c.spec.mode)], " S=", c.spec.resize_short, " out=", c.spec.out_h, "x", c.spec.out_w,
+  return str(mode[static_cast<int>(c.spec.mode)], " ", interpolation_name(c.spec.interpolation), " S=", c.spec.resize_short, " out=", c.spec.out_h, "x", c.spec.out_w,
              " in=", c.sizes[r].first, "x", c.sizes[r].second);
 }
 

@@ -35,7 +35,7 @@ struct GpuRowPlan {
   int32_t kind = kGpuRowZero;
   int32_t in_h = 0, in_w = 0;      // decoded size
   int32_t y_span = 0, x_span = 0;  // first entry of the row's tap tables in the span array
-  int32_t reserved = 0;
+  int32_t round_rows = 0;          // 1: the horizontal pass is rounded to uint8 (bicubic, as PIL)
   int64_t arena_offset = 0;        // the decoded RGB (interleaved, pitch in_w * 3) in the arena
 };
 
@@ -69,7 +69,7 @@ SLUICE_HD float add_rn(float a, float b) {
 #endif
 }
 
-// Round half up, clamp to uint8: the one rounding of the whole resize.
+// Round half up, clamp to uint8: the one rounding of a bilinear resize (bicubic rounds each pass).
 SLUICE_HD uint8_t to_u8(float v) {
   const float r = floorf(v + 0.5f);
   return static_cast<uint8_t>(r < 0.f ? 0.f : (r > 255.f ? 255.f : r));
@@ -78,7 +78,7 @@ SLUICE_HD uint8_t to_u8(float v) {
 // Output pixel from interleaved RGB `src` (row pitch in bytes): the horizontal taps over each
 // input row that the vertical taps read, then the vertical taps over those sums.
 SLUICE_HD void resample_pixel(const uint8_t* src, int64_t pitch, TapSpan ys, const float* wy, TapSpan xs,
-                              const float* wx, uint8_t rgb[3]) {
+                              const float* wx, bool round_rows, uint8_t rgb[3]) {
   float a0 = 0.f, a1 = 0.f, a2 = 0.f;
   for (int ky = 0; ky < ys.count; ++ky) {
     const uint8_t* row = src + static_cast<int64_t>(ys.first + ky) * pitch + static_cast<int64_t>(xs.first) * 3;
@@ -88,6 +88,11 @@ SLUICE_HD void resample_pixel(const uint8_t* src, int64_t pitch, TapSpan ys, con
       h0 = add_rn(h0, mul_rn(w, static_cast<float>(row[3 * kx + 0])));
       h1 = add_rn(h1, mul_rn(w, static_cast<float>(row[3 * kx + 1])));
       h2 = add_rn(h2, mul_rn(w, static_cast<float>(row[3 * kx + 2])));
+    }
+    if (round_rows) {  // each pass rounded and clamped, as the CPU path (image/preprocess.cpp) does
+      h0 = static_cast<float>(to_u8(h0));
+      h1 = static_cast<float>(to_u8(h1));
+      h2 = static_cast<float>(to_u8(h2));
     }
     const float w = wy[ky];
     a0 = add_rn(a0, mul_rn(w, h0));
@@ -109,7 +114,8 @@ SLUICE_HD void preprocess_pixel(const GpuRowPlan& r, const TapSpan* spans, const
     rgb[0] = rgb[1] = rgb[2] = pad;
     return;
   }
-  resample_pixel(image, static_cast<int64_t>(r.in_w) * 3, ys, weights + ys.weight, xs, weights + xs.weight, rgb);
+  resample_pixel(image, static_cast<int64_t>(r.in_w) * 3, ys, weights + ys.weight, xs, weights + xs.weight,
+                 r.round_rows != 0, rgb);
 }
 
 }  // namespace sluice

@@ -6,15 +6,15 @@
 
 namespace sluice {
 
-std::shared_ptr<const AxisTaps> TapCache::get(int in, int out) {
+std::shared_ptr<const AxisTaps> TapCache::get(int in, int out, Interpolation filter) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = taps_.find({in, out});
+  auto it = taps_.find({in, out, filter});
   if (it != taps_.end()) return it->second;
   // Folders of photos have few distinct sizes; one of all different sizes must not grow this
   // without bound.
   if (taps_.size() >= 4096) taps_.clear();
-  auto t = std::make_shared<const AxisTaps>(axis_taps(in, out));
-  taps_.emplace(std::make_pair(in, out), t);
+  auto t = std::make_shared<const AxisTaps>(axis_taps(in, out, filter));
+  taps_.emplace(std::make_tuple(in, out, filter), t);
   return t;
 }
 
@@ -35,7 +35,7 @@ bool TapTables::axis(const Key& key, Table* found) {
       *found = t;
       return true;
     }
-  const std::shared_ptr<const AxisTaps> tp = cache_->get(key.in, key.resized);
+  const std::shared_ptr<const AxisTaps> tp = cache_->get(key.in, key.resized, key.filter);
   const int T = tp->max_taps;
   // Only the output coordinates inside the resized image read pixels and own weights.
   const int lo = std::clamp(-key.offset, 0, key.out), hi = std::clamp(key.resized - key.offset, lo, key.out);
@@ -55,7 +55,8 @@ bool TapTables::axis(const Key& key, Table* found) {
     const int first = tp->first[r], count = tp->count[r];
     // The kernel trusts these bounds: checked once per table here rather than a fault on the device.
     SLUICE_CHECK(first >= 0 && count >= 1 && count <= T && first + count <= key.in, "axis_taps(", key.in, ", ",
-                 key.resized, ") output ", r, " reads [", first, ", ", first + count, ")");
+                 key.resized, ", ", interpolation_name(key.filter), ") output ", r, " reads [", first, ", ",
+                 first + count, ")");
     spans[o] = TapSpan{first, count, w};
     std::copy_n(tp->weight.data() + r * static_cast<std::size_t>(T), count, weights_ + w);
     w += count;
@@ -71,9 +72,10 @@ bool TapTables::axis(const Key& key, Table* found) {
 bool TapTables::plan_row(int in_h, int in_w, const PreprocessSpec& spec, GpuRowPlan* plan) {
   const ResizePlan rp = plan_resize(in_h, in_w, spec);
   Table ty{}, tx{};
-  if (!axis(Key{in_h, rp.resized_h, rp.offset_y, spec.out_h}, &ty) ||
-      !axis(Key{in_w, rp.resized_w, rp.offset_x, spec.out_w}, &tx))
+  if (!axis(Key{in_h, rp.resized_h, rp.offset_y, spec.out_h, spec.interpolation}, &ty) ||
+      !axis(Key{in_w, rp.resized_w, rp.offset_x, spec.out_w, spec.interpolation}, &tx))
     return false;
+  plan->round_rows = rounds_each_pass(spec.interpolation) ? 1 : 0;
   plan->in_h = in_h;
   plan->in_w = in_w;
   plan->y_span = ty.span;

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -17,14 +18,14 @@
 
 namespace sluice {
 
-// axis_taps() results by (input size, resized size), shared by the reader threads.
+// axis_taps() results by (input size, resized size, filter), shared by the reader threads.
 class TapCache {
  public:
-  std::shared_ptr<const AxisTaps> get(int in, int out);
+  std::shared_ptr<const AxisTaps> get(int in, int out, Interpolation filter);
 
  private:
   std::mutex mutex_;
-  std::map<std::pair<int, int>, std::shared_ptr<const AxisTaps>> taps_;
+  std::map<std::tuple<int, int, Interpolation>, std::shared_ptr<const AxisTaps>> taps_;
 };
 
 class TapTables {
@@ -42,7 +43,10 @@ class TapTables {
  private:
   struct Key {
     int in, resized, offset, out;
-    bool operator==(const Key& o) const { return in == o.in && resized == o.resized && offset == o.offset && out == o.out; }
+    Interpolation filter;
+    bool operator==(const Key& o) const {
+      return in == o.in && resized == o.resized && offset == o.offset && out == o.out && filter == o.filter;
+    }
   };
   struct Table {
     Key key;
