@@ -335,6 +335,20 @@ def test_truncation_matches_the_wheel(kind, max_length, trained, corpus, corpus_
     assert not bad, "\n".join(bad[:10])
 
 
+@pytest.mark.parametrize("direction", ["right", "left"])
+def test_the_files_own_truncation_and_no_special_tokens(direction, trained, corpus, corpus_file, tmp_path):
+    """tokenizer.json's "truncation" applies without --max-length (either direction); --no-special-tokens
+    is the wheel's add_special_tokens=False."""
+    tok, folder = trained["wordpiece-bert"]
+    saved = Tokenizer.from_str(tok.to_str())
+    saved.enable_truncation(max_length=9, direction=direction)
+    path = tmp_path / "tokenizer.json"
+    saved.save(str(path))
+    clean = [readable(p) for p in corpus]
+    assert sluice_ids(path, corpus_file) == [e.ids for e in saved.encode_batch(clean)]
+    assert sluice_ids(path, corpus_file, "--no-special-tokens") == [e.ids for e in saved.encode_batch(clean, add_special_tokens=False)]
+
+
 def test_utf8_jsonl_and_plain_text(trained, corpus, tmp_path):
     """The same passages as raw UTF-8 JSONL, and as plain text (one a line: those without line breaks)."""
     tok, folder = trained["bpe-roberta"]
