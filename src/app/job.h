@@ -51,6 +51,7 @@ struct JobConfig {
   bool fsync = false;                      // fsync each commit (survives power loss, not only a kill)
   bool resume = false;
   bool overwrite = false;
+  bool accept_changed_input = false;       // --resume over an input that changed since its rows were computed
   // Preprocessing on the device: y = (x * scale - mean[c]) / std[c].
   float scale = 1.0f;
   std::vector<float> mean;                 // empty: 0

@@ -120,6 +120,10 @@ void visit_job(JobConfig& j, V& v) {
   v("fsync", j.fsync, "fsync the rank file at each commit: committed samples survive a power loss too (slower)", none);
   v("resume", j.resume, "Continue the run in the output folder: redo only uncommitted samples", none);
   v("overwrite", j.overwrite, "Replace the outputs of an earlier run in the output folder", none);
+  v("accept-changed-input", j.accept_changed_input,
+    "With --resume: go on although the input changed since the folder's rows were computed (its size, "
+    "modification time or sampled bytes differ); the rows committed before stay as they are",
+    none);
   v("scale", j.scale,
     "Preprocessing on the device: y = (x * scale - mean[c]) / std[c], in float32 (finite values that keep y finite "
     "for x in 0..255)",
@@ -440,7 +444,7 @@ void apply_job_text(CLI::App& run, const std::string& text, const std::string& n
 bool apply_saved_job(CLI::App& run, const std::string& output_dir) {
   const std::string path = saved_job_path(output_dir);
   if (access(path.c_str(), F_OK) != 0) return false;
-  apply_entries(run, read_job_file(path), path, {"resume", "overwrite", "dry-run"});
+  apply_entries(run, read_job_file(path), path, {"resume", "overwrite", "dry-run", "accept-changed-input"});
   return true;
 }
 

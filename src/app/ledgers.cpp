@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/ranges.h"
 #include "core/timer.h"
+#include "io/file_identity.h"
 
 namespace sluice {
 
@@ -127,6 +128,7 @@ std::vector<std::string> keys_that_must_match(const JobConfig& job) {
 // Rank 0: the files must all belong to this job, or the folder would mix two computations.
 void check_same_job(const std::vector<RankFileInfo>& files, const JobConfig& job, const Chunking& chunking,
                     const JobIdentity& id) {
+  bool warned = false;  // --accept-changed-input: one warning, not one per rank file
   for (const RankFileInfo& f : files) {
     const std::string name = std::filesystem::path(f.path).filename().string();
     if (f.model_sha256 != id.model_sha256)
@@ -148,10 +150,17 @@ void check_same_job(const std::vector<RankFileInfo>& files, const JobConfig& job
       throw InputError(str("--resume: ", name, " belongs to a job of ", f.total_samples, " samples in batches of ",
                            f.chunk_rows, "; this job has ", chunking.total, " samples in batches of ", chunking.batch),
                        "keep --samples and --batch-size of the earlier run");
-    if (!f.input_fingerprint.empty() && !id.input_fingerprint.empty() && f.input_fingerprint != id.input_fingerprint)
-      throw InputError(str("--resume: the input changed since ", name, " was written (it read ", f.input_fingerprint,
-                           "; now ", id.input_fingerprint, ")"),
-                       "resume only over the same input, or start over with --overwrite");
+    if (f.input_fingerprint.empty() || id.input_fingerprint.empty()) continue;
+    const std::string changed = fingerprint_difference(f.input_fingerprint, id.input_fingerprint);
+    if (changed.empty()) continue;
+    if (!job.accept_changed_input)
+      throw InputError(str("--resume: the input changed since ", name, " was written: ", changed,
+                           "; its committed rows were computed from the input as it was then"),
+                       "restore the input, or pass --accept-changed-input to keep those rows and compute the rest "
+                       "from the input as it is now, or start over with --overwrite");
+    if (!warned) log_warn("--resume --accept-changed-input: the input changed since ", name, " was written (", changed,
+                          "); its committed rows are kept as they are");
+    warned = true;
   }
 }
 

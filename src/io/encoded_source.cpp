@@ -131,7 +131,20 @@ std::string EncodedSource::fingerprint() const {
     if (s.error.empty()) bytes.bytes(buf.data(), buf.size());
     else bytes.text("unreadable");
   }
-  return str(kind_, " ", root_, " samples=", n, " list=", list.hex(), " bytes=", bytes.hex());
+  std::string out = str(kind_, " ", root_, " samples=", n, " list=", list.hex(), " bytes=", bytes.hex());
+  if (mtimes_known_) {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(mtimes_));
+    out += str(" mtimes=", hex);
+  }
+  return out;
+}
+
+uint64_t EncodedSource::mtime_entry(uint64_t which, int64_t mtime_ns) {
+  Fnv64 h;
+  h.u64(which);
+  h.u64(static_cast<uint64_t>(mtime_ns));
+  return h.value();
 }
 
 }  // namespace sluice

@@ -25,8 +25,9 @@ class EncodedSource : public Source {
   std::size_t key_bytes() const override { return keys_.max_bytes(); }
   std::size_t max_encoded_bytes(int64_t count) const override;
   void read_encoded(int64_t first, int64_t count, uint8_t* dst, std::size_t capacity, EncodedSample* out) override;
-  // kind, root, count, a hash of every key and size (plus extra_identity()), and a hash of the bytes
-  // of the first, middle and last sample: changes when the list or those files do; reads 3 samples.
+  // kind, root, count, a hash of every key and size (plus extra_identity()), a hash of the bytes of
+  // the first, middle and last sample, and a hash of every file's modification time (mtimes_):
+  // changes when the list or any file does; reads 3 samples.
   std::string fingerprint() const override;
 
  protected:
@@ -48,6 +49,12 @@ class EncodedSource : public Source {
   std::vector<uint64_t> sizes_;        // bytes of each sample when the source was opened
   std::vector<uint64_t> largest_sum_;  // [k]: the sum of the k largest sizes (rejected samples: 0)
   std::vector<std::pair<std::size_t, std::string>> rejected_;  // (sample, why), sorted; found at open
+  // The files' modification times when the source opened, hashed (mtime_entry, summed: the stats
+  // run on several threads, in any order); `mtimes_known_` once the subclass set it.
+  uint64_t mtimes_ = 0;
+  bool mtimes_known_ = false;
+  // One file's term of mtimes_: which file (its sample or shard number) and its mtime.
+  static uint64_t mtime_entry(uint64_t which, int64_t mtime_ns);
 
  private:
   const std::string* rejection(int64_t i) const;  // why sample i was rejected at open, or nullptr

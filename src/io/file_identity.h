@@ -26,4 +26,11 @@ struct FileIdentity {
 // the run: ...".  Cheap (one stat).
 void check_unchanged(const std::string& path, const FileIdentity& opened);
 
+// How the input a fingerprint (Source::fingerprint(): "KIND WHERE key=value ...") describes differs
+// from the one another fingerprint describes, in words ("it was modified (its modification time
+// differs)", "its size went from 10 to 12 bytes"), or "" when they agree.  Only the fields both
+// carry are compared, so a fingerprint written before a field existed (an older Sluice's, without
+// `mtime`) still matches an unchanged input on the others.
+std::string fingerprint_difference(const std::string& before, const std::string& now);
+
 }  // namespace sluice

@@ -40,14 +40,15 @@ bool readable(const std::string& path, const struct stat& st) {
   return ::access(path.c_str(), R_OK) == 0;
 }
 
-// "" and the size of a readable regular file, or why it is not one.
-std::string stat_file(const std::string& path, uint64_t* size) {
+// "" and the size and modification time of a readable regular file, or why it is not one.
+std::string stat_file(const std::string& path, uint64_t* size, int64_t* mtime_ns) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return errno == ENOENT ? "does not exist" : std::strerror(errno);
   if (S_ISDIR(st.st_mode)) return "is a folder";
   if (!S_ISREG(st.st_mode)) return "is not a regular file";
   if (!readable(path, st)) return "cannot be read (permission denied)";
   *size = static_cast<uint64_t>(st.st_size);
+  *mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   return "";
 }
 
@@ -66,7 +67,7 @@ class FileSource final : public EncodedSource {
   }
 
   // Fixes the sample list: keys (relative paths) in their final order, the first `limit` kept,
-  // each one's size from one stat.  Missing, unreadable or non-regular files end the open with one
+  // each one's size and modification time from one stat.  Missing, unreadable or non-regular files end the open with one
   // InputError naming the first few.  The stats run on a few threads: on a network file system each
   // is a round trip to the server.
   void open(std::vector<std::string> rel, int64_t limit) {
@@ -74,12 +75,21 @@ class FileSource final : public EncodedSource {
     std::vector<uint64_t> sizes(rel.size());
     std::vector<std::string> why(rel.size());
     const std::size_t threads = rel.size() < kParallelStat ? 1 : kStatThreads;
+    std::vector<uint64_t> mtimes(threads, 0);  // each thread's share of the mtimes_ sum
     std::vector<std::thread> pool;
     for (std::size_t t = 0; t < threads; ++t)
       pool.emplace_back([&, t] {
-        for (std::size_t i = t; i < rel.size(); i += threads) why[i] = stat_file(path_of(rel[i]), &sizes[i]);
+        uint64_t sum = 0;
+        for (std::size_t i = t; i < rel.size(); i += threads) {
+          int64_t mtime_ns = 0;
+          why[i] = stat_file(path_of(rel[i]), &sizes[i], &mtime_ns);
+          sum += mtime_entry(i, mtime_ns);
+        }
+        mtimes[t] = sum;
       });
     for (std::thread& th : pool) th.join();
+    for (uint64_t m : mtimes) mtimes_ += m;
+    mtimes_known_ = true;
 
     std::vector<std::string> problems;
     std::size_t problem_count = 0;

@@ -59,7 +59,8 @@ class Hdf5Source final : public Source {
   }
   std::size_t key_bytes() const override { return keys_name_.empty() ? Source::key_bytes() : keys_.max_bytes(); }
 
-  // path, datasets, shape, type, file size and a hash of the first, middle and last rows (and keys).
+  // path, datasets, shape, type, file size, a hash of the first, middle and last rows (and keys),
+  // and the file's modification time when it was opened (a row rewritten in place changes only it).
   std::string fingerprint() const override {
     Fnv64 rows;
     std::vector<uint8_t> buf(sample_bytes());
@@ -74,7 +75,7 @@ class Hdf5Source final : public Source {
     const std::filesystem::path abs = std::filesystem::absolute(path_, ec);
     return str("hdf5 ", ec ? path_ : abs.lexically_normal().string(), ":", dataset_name_, " samples=", size_, " of ",
                stored_n_, " shape=", shape_str(shape_), " type=", stored_type_, " keys=", keys_name_, " bytes=", bytes,
-               " rows=", rows.hex());
+               " rows=", rows.hex(), " mtime=", identity_.mtime_ns);
   }
   int64_t size() const override { return size_; }
   const Shape& sample_shape() const override { return shape_; }

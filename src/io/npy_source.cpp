@@ -24,8 +24,8 @@ namespace {
 
 class NpySource final : public Source {
  public:
-  NpySource(std::string path, int fd, NpyHeader h, int64_t n, uint64_t file_size)
-      : path_(std::move(path)), fd_(fd), h_(std::move(h)), n_(n), file_size_(file_size) {
+  NpySource(std::string path, int fd, NpyHeader h, int64_t n, uint64_t file_size, int64_t mtime_ns)
+      : path_(std::move(path)), fd_(fd), h_(std::move(h)), n_(n), file_size_(file_size), mtime_ns_(mtime_ns) {
     shape_.assign(h_.shape.begin() + 1, h_.shape.end());
   }
   ~NpySource() override { ::close(fd_); }
@@ -53,7 +53,8 @@ class NpySource final : public Source {
     }
   }
 
-  // path, shape, dtype, file size, and a hash of the first, middle and last rows.
+  // path, shape, dtype, file size, a hash of the first, middle and last rows, and the modification
+  // time (a row rewritten in place keeps the size and may be none of the three).
   std::string fingerprint() const override {
     Fnv64 rows;
     std::vector<uint8_t> buf(sample_bytes());
@@ -65,7 +66,7 @@ class NpySource final : public Source {
     std::error_code ec;
     const std::filesystem::path abs = std::filesystem::absolute(path_, ec);
     return str("npy ", ec ? path_ : abs.lexically_normal().string(), " samples=", n_, " shape=", shape_str(h_.shape),
-               " dtype=", dtype_name(h_.dtype), " bytes=", file_size_, " rows=", rows.hex());
+               " dtype=", dtype_name(h_.dtype), " bytes=", file_size_, " rows=", rows.hex(), " mtime=", mtime_ns_);
   }
 
  private:
@@ -75,6 +76,7 @@ class NpySource final : public Source {
   Shape shape_;
   int64_t n_;
   uint64_t file_size_;
+  int64_t mtime_ns_;
 };
 
 }  // namespace
@@ -110,7 +112,8 @@ std::unique_ptr<Source> open_npy_source(const std::string& path, int64_t limit) 
                          " bytes, the file has ", st.st_size));
   }
   const int64_t n = limit > 0 ? std::min(limit, h.shape[0]) : h.shape[0];
-  return std::make_unique<NpySource>(path, fd, std::move(h), n, static_cast<uint64_t>(st.st_size));
+  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return std::make_unique<NpySource>(path, fd, std::move(h), n, static_cast<uint64_t>(st.st_size), mtime_ns);
 }
 
 }  // namespace sluice

@@ -228,6 +228,11 @@ class TarSource final : public EncodedSource {
                            : "");
     const uint32_t shard = static_cast<uint32_t>(shards_.size());
     shards_.push_back({path, size});
+    // The shard's modification time (a member rewritten in place keeps the shard's size).
+    struct stat st;
+    if (::fstat(fd, &st) == 0)
+      mtimes_ += mtime_entry(shard, static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+    mtimes_known_ = true;
     try {
       walk_headers(fd, shard, where, limit);
     } catch (...) {
