@@ -55,7 +55,8 @@ std::vector<std::string> list_rank_files(const std::string& outdir) {
 
 std::string RunPlan::serialize() const {
   nlohmann::json j{{"attempt", attempt}, {"committed_before", committed_before}, {"pending", ranges_text(pending)},
-                   {"resume_files", resume_files}, {"set_aside", set_aside}, {"last_commit_unix", last_commit_unix}};
+                   {"resume_files", resume_files}, {"set_aside", set_aside}, {"last_commit_unix", last_commit_unix},
+                   {"keep_report", keep_report}};
   return j.dump();
 }
 
@@ -68,6 +69,7 @@ RunPlan RunPlan::deserialize(const std::string& s) {
   p.resume_files = j.at("resume_files").get<std::vector<std::string>>();
   p.set_aside = j.value("set_aside", std::string());
   p.last_commit_unix = j.value("last_commit_unix", 0.0);
+  p.keep_report = j.value("keep_report", false);
   return p;
 }
 
@@ -122,6 +124,7 @@ bool is_run_record(const std::string& dir, const std::string& n) {
     return n.size() >= k && n.compare(n.size() - k, k, suffix) == 0;
   };
   if (n == "attempts.json" || n == "attempts.json.tmp" || n == "report.json.tmp") return true;
+  if (n.rfind("attempts.json.tmp-rank-", 0) == 0) return true;  // a failing rank's (report/attempts.h)
   if (n == "job.toml" || n == "job.toml.tmp") return true;  // the resolved job, for a bare --resume
   if (n.rfind("attempt-", 0) == 0 && (ends_with(".failed") || ends_with(".stopping"))) return true;
   // Recovery's own: a damaged rank file kept beside its salvage, one being recovered (io/recover.cpp).
@@ -196,9 +199,20 @@ RunPlan plan_output_dir(const JobConfig& job, const Chunking& chunking) {
     all_pending(plan, chunking);
     return plan;
   }
+  if (job.sink == "null" && job.resume && !c.rank_files.empty())
+    throw UsageError(str("--resume --sink null cannot finish the run in ", dir, " (", c.rank_files.size(),
+                         " rank file(s)): --sink null stores no outputs, so the samples it lacks would stay missing"),
+                     "drop --sink null to finish the run, or drop --resume (and choose another --output) to benchmark "
+                     "without storing");
   if (c.rank_files.empty() || job.sink == "null") {
-    // Nothing to continue (a --sink null run stores nothing, so earlier outputs stay as they are).
+    // Nothing to continue (a --sink null run stores nothing, so earlier outputs stay as they are,
+    // and so does their report.json: this job's report is printed only).
     if (job.resume && c.rank_files.empty()) log_info("--resume: ", dir, " holds no rank files yet; starting a fresh run");
+    if (!c.rank_files.empty()) {
+      plan.keep_report = true;
+      log_info("--sink null: ", dir, " holds the rank files of a run; they and its report.json stay as they are (this "
+               "job's report is printed, not written)");
+    }
     all_pending(plan, chunking);
     return plan;
   }

@@ -21,6 +21,9 @@ struct RunPlan {
   int64_t committed_before = 0;    // samples committed by earlier attempts
   std::string set_aside;           // --overwrite: where the earlier run waits for the first commit ("": none)
   double last_commit_unix = 0;     // --resume: the latest commit time in the ledgers (0: none recorded)
+  // --sink null into a folder holding a run: its report.json is that run's and stays (this job's
+  // report is printed only).
+  bool keep_report = false;
   // --resume: the rank files of the earlier attempts; every rank recovers and reads its share of
   // them, and the pending ranges are what their ledgers do not hold (app/ledgers.h).
   std::vector<std::string> resume_files;
@@ -41,6 +44,7 @@ void prepare_output_dir(const std::string& dir);
 
 // Rank 0, before any work, with the folder's lock held (app/folder_lock.h):
 //  - refuses a folder holding files Sluice did not write, unless --overwrite;
+//  - refuses --resume --sink null over a run (it would store nothing of what the run lacks);
 //  - with an earlier run's rank files: refuses (neither --resume nor --overwrite), sets the earlier
 //    run aside (--overwrite; RunPlan::set_aside), or (--resume) lists them in resume_files for
 //    plan_resume() (app/ledgers.h), where every rank recovers and checks its share.

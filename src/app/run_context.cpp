@@ -175,7 +175,8 @@ void RunContext::abandon() {
 }
 
 void RunContext::note_failure(const std::string& message) const {
-  if (job_.sink == "hdf5") note_attempt_failure(job_.output, plan_.attempt, mpi_.rank(), message);
+  // The note for the next attempt, and the attempt marked failed now (it may be the last one).
+  if (job_.sink == "hdf5") record_attempt_failure(job_.output, plan_.attempt, mpi_.rank(), message);
 }
 
 void RunContext::note_stopping(const std::string& how) const {
@@ -391,7 +392,31 @@ bool RunContext::stop(int signal) {
   return true;
 }
 
+namespace {
+
+// Runs `step`; a failure is left on record (RunContext::note_failure) before it goes on up, so the
+// attempt reads as failed even when no later attempt comes to settle it.
+template <typename F>
+auto noting_failure(const RunContext& ctx, F&& step) -> decltype(step()) {
+  try {
+    return step();
+  } catch (const std::exception& e) {
+    ctx.note_failure(error_text(e));
+    throw;
+  }
+}
+
+}  // namespace
+
 bool RunContext::drain() {
+  return noting_failure(*this, [&] { return drain_now(); });
+}
+
+void RunContext::report() {
+  noting_failure(*this, [&] { report_now(); });
+}
+
+bool RunContext::drain_now() {
   if (file_) file_->close();
   complete_ = work_->finish();
   if (aside_thread_.joinable()) {
@@ -408,7 +433,7 @@ bool RunContext::drain() {
   return complete_;
 }
 
-void RunContext::report() {
+void RunContext::report_now() {
   const bool complete_attempt = complete_;
 
   RankReport me;
@@ -514,7 +539,7 @@ void RunContext::report() {
     log_info("outputs.h5: ", runs, " mapping(s) per dataset over ", infos.size(), " rank file(s); ledgers and outputs.h5 in ",
              seconds_since(t_end), " s; ", work_->steals(), " steal(s)");
   }
-  if (job_.sink == "hdf5" || job_.output_given) write_report_json(r, job_.output + "/report.json");
+  if ((job_.sink == "hdf5" || job_.output_given) && !plan_.keep_report) write_report_json(r, job_.output + "/report.json");
   std::fputs(format_report_table(r).c_str(), stdout);
   std::fflush(stdout);
 }

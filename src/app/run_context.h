@@ -52,7 +52,9 @@ class RunContext {
   // The job.
   void run();           // the pipeline until this rank has no more work
   bool stop(int signal = 0);  // from the signal thread; false when already stopping
-  // A failure that ends the job: left in the folder for the next attempt's record (any rank).
+  // A failure that ends the job (any rank): left in the folder for the next attempt's record, and
+  // the attempt marked failed in attempts.json at once (report/attempts.h).  drain() and report()
+  // record their own failures.
   void note_failure(const std::string& message) const;
   // Told to stop ("by SIGTERM", "by rank 3"): left in the folder at once, so that the next attempt
   // can tell this rank from ranks that went silent if this attempt never gets to write its end.
@@ -74,6 +76,8 @@ class RunContext {
   void save_job() const;  // rank 0: OUTPUT/job.toml
   LiveExportOptions live_export_options() const;  // --export
   void watch_set_aside();  // rank 0: delete the earlier run once this one committed a chunk
+  bool drain_now();        // drain() and report(), whose failures note_failure() records
+  void report_now();
 
   JobConfig job_;
   JobPlan job_plan_;   // the job as each layer takes it

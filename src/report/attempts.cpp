@@ -175,11 +175,14 @@ std::vector<AttemptRecord> read_attempts(const std::string& outdir) {
   return out;
 }
 
-void write_attempts(const std::string& outdir, const std::vector<AttemptRecord>& attempts) {
+// `tmp_suffix`: the temporary file's ending (a failing rank writes its own, so that two of them
+// never write one temporary file).
+void write_attempts(const std::string& outdir, const std::vector<AttemptRecord>& attempts,
+                    const std::string& tmp_suffix = ".tmp") {
   nlohmann::json j;
   j["attempts"] = nlohmann::json::array();
   for (const auto& a : attempts) j["attempts"].push_back(a.to_json());
-  const std::string path = attempts_path(outdir), tmp = path + ".tmp";
+  const std::string path = attempts_path(outdir), tmp = path + tmp_suffix;
   {
     std::ofstream f(tmp);
     f << dump_json(j, 1) << "\n";
@@ -198,8 +201,12 @@ std::vector<AttemptRecord> begin_attempt(const std::string& outdir, bool resume,
   while (!attempts.empty() && attempts.back().attempt >= current.attempt) attempts.pop_back();
   for (auto& a : attempts) {
     const std::vector<Note> stopping = take_notes(outdir, a.attempt, "stopping");
-    if (a.ended != "running") continue;
+    // "failed" with its notes still there: marked by a failing rank (record_attempt_failure),
+    // settled here from every rank's note.
+    if (a.ended != "running" && a.ended != "failed") continue;
     const std::vector<Note> failed = take_notes(outdir, a.attempt, "failed");
+    if (a.ended == "failed" && failed.empty()) continue;  // settled before
+    a.message.clear();
     find_silent(a, failed, stopping);
     const std::string silent = silent_sentence(a, stopping);
     if (!failed.empty()) {
@@ -279,6 +286,26 @@ void note_attempt_failure(const std::string& outdir, int attempt, int rank, cons
   try {
     std::ofstream f(note_path(outdir, attempt, rank, "failed"));
     f << message << "\n";
+  } catch (...) {
+  }
+}
+
+void record_attempt_failure(const std::string& outdir, int attempt, int rank, const std::string& message) {
+  note_attempt_failure(outdir, attempt, rank, message);
+  try {
+    std::vector<AttemptRecord> attempts = read_attempts(outdir);
+    auto a = std::find_if(attempts.begin(), attempts.end(), [&](const AttemptRecord& r) { return r.attempt == attempt; });
+    if (a == attempts.end()) return;  // not on record: a set-up failure is no attempt
+    const std::string mine = str("rank ", rank, ": ", message);
+    if (a->ended == "failed") {
+      if (a->message.find(mine) == std::string::npos) a->message += "; " + mine;  // another rank failed too
+    } else {
+      a->ended = "failed";  // also over an end written just before the failure (report.json's, say)
+      a->message = mine;
+    }
+    a->finished_unix = unix_time_now();
+    a->finished = iso8601(a->finished_unix);
+    write_attempts(outdir, attempts, str(".tmp-rank-", rank));
   } catch (...) {
   }
 }

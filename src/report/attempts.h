@@ -2,7 +2,8 @@
 // Every attempt of a job on record.  A job may take several attempts (--resume, Slurm requeues,
 // a kill -9 and a rerun); the report lists each one: when, where, how many samples it committed
 // and why it ended.  Rank 0 keeps the list in OUTDIR/attempts.json, rewritten when an attempt
-// starts (its entry says "running") and when it ends; an attempt that never got to write its end
+// starts (its entry says "running") and when it ends (a failing rank marks it "failed" itself:
+// record_attempt_failure); an attempt that never got to write its end
 // (kill -9, a lost node, MPI_Abort after a failure) is recognised by the next one as still
 // "running", and becomes "killed", or "failed" with the message a failing rank left in
 // OUTDIR/attempt-<n>-rank-<r>.failed before it aborted the job.  A rank that is told to stop (a
@@ -57,6 +58,13 @@ nlohmann::json thin_series(const nlohmann::json& series, std::size_t points);
 // Any rank, before it aborts the job on a failure: leaves its message for the next attempt's record.
 // Never throws (the job is failing already).
 void note_attempt_failure(const std::string& outdir, int attempt, int rank, const std::string& message);
+
+// Any rank whose failure ends the attempt (it is about to abort the job, or to exit alone): its
+// note (note_attempt_failure), and the attempt's entry in attempts.json marked "failed" with "rank
+// r: message" and the time at once, so that an attempt no later one settles reads as failed, never
+// as running.  The next attempt settles it again from every rank's note (the messages of ranks
+// that failed at the same moment, its samples from the committed counts).  Never throws.
+void record_attempt_failure(const std::string& outdir, int attempt, int rank, const std::string& message);
 
 // Any rank, as soon as it is told to stop (`how`: "by SIGTERM", "by rank 3"): the note that tells a
 // rank that heard the end from one that went silent.  Never throws.

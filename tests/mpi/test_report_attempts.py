@@ -180,3 +180,36 @@ def test_set_up_is_split_into_parts_that_add_up_to_at_most_the_whole(tmp_path, n
     assert "model load" in line and "engine build" in line and "then the first batch" in line, line
     assert "autotune" not in line and "graph capture" not in line, line
     assert ("model to the ranks" in line) == (np_ > 1), line
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_every_attempt_that_fails_is_on_record_as_failed_none_as_running(tmp_path, np_):
+    """--on-bad-sample fail over a folder holding a file whose name is not UTF-8 and is no image:
+    the run and two resumes each fail on it (exit 3), and attempts.json then holds three failed
+    attempts, the last one too (no later attempt settles it), each with the failing rank's message."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from python.test_images import identity_model
+    folder = tmp_path / "imgs"
+    subprocess.run([sys.executable, os.path.join(ROOT, "data_tools", "make_image_dataset.py"), "--out", str(folder),
+                    "--count", "24", "--width", "64", "--height", "48", "--workers", "1"], check=True, capture_output=True)
+    with open(os.fsencode(str(folder / "000")) + b"/\xff-bad.jpg", "wb") as f:
+        f.write(b"not a JPEG at all, and named in no encoding\n")
+    model = identity_model(str(tmp_path / "id.onnx"), 32, 32)
+    out = fresh_dir(str(tmp_path / "run"))
+    job = ["--model", model, "--input", str(folder), "--resize", 40, "--center-crop", 32, "--batch-size", 4,
+           "--chunk-batches", 1, "--device", "cpu", "--cpu-threads", 1, "--outputs", "logits", "--on-bad-sample", "fail",
+           "--output", out, "--quiet"]
+    for resume in ([], ["--resume"], ["--resume"]):
+        # Bytes: the error names the file as it is called.
+        p = subprocess.run(["mpirun", "-np", str(np_), "--oversubscribe", BIN, "run", *map(str, job), *resume], cwd=ROOT,
+                           env=MPI_ENV, capture_output=True, timeout=120)
+        assert p.returncode == 3, p.stderr.decode(errors="replace")
+        assert b"\xff-bad.jpg" in p.stderr
+        with open(os.path.join(out, "attempts.json")) as f:
+            attempts = json.load(f)["attempts"]
+        assert attempts[-1]["ended"] == "failed", attempts[-1]
+        assert attempts[-1]["finished"] and attempts[-1]["finished_unix"] >= attempts[-1]["started_unix"]
+    assert [a["ended"] for a in attempts] == ["failed"] * 3, [(a["attempt"], a["ended"]) for a in attempts]
+    assert [a["attempt"] for a in attempts] == [0, 1, 2]
+    for a in attempts:
+        assert re.match(r"rank \d: ", a["message"]) and "bad sample" in a["message"] and "-bad.jpg" in a["message"], a

@@ -122,6 +122,63 @@ TEST(Attempts, ARecordWhoseRankHostsNameNoListedHostStillSettlesByRanks) {
   EXPECT_NE(all.at(0).message.find("ranks 1, 2 went silent"), std::string::npos) << all.at(0).message;
 }
 
+// Read straight from attempts.json, as a user (or plot_reports.py) would after the job ended.
+std::vector<nlohmann::json> on_record(const std::string& dir) {
+  std::ifstream f(attempts_path(dir));
+  const nlohmann::json j = nlohmann::json::parse(f);
+  return {j.at("attempts").begin(), j.at("attempts").end()};
+}
+
+TEST(Attempts, AFailingRankMarksTheAttemptFailedAtOnceAndTheNextOneSettlesIt) {
+  Folder dir;
+  begin_attempt(dir.path, false, four_ranks_on_three_nodes());
+  // Two ranks fail; no later attempt may come, so the record says so now.
+  record_attempt_failure(dir.path, 0, 1, "bad sample 'a.jpg': not a JPEG or PNG file");
+  record_attempt_failure(dir.path, 0, 2, "bad sample 'b.jpg': empty file");
+  const auto now = on_record(dir.path);
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_EQ(now[0].at("ended"), "failed");
+  const std::string message = now[0].at("message");
+  EXPECT_NE(message.find("rank 1: bad sample 'a.jpg'"), std::string::npos) << message;
+  EXPECT_NE(message.find("rank 2: bad sample 'b.jpg'"), std::string::npos) << message;
+  EXPECT_GT(now[0].at("finished_unix").get<double>(), 0);
+  EXPECT_FALSE(now[0].at("finished").get<std::string>().empty());
+  // No temporary file of a failing rank is left.
+  for (const auto& e : std::filesystem::directory_iterator(dir.path))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  // A resume settles it from the notes (the silent node named) and counts its samples.
+  note_attempt_stopping(dir.path, 0, 0, "by SIGTERM");
+  const auto all = begin_attempt(dir.path, true, next_attempt(40));
+  EXPECT_EQ(all.at(0).ended, "failed");
+  EXPECT_EQ(all.at(0).samples, 40);
+  EXPECT_NE(all.at(0).message.find("rank 1: bad sample 'a.jpg'"), std::string::npos) << all.at(0).message;
+  EXPECT_NE(all.at(0).message.find("rank 2: bad sample 'b.jpg'"), std::string::npos) << all.at(0).message;
+  EXPECT_EQ(all.at(0).message.find("rank 1: bad sample 'a.jpg'"), all.at(0).message.rfind("rank 1: bad sample"))
+      << "each rank's message once: " << all.at(0).message;
+  EXPECT_EQ(all.at(1).ended, "running");
+  // Settled: a later resume keeps it as it is.
+  const auto later = begin_attempt(dir.path, true, AttemptRecord{2});
+  EXPECT_EQ(later.at(0).message, all.at(0).message);
+}
+
+TEST(Attempts, AFailureAfterTheEndWasWrittenStillReadsAsFailed) {
+  Folder dir;
+  auto all = begin_attempt(dir.path, false, four_ranks_on_three_nodes());
+  end_attempt(dir.path, all, "complete", "", 96);
+  record_attempt_failure(dir.path, 0, 0, "cannot write outputs.h5 (disk full?)");
+  EXPECT_EQ(on_record(dir.path).at(0).at("ended"), "failed");
+}
+
+TEST(Attempts, AFailureBeforeTheAttemptIsOnRecordChangesNoEntry) {
+  Folder dir;
+  auto all = begin_attempt(dir.path, false, four_ranks_on_three_nodes());
+  end_attempt(dir.path, all, "stopped", "by SIGUSR1", 10);
+  record_attempt_failure(dir.path, 1, 0, "set-up failed");  // attempt 1 never began
+  const auto now = on_record(dir.path);
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_EQ(now[0].at("ended"), "stopped");
+}
+
 TEST(Clock, AnOffsetIsTakenOutOfEveryTimeRead) {
   const double before = unix_time_now();
   set_clock_offset(3600);
