@@ -20,7 +20,7 @@ from support.sluice_test import BIN, MPI_ENV, QUICKSTART, ROOT, assemble, fresh_
 from mpi.test_resume import committed_samples  # noqa: E402
 from python.test_images import identity_model  # noqa: E402
 
-N = 192
+N = 384  # 24 batches: a stop after 2 of them lands long before the end at 3 ranks
 JOB = ["--config", QUICKSTART, "--samples", N, "--batch-size", 16, "--chunk-batches", 1, "--cpu-threads", 1,
        "--device", "cpu", "--quiet"]
 SLOW = ["--throttle-ms", 200, "--throttle-ranks", "0,1,2"]
@@ -143,13 +143,13 @@ def test_a_committed_row_rewritten_in_place_is_refused_unless_accepted(tmp_path,
 def test_a_file_of_an_image_folder_rewritten_with_the_same_size_is_refused(tmp_path):
     base = tmp_path
     subprocess.run([sys.executable, os.path.join(ROOT, "data_tools", "make_image_dataset.py"), "--out",
-                    str(base / "imgs"), "--count", "48", "--width", "64", "--height", "48", "--workers", "1"],
+                    str(base / "imgs"), "--count", "64", "--width", "64", "--height", "48", "--workers", "1"],
                    check=True, capture_output=True)
     model = identity_model(str(base / "id.onnx"), 32, 32)
     job = ["--model", model, "--input", str(base / "imgs"), "--resize", 40, "--center-crop", 32, "--batch-size", 4,
            "--chunk-batches", 1, "--device", "cpu", "--cpu-threads", 1, "--outputs", "logits", "--quiet"]
     out = str(base / "stopped")
-    stopped_run(out, 2, job, at_least=4, total=48)
+    stopped_run(out, 2, job, at_least=4, total=64)
     files = sorted(os.path.join(d, f) for d, _, fs in os.walk(base / "imgs") for f in fs)
     victim = files[5]  # not the first, middle or last: only its modification time tells
     data = open(victim, "rb").read()
