@@ -14,9 +14,12 @@ struct JobConfig {
   std::string name = "job";                // --name: shown in the report
   std::string model = "jobs/models/quickstart.onnx";
   std::string input = "synthetic";         // synthetic, an HDF5 or .npy file, image folder/glob/list, tar shards
-  std::string input_kind = "auto";         // auto (from the path) | synthetic | hdf5 | npy | folder | glob | list | tar
+  std::string input_kind = "auto";         // auto (from the path) | synthetic | hdf5 | npy | folder | glob | list | tar | jsonl | csv | tsv | text
   std::string input_dataset = "/images";   // dataset in the HDF5 input file
   std::string input_keys;                  // HDF5: a string dataset [N] of sample keys ("" : the index)
+  std::string text_field = "text";         // text inputs: the JSONL field or CSV/TSV column holding the passage
+  std::string key_field;                   // text inputs: the field or column holding each key ("" : the record index)
+  int64_t max_record_bytes = 1 << 20;      // text inputs: a longer record is a bad sample, never read
   int64_t samples = 0;                     // the first N samples only (0: all; synthetic: 512)
   std::vector<int64_t> sample_shape = {3, 64, 64};  // synthetic: one sample's shape
   std::string input_dtype = "float32";     // float32 | uint8

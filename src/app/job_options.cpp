@@ -63,9 +63,17 @@ void visit_job(JobConfig& j, V& v) {
     "for any depth), a list of paths (.txt, .lst), or WebDataset tar shards ('shards/train-{000000..000099}.tar')",
     none);
   v("input-kind", j.input_kind, "What --input is, when its path does not show it: auto | synthetic | hdf5 | npy | folder "
-    "| glob | list | tar", one_of({"auto", "synthetic", "hdf5", "npy", "folder", "glob", "list", "tar"}));
+    "| glob | list | tar | jsonl | csv | tsv | text (plain text, one passage a line: never detected, .txt is a list)",
+    one_of({"auto", "synthetic", "hdf5", "npy", "folder", "glob", "list", "tar", "jsonl", "csv", "tsv", "text"}));
   v("input-dataset", j.input_dataset, "Dataset in the HDF5 input file", none);
   v("input-keys", j.input_keys, "HDF5 input: a string dataset [N] holding each sample's key (default: its index)", none);
+  v("text-field", j.text_field, "Text inputs: the JSONL field (a string) or CSV/TSV column holding each passage", none);
+  v("key-field", j.key_field,
+    "Text inputs: the JSONL field (a string or number) or CSV/TSV column holding each sample's key (default: the record's "
+    "index)", none);
+  v("max-record-bytes", j.max_record_bytes,
+    "Text inputs: a record (line) longer than this is a bad sample, never read (at most 1073741824)",
+    CLI::Range(int64_t{1}, int64_t{1} << 30));
   v("samples", j.samples, "Process the first N samples of the input only (0: all; synthetic input: N, default 512)",
     at_least(0));
   v("sample-shape", j.sample_shape, "Synthetic input: shape of one sample, e.g. 3,512,512", at_least(1));
@@ -108,7 +116,10 @@ void visit_job(JobConfig& j, V& v) {
     "thread writes and more have nothing to do; at most 4 per core, or 8)", at_least(1));
   v("export", j.export_format,
     "Write the results as files while the job runs, as `sluice export` names them: masks (a PNG per sample) | npy (a "
-    ".npy per sample) | classes (classes.csv: lines as rows commit, the table when the job completes) | none", one_of({"none", "masks", "npy", "classes"}));
+    ".npy per sample) | classes (classes.csv: lines as rows commit, the table when the job completes) | embeddings "
+    "(embeddings.npy and embeddings.keys.txt) | detections (detections.json, detections.csv, images.json): those two "
+    "kept as rows commit, the files when the job completes | none",
+    one_of({"none", "masks", "npy", "classes", "embeddings", "detections"}));
   v("export-dir", j.export_dir, "The folder of --export's files (default: OUTPUT/export)", none);
   v("export-threads", j.export_threads,
     "Threads writing --export's files (0: all cores, shared among the node's ranks; at most 4 per core, or 8)",

@@ -93,6 +93,9 @@ JobPlan plan_job(const JobConfig& job, int rank) {
   p.input.kind = job.input_kind;
   p.input.dataset = job.input_dataset;
   p.input.keys = job.input_keys;
+  p.input.text.field = job.text_field;
+  p.input.text.key_field = job.key_field;
+  p.input.text.max_record_bytes = static_cast<uint64_t>(job.max_record_bytes);
   p.input.samples = job.samples;
   p.input.sample_shape = job.sample_shape;
   p.input.dtype = dtype_from_name(job.input_dtype);
@@ -139,6 +142,11 @@ JobPlan plan_job(const JobConfig& job, int rank) {
 void JobPlan::set_model_input(const Source& source, const Shape& model_input) {
   prepare.sample_shape = source.sample_shape();
   prepare.input_dtype = source.dtype();
+  if (source.text())
+    throw UsageError(str("the input is text (", source.describe(), "); text inputs need a text model (a tokenizer in "
+                         "front of a model taking token ids): not yet supported by sluice run"),
+                     "the input was opened and its records counted (the input: line); running text models comes "
+                     "with the tokenizer step");
   if (source.encoded()) {
     // Image files: the model takes uint8 [B, 3, H, W]; scale/mean/std run in the graph.
     const PreprocessSpec spec = resolve_preprocess(images, model_input, model);

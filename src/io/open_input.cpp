@@ -27,6 +27,15 @@ std::string lower_extension(const std::string& path) {
   return ext;
 }
 
+// The text kind an extension names ("" when none): .jsonl/.ndjson, .csv, .tsv.
+std::string text_kind(const std::string& ext) {
+  if (ext == "jsonl" || ext == "ndjson") return "jsonl";
+  if (ext == "csv" || ext == "tsv") return ext;
+  return "";
+}
+
+bool is_text_kind(const std::string& kind) { return kind == "jsonl" || kind == "csv" || kind == "tsv" || kind == "text"; }
+
 // The kind a regular file's first bytes say it is ("" when none).
 std::string sniff(const std::string& path) {
   unsigned char head[512] = {0};
@@ -55,6 +64,12 @@ std::string detect_input_kind(const std::string& path) {
   if (ext == "txt" || ext == "lst") return "list";
   if (ext == "npy") return "npy";
   if (ext == "h5" || ext == "hdf5" || ext == "he5") return "hdf5";
+  if (!text_kind(ext).empty()) return text_kind(ext);
+  // corpus.jsonl.gz: the text source refuses it, saying how to decompress it.
+  if ((ext == "gz" || ext == "zst" || ext == "xz" || ext == "bz2") && path.size() > ext.size() + 1) {
+    const std::string inner = text_kind(lower_extension(path.substr(0, path.size() - ext.size() - 1)));
+    if (!inner.empty()) return inner;
+  }
   if (exists && S_ISREG(st.st_mode)) return sniff(path);
   return "";
 }
@@ -81,16 +96,21 @@ std::unique_ptr<Source> open_input(const InputOptions& o) {
       const bool exists = ::stat(o.path.c_str(), &st) == 0;
       throw InputError(str("input ", o.path, ": ", exists ? "not an input sluice knows" : "no such file or folder",
                            "; --input takes 'synthetic', an HDF5 file (.h5, .hdf5), a .npy file, a folder of images, ",
-                           "a glob of images ('data/*/img_*.jpg'), a list of paths (.txt, .lst), or tar shards ",
-                           "('shards/train-{000000..000099}.tar'); --input-kind (", kInputKinds,
-                           ") names the kind when the path does not show it"));
+                           "a glob of images ('data/*/img_*.jpg'), a list of paths (.txt, .lst), tar shards ",
+                           "('shards/train-{000000..000099}.tar'), or text (.jsonl, .ndjson, .csv, .tsv; plain text ",
+                           "with --input-kind text); --input-kind (", kInputKinds,
+                           ") names the kind when the path does not show it, and for text (", kTextInputKinds, ")"));
     }
   }
   if (!o.keys.empty() && kind != "hdf5")
     throw UsageError(str("--input-keys names a key dataset of an HDF5 input; the input ", o.path, " is ", kind,
                          " (its keys are ", kind == "tar" ? "the members' names" : kind == "npy" ? "the row numbers"
-                                                                                                  : "the file paths",
+                                            : is_text_kind(kind) ? "the record indices, or --key-field's values"
+                                                                 : "the file paths",
                          ")"));
+  if (!o.text.key_field.empty() && !is_text_kind(kind))
+    throw UsageError(str("--key-field names a field of a text input (jsonl, csv, tsv); the input ", o.path, " is ", kind));
+  if (is_text_kind(kind)) return open_text_source(o.path, kind, o.text, o.samples);
   if (kind == "synthetic")
     return make_synthetic_source(o.samples > 0 ? o.samples : kDefaultSyntheticSamples, o.sample_shape, o.dtype, o.seed);
   if (kind == "hdf5") return open_hdf5_source(o.path, o.dataset, o.keys, o.samples);
@@ -99,7 +119,7 @@ std::unique_ptr<Source> open_input(const InputOptions& o) {
   if (kind == "glob") return open_glob_source(o.path, o.samples);
   if (kind == "list") return open_list_source(o.path, o.samples);
   if (kind == "tar") return open_tar_source(o.path, o.samples);
-  throw UsageError(str("--input-kind ", kind, ": not one of auto, ", kInputKinds));
+  throw UsageError(str("--input-kind ", kind, ": not one of auto, ", kInputKinds, ", ", kTextInputKinds));
 }
 
 }  // namespace sluice

@@ -40,6 +40,9 @@ class Source {
 
   // ---- encoded sources ------------------------------------------------------------------------
   virtual bool encoded() const { return false; }
+  // An encoded source whose samples are UTF-8 passages (io/text_source.cpp), for a text decoder
+  // (a tokenizer) rather than an image one.
+  virtual bool text() const { return false; }
   // The most bytes any `count` consecutive samples take together (sizes the in-slots).
   virtual std::size_t max_encoded_bytes(int64_t count) const { return 0; }
   // Thread-safe.  Copies samples [first, first + count) one after another into dst (room for
@@ -84,6 +87,25 @@ std::unique_ptr<Source> open_list_source(const std::string& list, int64_t limit 
 // key (the member path up to the first dot of its file name) and its bytes are the image member's.
 std::unique_ptr<Source> open_tar_source(const std::string& shards, int64_t limit = 0);
 
+// Text corpora (io/text_source.cpp): one file of JSONL (the passage in a string field), CSV or TSV
+// (a column named in the header line, RFC 4180 quoting) or plain text (one passage a line); blank
+// lines are no records.  Each sample's bytes are its passage's UTF-8 bytes; a record that gives none
+// (ill-formed UTF-8, not a JSON object, no such field, another number of CSV fields than the
+// header, longer than max_record_bytes) is a bad sample with its reason.  Keys: `key_field`'s value
+// (a JSON string or number, a CSV column; at most 256 bytes), else the record's index.  Opening
+// makes one pass over the file and keeps a sparse index, not a vector per record.
+inline constexpr uint64_t kDefaultMaxRecordBytes = uint64_t{1} << 20;
+inline constexpr uint64_t kMaxMaxRecordBytes = uint64_t{1} << 30;
+struct TextOptions {
+  std::string field = "text";   // --text-field: the JSONL field or CSV/TSV column of the passage
+  std::string key_field;        // --key-field: the one of the key ("" : the record's index)
+  uint64_t max_record_bytes = kDefaultMaxRecordBytes;  // --max-record-bytes
+};
+// `format`: jsonl, csv, tsv or text.  InputError for a missing, compressed or non-text file, a CSV
+// header without the column, a file without records.
+std::unique_ptr<Source> open_text_source(const std::string& path, const std::string& format,
+                                         const TextOptions& options, int64_t limit = 0);
+
 // What --input and its companions ask for (app/job.h).
 struct InputOptions {
   std::string path = "synthetic";   // --input
@@ -94,11 +116,15 @@ struct InputOptions {
   Shape sample_shape;               // synthetic
   DType dtype = DType::F32;         // synthetic
   uint64_t seed = 0;                // synthetic
+  TextOptions text;                 // jsonl, csv, tsv, text
 };
 inline constexpr const char* kInputKinds = "synthetic, hdf5, npy, folder, glob, list, tar";
+inline constexpr const char* kTextInputKinds = "jsonl, csv, tsv, text";  // text corpora (open_text_source)
 // The kind `path` names by what it is: "synthetic", a folder, a .tar file or brace pattern, glob
 // characters (a glob of .tar files is "tar"), .txt/.lst, .npy, .h5/.hdf5 (or such a file's magic
-// bytes); "" when it is none of them.
+// bytes), .jsonl/.ndjson, .csv, .tsv (also followed by .gz, .zst, .xz, .bz2: the source then says
+// how to decompress); "" when it is none of them.  Plain text ("text") is never detected: a .txt
+// file is a list of image paths; --input-kind text reads it as passages.
 std::string detect_input_kind(const std::string& path);
 // Opens the input (io/open_input.cpp).  UsageError or InputError naming the kinds when the path is
 // none of them.
