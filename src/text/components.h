@@ -149,6 +149,8 @@ class PostProcessor {
 
 // Each throws InputError naming `where` ("tokenizer.json: normalizer") and the unsupported type.
 std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& j, const std::string& where);
+// SentencePiece's precompiled character map; null for an empty one.
+std::unique_ptr<Normalizer> make_precompiled(const nlohmann::json& j, const std::string& where);
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& j, const std::string& where);
 std::unique_ptr<Model> make_model(const nlohmann::json& j, const std::string& where);
 std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& j, const std::string& where);

@@ -282,13 +282,12 @@ std::unique_ptr<Normalizer> make_normalizer(const json& j, const std::string& wh
     return std::make_unique<Sequence>(std::move(parts));
   }
   if (type == "Precompiled") {
-    const json* map = j.contains("precompiled_charsmap") ? &j["precompiled_charsmap"] : nullptr;
-    if (!map || map->is_null() || (map->is_string() && map->get<std::string>().empty()))
-      return std::make_unique<Sequence>(std::vector<std::unique_ptr<Normalizer>>{});
+    if (auto p = make_precompiled(j, at)) return p;
+    return std::make_unique<Sequence>(std::vector<std::unique_ptr<Normalizer>>{});  // an empty map: nothing to do
   }
   throw InputError(str(where, ": the normalizer type \"", type, "\" is not supported"),
                    "supported: BertNormalizer, NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace, Prepend, Nmt, "
-                   "ByteLevel, Sequence (a SentencePiece Precompiled map is not: re-export the tokenizer with an explicit normalizer)");
+                   "ByteLevel, Precompiled, Sequence");
 }
 
 }  // namespace sluice::text::detail

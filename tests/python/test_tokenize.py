@@ -226,6 +226,27 @@ def bpe_llama_like(lines):
     return tok
 
 
+def sentencepiece_charsmap():
+    """SentencePiece's nmt_nfkc character map, as its trainer compiles it (the data does not matter)."""
+    import io
+
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(["ab cd ef"] * 50), model_writer=model, vocab_size=12,
+                                   hard_vocab_limit=False, normalization_rule_name="nmt_nfkc", minloglevel=2)
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model.getvalue())
+    return proto.normalizer_spec.precompiled_charsmap
+
+
+def unigram_precompiled(lines):
+    """As the converted SentencePiece files (T5, XLM-R): the Precompiled map, then Metaspace."""
+    tok = unigram_metaspace(lines)
+    tok.normalizer = normalizers.Precompiled(sentencepiece_charsmap())
+    return tok
+
+
 KINDS = {
     "wordpiece-bert": wordpiece_bert,
     "wordpiece-cased": wordpiece_cased,
@@ -236,6 +257,11 @@ KINDS = {
     "bpe-mixed": bpe_mixed,
     "bpe-llama-like": bpe_llama_like,
 }
+try:
+    import sentencepiece  # noqa: F401  (data_tools/requirements.txt)
+    KINDS["unigram-precompiled"] = unigram_precompiled
+except ImportError:
+    pass
 
 
 # ---- running both -------------------------------------------------------------------------------

@@ -112,14 +112,18 @@ TEST(Tokenizer, EncodesFromManyThreadsAtOnce) {
 
 TEST(Tokenizer, RefusesWhatItDoesNotSupportByName) {
   auto j = nlohmann::json::parse(kBpe);
-  j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "AAAA"}};
+  j["normalizer"] = {{"type", "NFKC_Casefold"}};
   try {
     Tokenizer::from_json(j.dump(), "t.json");
     FAIL() << "no error";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("t.json: normalizer: the normalizer type \"Precompiled\" is not supported"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("t.json: normalizer: the normalizer type \"NFKC_Casefold\" is not supported"), std::string::npos)
         << e.what();
   }
+  j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "AAAA"}};  // 3 bytes: no room for a trie
+  EXPECT_THROW(Tokenizer::from_json(j.dump()), InputError);
+  j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "EAAAAAAAAAAA"}};  // a 16-byte trie in 9 bytes
+  EXPECT_THROW(Tokenizer::from_json(j.dump()), InputError);
   j = nlohmann::json::parse(kBpe);
   j["model"]["merges"].push_back({"a", "zz"});
   EXPECT_THROW(Tokenizer::from_json(j.dump()), InputError);
