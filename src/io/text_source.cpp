@@ -387,6 +387,53 @@ int64_t json_field_width(const char* p, const char* end, const std::string& name
   }
 }
 
+int hex_digit(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+// The value of the 4 hex digits at p, or -1.
+int hex4_at(const char* p, const char* end) {
+  if (end - p < 4) return -1;
+  int v = 0;
+  for (int k = 0; k < 4; ++k) {
+    const int d = hex_digit(p[k]);
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// Whether the JSON text [p, end) escapes a lone surrogate (\uD800-\uDFFF not in a high-low pair),
+// which nlohmann refuses.  With `out` (a copy of the text), each such escape there becomes \uFFFD
+// (the same length), as text/passages.h reads them: a scraped corpus's broken emoji costs a
+// character, not the record.
+bool lone_surrogates(const char* p, const char* end, char* out = nullptr) {
+  bool any = false;
+  const char* q = p;
+  while ((q = static_cast<const char*>(std::memchr(q, '\\', static_cast<std::size_t>(end - q)))) && q + 1 < end) {
+    if (q[1] != 'u') {
+      q += 2;  // \\, \" and the others: the byte after is no escape's start
+      continue;
+    }
+    const int v = hex4_at(q + 2, end);
+    if (v < 0xD800 || v > 0xDFFF) {
+      q += 2;
+      continue;
+    }
+    if (v <= 0xDBFF && end - q >= 12 && q[6] == '\\' && q[7] == 'u') {
+      const int w = hex4_at(q + 8, end);
+      if (w >= 0xDC00 && w <= 0xDFFF) {
+        q += 12;  // a pair
+        continue;
+      }
+    }
+    any = true;
+    if (out) std::memcpy(out + (q - p) + 2, "FFFD", 4);
+    q += 6;
+  }
+  return any;
+}
+
 // A CSV/TSV record's fields, unquoted; "" or why it is malformed.
 std::string split_fields(const char* p, std::size_t n, char delim, std::vector<std::string>& fields) {
   fields.clear();
@@ -623,7 +670,14 @@ class TextSource final : public Source {
     bool has_key = false;
     if (format_ == Format::Jsonl) {
       FieldSax sax(field_, key_field_);
-      const bool ok = nlohmann::json::sax_parse(r.data, r.data + r.length, &sax);
+      const char* json = r.data;
+      std::string fixed;
+      if (lone_surrogates(r.data, r.data + r.length)) {
+        fixed.assign(r.data, static_cast<std::size_t>(r.length));
+        lone_surrogates(r.data, r.data + r.length, fixed.data());
+        json = fixed.data();
+      }
+      const bool ok = nlohmann::json::sax_parse(json, json + r.length, &sax);
       if (!ok) {
         p.error = clip(str("not JSON: ", sax.error_));
         return p;

@@ -100,6 +100,20 @@ TEST(TextInput, KeyWidthCoversEveryKey) {
   EXPECT_EQ(s->key_bytes(), std::string("second-longest").size());
 }
 
+// A lone surrogate escape reads as U+FFFD (as text/passages.h has it), a pair as its character.
+TEST(TextInput, JsonlLoneSurrogatesReadAsReplacementCharacters) {
+  TempDir dir;
+  const std::string p = dir.file("s.jsonl");
+  put(p, "{\"text\": \"a\\ud83dz\"}\n"
+         "{\"text\": \"pair \\ud83d\\ude00 lone low \\udc00 end\"}\n"
+         "{\"text\": \"escaped backslash \\\\ud800 is text\"}\n"
+         "{\"text\": \"high at the end \\uD800\"}\n");
+  auto s = open_text(p, "jsonl");
+  EXPECT_EQ(read_all(*s).text,
+            (std::vector<std::string>{"a\xEF\xBF\xBDz", "pair \xF0\x9F\x98\x80 lone low \xEF\xBF\xBD end",
+                                      "escaped backslash \\ud800 is text", "high at the end \xEF\xBF\xBD"}));
+}
+
 TEST(TextInput, JsonlBadRecordsHaveReasons) {
   TempDir dir;
   const std::string p = dir.file("bad.jsonl");
