@@ -144,6 +144,9 @@ class Tracer {
   bool einsum(const Node& n);
   bool gather_nd(const Node& n);
   bool scatter_nd(const Node& n);
+  bool elements(const Node& n);
+  bool grid_sample(const Node& n);
+  bool constant_rows(const Node& n, int a);
   bool transpose(const Node& n);
   bool reshape(const Node& n);
   bool squeeze(const Node& n);
@@ -186,6 +189,9 @@ Tracer::Rule Tracer::rule_of(const std::string& op) {
       {"Einsum", &Tracer::einsum},
       {"GatherND", &Tracer::gather_nd},
       {"ScatterND", &Tracer::scatter_nd},
+      {"GatherElements", &Tracer::elements},
+      {"ScatterElements", &Tracer::elements},
+      {"GridSample", &Tracer::grid_sample},
       {"Transpose", &Tracer::transpose},
       {"Reshape", &Tracer::reshape},
       {"Flatten", &Tracer::reshape},
@@ -495,6 +501,53 @@ bool Tracer::scatter_nd(const Node& n) {
   if (ax(n, 1) != kNoBatch || a == kNoBatch || a < k) return fail("scatters along the batch axis");
   if (ax(n, 2) != q - 1 + a - k) return fail("scatters rows of other samples");
   set(0, a);
+  return true;
+}
+
+// GatherElements, ScatterElements: element by element along `axis`, so the batch must lie on
+// another axis, the same in data, indices and updates.  A constant operand holds a row per sample
+// of the model's batch (Check: any rows; Respecialize: the same row for every sample, repeated).
+bool Tracer::elements(const Node& n) {
+  int a = kNoBatch;
+  for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+    if (ax(n, i) == kNoBatch) continue;
+    if (a != kNoBatch && ax(n, i) != a) return fail("indexes with tensors whose batch axes do not line up");
+    a = ax(n, i);
+  }
+  const bool gather = n.op == "GatherElements";
+  if (attr_axis(n, 0, rank(n.inputs[0])) == a)
+    return fail(gather ? "selects along the batch axis" : "scatters along the batch axis");
+  const std::size_t at = static_cast<std::size_t>(a);
+  if (gather && ax(n, 1) == kNoBatch && shape(n.inputs[1])[at] != shape(n.inputs[0])[at])
+    return fail("changes the batch axis' length");
+  if (!constant_rows(n, a)) return false;
+  set(0, a);
+  return true;
+}
+
+// GridSample: X [N, C, H, W] and grid [N, Ho, Wo, 2] pair up sample by sample on axis 0.
+bool Tracer::grid_sample(const Node& n) {
+  for (std::size_t i = 0; i < 2; ++i)
+    if (ax(n, i) != kNoBatch && ax(n, i) != 0)
+      return fail(str("samples with its input ", i, " carrying the batch on axis ", ax(n, i), ", not 0"));
+  if (!constant_rows(n, 0)) return false;
+  set(0, 0);
+  return true;
+}
+
+// Respecialize: every input without the batch is a constant with the model's batch on axis a and
+// the same row for each sample, rewritten to that row repeated at the new batch.
+bool Tracer::constant_rows(const Node& n, int a) {
+  for (std::size_t i = 0; strict_ && i < n.inputs.size(); ++i) {
+    if (n.input(i).empty() || ax(n, i) != kNoBatch) continue;
+    if (!unmerged("pairs a constant with")) return false;
+    const Tensor* t = constant(n, i);
+    const std::size_t at = static_cast<std::size_t>(a);
+    if (!t || t->shape.size() <= at || t->shape[at] != b0_ || (b0_ != 1 && !rows_equal(*t, at)))
+      return fail(str("pairs the samples with input ", i, " ('", n.inputs[i], "'), which is not one constant row for every sample"));
+    if (t->numel() / b0_ * batch_ > (int64_t(1) << 25)) return fail("pairs the samples with a large constant");
+    t_.rewrites.push_back({node_, i, repeat_rows(b0_ == 1 ? *t : first_row(*t, at), at, batch_)});
+  }
   return true;
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/const_eval.h"
+#include "model/fold_if.h"
 #include "model/graph_util.h"
 #include "model/passes.h"
 #include "model/shape_inference.h"
@@ -160,7 +161,8 @@ void fold_constants(Graph& g) {
   // Each round: learn what shapes are known now, then fold what became constant.
   for (;;) {
     infer_known_shapes(g);
-    if (fold_sweep(g) == 0) break;
+    // An If whose condition has become a constant gives way to the branch it takes.
+    if (fold_sweep(g) == 0 && fold_constant_ifs(g) == 0) break;
   }
 }
 

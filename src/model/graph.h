@@ -31,8 +31,11 @@
 
 namespace sluice {
 
+struct Graph;
+
 struct Attribute {
-  enum class Kind { Int, Float, String, Ints, Floats, Strings, Tensor };
+  // Graph: an If's then_branch / else_branch, kept only until the If is folded (model/fold_if.h).
+  enum class Kind { Int, Float, String, Ints, Floats, Strings, Tensor, Graph };
   Kind kind = Kind::Int;
   int64_t i = 0;
   float f = 0.f;
@@ -41,6 +44,7 @@ struct Attribute {
   std::vector<float> floats;
   std::vector<std::string> strings;
   std::shared_ptr<Tensor> t;
+  std::shared_ptr<Graph> g;  // Kind::Graph: its nodes, constants and outputs (no inputs)
 
   static Attribute of_int(int64_t v) { Attribute a; a.kind = Kind::Int; a.i = v; return a; }
   static Attribute of_float(float v) { Attribute a; a.kind = Kind::Float; a.f = v; return a; }

@@ -96,7 +96,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const Graph& g, const Nod
 
 bool is_fold_only_op(const std::string& op) {
   static const std::unordered_set<std::string> ops = {
-      "Range", "Size"};
+      "Range", "Size", "If"};
   return ops.count(op) != 0;
 }
 

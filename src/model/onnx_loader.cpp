@@ -32,6 +32,15 @@ constexpr int64_t kMinOpset = 7;
 constexpr int64_t kMaxOpset = 21;
 constexpr int64_t kMaxElements = int64_t(1) << 40;  // far above any real tensor, far below overflow
 
+// The hint of a refusal of ops whose output sizes depend on the data (a detector's post-processing).
+const char* const kDataSizedHint =
+    "Sluice runs one graph of fixed shapes, and these ops give each sample a number of results that depends on "
+    "its data (a detector's post-processing: score thresholds, NMS, the boxes kept).  Export the model without "
+    "its post-processing (its raw class scores and boxes: DETR, RT-DETR, Deformable DETR, YOLOv5/v8 with "
+    "nms=False, YOLOv10) and pass --outputs detections, which decodes them, suppresses overlaps and stores up "
+    "to K boxes and their count per sample; torchvision's anchor-based detectors (RetinaNet, SSD, Faster R-CNN) "
+    "have no such export: store their head outputs instead";
+
 struct LoadContext {
   std::string path;       // the model file, for messages
   fs::path folder;        // where external data must live (canonical)
@@ -213,6 +222,104 @@ ValueInfo value_from_proto(const onnx::ValueInfoProto& vp, const LoadContext& ct
   return v;
 }
 
+// An If's branch: its initializers and Constant nodes as constants, its nodes (canonicalized at the
+// model's opset, nested Ifs' branches parsed the same way), and its outputs.  Any op may appear in
+// a branch: the branch that is not taken is dropped, and what the taken one brings in is checked
+// like every other node once the If is folded.
+Graph subgraph_from_proto(const onnx::GraphProto& gp, const Node& owner, int64_t opset, const LoadContext& ctx, int depth);
+
+// The names a branch reads from the scopes around it: read by its nodes (or by the branches of its
+// nested Ifs, which list theirs as inputs) and defined by none of its nodes and constants.
+std::vector<std::string> outer_names(const Graph& sg) {
+  std::set<std::string> defined;
+  for (const auto& kv : sg.constants) defined.insert(kv.first);
+  for (const Node& n : sg.nodes)
+    for (const auto& o : n.outputs) defined.insert(o);
+  std::vector<std::string> outer;
+  std::set<std::string> seen;
+  auto read = [&](const std::string& name) {
+    if (!name.empty() && !defined.count(name) && seen.insert(name).second) outer.push_back(name);
+  };
+  for (const Node& n : sg.nodes)
+    for (const auto& in : n.inputs) read(in);
+  for (const auto& o : sg.outputs) read(o.name);
+  return outer;
+}
+
+// Parses node proto `np` into n (op, names, attributes); an If's branches become Graph attributes
+// and the outer names they read become its inputs after the condition (so that the order of nodes
+// and the dead-node pass see them).
+void node_from_proto(const onnx::NodeProto& np, Node& n, int64_t opset, const LoadContext& ctx, int depth) {
+  for (const auto& ap : np.attribute()) {
+    if (ap.type() == onnx::AttributeProto::GRAPH && n.op == "If" && n.domain.empty()) {
+      if (depth > 32) throw InputError(str(ctx.path, ": ", n.describe(), ": Ifs nested more than 32 deep"));
+      Attribute a;
+      a.kind = Attribute::Kind::Graph;
+      a.g = std::make_shared<Graph>(subgraph_from_proto(ap.g(), n, opset, ctx, depth + 1));
+      n.attrs[ap.name()] = std::move(a);
+      continue;
+    }
+    n.attrs[ap.name()] = attribute_from_proto(ap, n, ctx);
+  }
+  if (n.op != "If" || !n.domain.empty()) return;
+  for (const char* branch : {"then_branch", "else_branch"}) {
+    const auto it = n.attrs.find(branch);
+    if (it == n.attrs.end() || it->second.kind != Attribute::Kind::Graph)
+      throw InputError(str(ctx.path, ": ", n.describe(), ": the If has no ", branch, " graph"));
+    if (it->second.g->outputs.size() != n.outputs.size())
+      throw InputError(str(ctx.path, ": ", n.describe(), ": its ", branch, " has ", it->second.g->outputs.size(),
+                           " outputs for the If's ", n.outputs.size()));
+  }
+  // The branches' outer names as the If's inputs 1.. (passes may rename those inputs; folding maps
+  // the branch's names onto them by position: attribute "outer_names").
+  Attribute outer;
+  outer.kind = Attribute::Kind::Strings;
+  std::set<std::string> have;
+  for (const char* branch : {"then_branch", "else_branch"})
+    for (const auto& name : outer_names(*n.attrs.at(branch).g))
+      if (have.insert(name).second) outer.strings.push_back(name);
+  n.inputs.resize(1);
+  for (const auto& name : outer.strings) n.inputs.push_back(name);
+  n.attrs["outer_names"] = std::move(outer);
+}
+
+Graph subgraph_from_proto(const onnx::GraphProto& gp, const Node& owner, int64_t opset, const LoadContext& ctx, int depth) {
+  Graph sg;
+  sg.source = ctx.path;
+  sg.opset = opset;
+  if (gp.input_size() > 0)
+    throw InputError(str(ctx.path, ": ", owner.describe(), ": a branch graph with inputs (", gp.input(0).name(), ") is not an If's"));
+  if (gp.sparse_initializer_size() > 0) throw InputError(str(ctx.path, ": sparse initializers are not supported"));
+  for (const auto& init : gp.initializer()) {
+    if (init.name().empty()) throw InputError(str(ctx.path, ": an initializer of ", owner.describe(), " has no name"));
+    sg.constants[init.name()] = tensor_from_proto(init, ctx);
+  }
+  int index = 0;
+  for (const auto& np : gp.node()) {
+    Node n;
+    n.op = np.op_type();
+    n.domain = np.domain() == "ai.onnx" ? std::string() : np.domain();
+    n.name = np.name().empty() ? str(owner.name, "/", n.op, "_", index) : np.name();
+    ++index;
+    n.inputs.assign(np.input().begin(), np.input().end());
+    n.outputs.assign(np.output().begin(), np.output().end());
+    node_from_proto(np, n, opset, ctx, depth);
+    check_node_has_output(sg, n);
+    if (n.op == "Constant" && n.domain.empty() && n.outputs.size() == 1) {
+      sg.constants[n.outputs[0]] = constant_node_value(sg, n);
+      continue;
+    }
+    sg.nodes.push_back(std::move(n));
+  }
+  for (const auto& out : gp.output()) {
+    ValueInfo v;
+    v.name = out.name();
+    sg.outputs.push_back(v);
+  }
+  canonicalize_graph(sg);
+  return sg;
+}
+
 std::string read_whole_file(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw InputError(str(path, ": model file does not exist"));
@@ -324,7 +431,7 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& path) {
       unsupported.emplace(key, n.name);
       continue;
     }
-    for (const auto& ap : np.attribute()) n.attrs[ap.name()] = attribute_from_proto(ap, n, ctx);
+    node_from_proto(np, n, g.opset, ctx, 0);
     check_node_has_output(g, n);
     if (n.op == "Constant" && n.outputs.size() == 1) {
       g.constants[n.outputs[0]] = constant_node_value(g, n);
@@ -335,7 +442,13 @@ Graph load_onnx_bytes(const std::string& bytes, const std::string& path) {
   if (!unsupported.empty()) {
     std::string list;
     for (const auto& kv : unsupported) list += str(list.empty() ? "" : ", ", kv.first, " (node '", kv.second, "')");
-    throw InputError(str(path, ": unsupported op", unsupported.size() > 1 ? "s " : " ", list));
+    // Ops whose output sizes depend on the data: the detectors' post-processing.
+    static const std::set<std::string> data_sized = {"NonZero", "NonMaxSuppression", "RoiAlign", "Loop", "Unique",
+                                                     "Compress"};
+    bool post = false;
+    for (const auto& kv : unsupported) post = post || data_sized.count(kv.first) != 0;
+    throw InputError(str(path, ": unsupported op", unsupported.size() > 1 ? "s " : " ", list),
+                     post ? kDataSizedHint : "");
   }
   // Every tensor has one producer (a node, an initializer or a graph input).
   std::set<std::string> produced;

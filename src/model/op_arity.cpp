@@ -53,6 +53,12 @@ const std::unordered_map<std::string, OpArity>& onnx_table() {
     t["Constant"] = {0, 0, 1, 1};
     t["Slice"] = {3, 5, 1, 1};
     t["Range"] = {3, 3, 1, 1};
+    t["DepthToSpace"] = {1, 1, 1, 1};
+    t["SpaceToDepth"] = {1, 1, 1, 1};
+    t["GatherElements"] = {2, 2, 1, 1};
+    t["ScatterElements"] = {3, 3, 1, 1};
+    t["GridSample"] = {2, 2, 1, 1};
+    t["If"] = {1, kVariadic, 1, kVariadic};  // the condition, then the outer values its branches read
     return t;
   }();
   return table;

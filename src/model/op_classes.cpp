@@ -22,7 +22,7 @@ bool is_broadcasting_elementwise(const std::string& op) {
 bool is_per_sample_op(const std::string& op) {
   static const std::unordered_set<std::string> ops = {
       "Conv", "FusedConv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-      "GroupNormalization", "InstanceNormalization", "Col2Im"};
+      "GroupNormalization", "InstanceNormalization", "Col2Im", "DepthToSpace", "SpaceToDepth"};
   return ops.count(op) != 0;
 }
 

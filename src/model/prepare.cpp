@@ -376,6 +376,7 @@ const std::vector<std::string>& supported_ops() {
       "Xor", "IsNaN", "IsInf", "Cos", "Sin", "CumSum", "Expand", "Tile", "ConstantOfShape", "ReduceSum", "ReduceMax",
       "ReduceMin", "ReduceProd", "ReduceL2", "Trilu", "Sign", "Mod", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal",
       "Floor", "Ceil", "Pow", "Min", "Max", "Softplus", "Elu", "LogSoftmax", "GlobalMaxPool", "ArgMin", "Round", "Col2Im",
+      "DepthToSpace", "SpaceToDepth", "GatherElements", "ScatterElements", "GridSample",
       // domain "sluice" (model/graph.h)
       "FusedConv", "Normalize", "ArgMaxCast", "Attention", "Detections"};
   return ops;

@@ -358,7 +358,13 @@ bool infer_topk_argmax(Ctx& c) {
   const int64_t axis = normalize_axis(c.n.get_int("axis", op == "TopK" ? -1 : op == "ArgMaxCast" ? 1 : 0), r, c.g, c.n);
   Shape out = x->shape;
   if (op == "TopK") {
-    if (!c.value(1)) return c.n.input(1).empty() ? (c.fail("K is required"), false) : c.not_constant(1, "K");
+    if (!c.value(1) && c.n.input(1).empty()) c.fail("K is required");
+    if (!c.value(1)) {
+      c.why = str("its K input '", c.n.input(1), "' is computed from the input data at run time (a detector's "
+                  "post-processing keeps a data-dependent number of boxes); Sluice runs fixed shapes: export the "
+                  "model without its post-processing and store its detections with --outputs detections");
+      return false;
+    }
     const std::vector<int64_t> k = c.value(1)->as_int64();
     if (k.size() != 1 || k[0] < 1 || k[0] > x->shape[axis])
       c.fail(str("K must be between 1 and ", x->shape[axis], " (the size of axis ", axis, ")"));
@@ -706,6 +712,63 @@ int infer_transformer_ops(Ctx& c) {
     if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
       c.fail(str("reduction '", red, "' is not supported"));
     c.set(0, x->dtype, x->shape);
+    return 1;
+  }
+  if (op == "DepthToSpace" || op == "SpaceToDepth") {
+    if (!x) return c.missing(0, "input");
+    const int64_t b = c.n.get_int("blocksize", 0);
+    if (x->shape.size() != 4) c.fail(str("input ", shape_str(x->shape), " is not 4-D [N, C, H, W]"));
+    if (b < 1 || b > 4096) c.fail(str("blocksize ", b, " must be from 1 to 4096"));
+    const std::string mode = c.n.get_string("mode", "DCR");
+    if (op == "DepthToSpace" && mode != "DCR" && mode != "CRD") c.fail(str("mode '", mode, "' is not DCR or CRD"));
+    Shape out = x->shape;
+    if (op == "DepthToSpace") {
+      if (out[1] % (b * b) != 0) c.fail(str("channels ", out[1], " are not a multiple of blocksize^2 = ", b * b));
+      out[1] /= b * b;
+      out[2] = checked_mul(out[2], b, "DepthToSpace");
+      out[3] = checked_mul(out[3], b, "DepthToSpace");
+    } else {
+      if (out[2] % b != 0 || out[3] % b != 0) c.fail(str("input ", shape_str(out), " is not a multiple of blocksize ", b));
+      out[1] = checked_mul(out[1], b * b, "SpaceToDepth");
+      out[2] /= b;
+      out[3] /= b;
+    }
+    c.set(0, x->dtype, out);
+    return 1;
+  }
+  if (op == "GatherElements" || op == "ScatterElements") {
+    const ValueInfo* idx = c.input(1);
+    if (!x) return c.missing(0, "data");
+    if (!idx) return c.missing(1, "indices");
+    if (idx->dtype != DType::I64 && idx->dtype != DType::I32) c.fail("indices must be int64 or int32");
+    const int64_t r = rank_of(x);
+    if (r < 1 || rank_of(idx) != r) c.fail(str("indices ", shape_str(idx->shape), " and data ", shape_str(x->shape), " differ in rank"));
+    const int64_t axis = normalize_axis(c.n.get_int("axis", 0), r, c.g, c.n);
+    for (int64_t d = 0; d < r; ++d)
+      if (d != axis && idx->shape[static_cast<std::size_t>(d)] > x->shape[static_cast<std::size_t>(d)])
+        c.fail(str("indices ", shape_str(idx->shape), " are larger than data ", shape_str(x->shape), " on axis ", d));
+    if (op == "GatherElements") {
+      c.set(0, x->dtype, idx->shape);
+      return 1;
+    }
+    const ValueInfo* upd = c.input(2);
+    if (!upd) return c.missing(2, "updates");
+    if (upd->shape != idx->shape) c.fail(str("updates ", shape_str(upd->shape), " should have the indices' shape ", shape_str(idx->shape)));
+    if (upd->dtype != x->dtype) c.fail("updates and data differ in type");
+    const std::string red = c.n.get_string("reduction", "none");
+    if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
+      c.fail(str("reduction '", red, "' is not supported"));
+    c.set(0, x->dtype, x->shape);
+    return 1;
+  }
+  if (op == "GridSample") {
+    const ValueInfo* grid = c.input(1);
+    if (!x) return c.missing(0, "X");
+    if (!grid) return c.missing(1, "grid");
+    if (x->shape.size() != 4 || grid->shape.size() != 4 || grid->shape[3] != 2 || grid->shape[0] != x->shape[0])
+      c.fail(str("input ", shape_str(x->shape), " and grid ", shape_str(grid->shape),
+                 " are not a 2-D GridSample's [N, C, H, W] and [N, Ho, Wo, 2] (Sluice samples 2-D images only)"));
+    c.set(0, x->dtype, {x->shape[0], x->shape[1], grid->shape[1], grid->shape[2]});
     return 1;
   }
   if (op == "Einsum") {

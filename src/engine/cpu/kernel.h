@@ -81,6 +81,7 @@ void add_index_kernels(KernelTable& t);
 void add_einsum_kernels(KernelTable& t);
 void add_attention_kernels(KernelTable& t);
 void add_detect_kernels(KernelTable& t);
+void add_sample_kernels(KernelTable& t);   // sample_ops.cpp: DepthToSpace, GatherElements, GridSample, ...
 
 // Builds the kernel of a node; InputError for an op the CPU engine does not implement.
 std::unique_ptr<Kernel> make_kernel(const KernelInit& init);

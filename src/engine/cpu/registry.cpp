@@ -63,6 +63,7 @@ const KernelTable& table() {
     add_norm_kernels(k);
     add_index_kernels(k);
     add_detect_kernels(k);
+    add_sample_kernels(k);
     add_einsum_kernels(k);
     add_attention_kernels(k);
     return k;

@@ -465,7 +465,9 @@ std::vector<std::string> implemented_ops() {
       "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Where",
       "GatherND", "ScatterND", "CumSum", "Trilu", "Range", "Col2Im",
       // ops_attention.cpp
-      "sluice.Attention"};
+      "sluice.Attention",
+      // ops_sample.cpp
+      "DepthToSpace", "SpaceToDepth", "GatherElements", "ScatterElements", "GridSample"};
   std::sort(ops.begin(), ops.end());
   return ops;
 }
@@ -476,7 +478,7 @@ void Builder::lower_node(const Node& n) {
   const std::size_t first = steps.size();
   const bool known = lower_conv(*this, n) || lower_gemm(*this, n) || lower_elementwise(*this, n) ||
                      lower_layout(*this, n) || lower_reduce(*this, n) || lower_index(*this, n) ||
-                     lower_attention(*this, n);
+                     lower_attention(*this, n) || lower_sample(*this, n);
   if (!known)
     fail(n, "op ", n.domain.empty() ? "" : n.domain + ".", n.op, " is not implemented by the cuda engine");
   // The node's FLOPs go to its main step: the first one named after it.

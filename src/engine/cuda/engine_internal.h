@@ -237,6 +237,7 @@ bool lower_layout(Builder& b, const Node& n);
 bool lower_reduce(Builder& b, const Node& n);
 bool lower_index(Builder& b, const Node& n);   // masks and indices (ops_index.cpp)
 bool lower_attention(Builder& b, const Node& n);   // sluice.Attention (ops_attention.cpp)
+bool lower_sample(Builder& b, const Node& n);   // DepthToSpace, GatherElements, GridSample, ... (ops_sample.cpp)
 // Whether n is arithmetic on integer tensors (lowered by lower_index, not lower_elementwise).
 bool is_int_arith(const Builder& b, const Node& n);
 void lower_resize(Builder& b, const Node& n);   // Resize and Upsample (ops_resize.cpp)
