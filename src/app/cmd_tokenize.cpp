@@ -67,8 +67,8 @@ void tokenize_command(const TokenizeOptions& o) {
   flush();
   std::fflush(stdout);
   if (o.timing)
-    std::fprintf(stderr, "tokenize: %zu passages, %zu tokens; encoding took %.3f s: %.0f passages/s, %.0f tokens/s (one thread)\n",
-                 passages, tokens, encode_s, encode_s > 0 ? passages / encode_s : 0.0, encode_s > 0 ? tokens / encode_s : 0.0);
+    std::fprintf(stderr, "tokenize: %s\ntokenize: %zu passages, %zu tokens; encoding took %.3f s: %.0f passages/s, %.0f tokens/s (one thread)\n",
+                 tok->describe().c_str(), passages, tokens, encode_s, encode_s > 0 ? passages / encode_s : 0.0, encode_s > 0 ? tokens / encode_s : 0.0);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "text/passages.h"
 
+#include <cctype>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
