@@ -5,7 +5,15 @@ one-node cluster of tests/slurm/slurm_cluster.py (its munged, its plugin choices
 Each node's daemons see a /tmp of their own (a folder of the cluster's bound over /tmp in the
 node's mount namespace), as a real node's local disk: Slurm's PMIx plugin makes per-step folders
 under /tmp that two slurmd on one shared /tmp would collide on.  Everything the nodes share (the
-configuration, the munge socket, job files, outputs) therefore lives outside /tmp, under `base`."""
+configuration, the munge socket, job files, outputs) therefore lives outside /tmp, under `base`.
+
+They see a /dev/shm of their own too, as a real node does.  Open MPI's shared-memory transport
+(btl vader) backs each node's ranks with /dev/shm/vader_segment.<host>.<jobid>.<local rank>, and
+under srun the jobid is a hash of Slurm's PMIx namespace, slurm.pmix.<job>.<step>: the same in
+every fresh cluster (its first job is job 1, step 0).  With the machine's /dev/shm shared, two test
+runs at once (two checkouts, a CI clone beside an engineer's run) mapped each other's segments, and
+a rank read the other job's messages and died of SIGSEGV in mca_btl_vader_poll_handle_frag
+(issue 39)."""
 import os
 import shutil
 import subprocess
@@ -26,17 +34,23 @@ class SlurmOnNodes(Cluster):
     def node_tmp(self, node):
         return os.path.join(self.base, "tmp", node)
 
+    def node_shm(self, node):
+        return os.path.join(self.base, "shm", node)
+
     def on(self, node, argv):
-        """argv on `node` with that node's own /tmp."""
-        tmp = self.node_tmp(node)
-        return self.sim.on(node, ["sh", "-c", f'mount --bind {tmp} /tmp && exec "$@"', "on-node", *argv])
+        """argv on `node` with that node's own /tmp and /dev/shm."""
+        tmp, shm = self.node_tmp(node), self.node_shm(node)
+        return self.sim.on(node, ["sh", "-c", f'mount --bind {tmp} /tmp && mount --bind {shm} /dev/shm && exec "$@"',
+                                  "on-node", *argv])
 
     def start(self):
         shutil.rmtree(self.base, ignore_errors=True)
-        for d in ["state", "log", *(f"spool-{n}" for n in self.sim.nodes), *(f"tmp/{n}" for n in self.sim.nodes)]:
+        for d in ["state", "log", *(f"spool-{n}" for n in self.sim.nodes), *(f"tmp/{n}" for n in self.sim.nodes),
+                  *(f"shm/{n}" for n in self.sim.nodes)]:
             os.makedirs(os.path.join(self.base, d))
         for n in self.sim.nodes:
             os.chmod(self.node_tmp(n), 0o1777)
+            os.chmod(self.node_shm(n), 0o1777)
         os.chmod(self.base, 0o755)
         self._start_munge()
         conf = SLURM_CONF.format(base=self.base, ctld_port=SLURMCTLD_PORT, slurmd_port=SLURMD_PORT,

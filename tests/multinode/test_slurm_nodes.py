@@ -173,3 +173,19 @@ def test_a_node_drained_mid_job_and_the_job_requeued_resumes_on_the_nodes_left(c
     assert cluster.node_states()[drained] in ("drained", "draining"), cluster.node_states()
     cluster.run("scontrol", "update", f"NodeName={drained}", "State=RESUME")
     assert_nodes_idle(cluster, cluster.sim.nodes)
+
+
+def test_each_node_has_a_dev_shm_of_its_own(cluster):
+    """As on real nodes, each node's jobs see a /dev/shm of their own, not the machine's.  Open MPI names
+    its shared-memory segments after the job (under srun a hash of Slurm's job and step, the same in every
+    fresh cluster): with one /dev/shm, two test runs at once mapped each other's segments and a rank died
+    of SIGSEGV in mca_btl_vader_poll_handle_frag (issue 39)."""
+    name = f"sluice-shm-probe-{os.getpid()}"
+    p = cluster.run("srun", "--nodes=2", "--ntasks-per-node=1", "--overcommit", "sh", "-c",
+                    f"echo $SLURMD_NODENAME > /dev/shm/{name} && ls /dev/shm", timeout=120)
+    assert p.stdout.split().count(name) == 2, p.stdout  # both tasks wrote it, each where its node keeps /dev/shm
+    assert not os.path.exists(os.path.join("/dev/shm", name))
+    written = {n: read_log(os.path.join(cluster.node_shm(n), name)).strip()
+               for n in cluster.sim.nodes if os.path.exists(os.path.join(cluster.node_shm(n), name))}
+    assert len(written) == 2 and all(n == text for n, text in written.items()), written
+    assert_nodes_idle(cluster, cluster.sim.nodes)
