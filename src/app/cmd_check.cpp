@@ -109,6 +109,31 @@ Verdict engine_verdict(const std::string& engine, const Graph& g, int64_t opset,
   }
 }
 
+// The model's input fixes its batch b (an export at batch 1): a job at another --batch-size prepares
+// it at b and re-specializes it (model/batch_adapt.h) or runs it on sub-batches of b.  Tried at 2b,
+// which takes every re-specialization a larger batch does.
+std::string static_batch_line(Graph model, PrepareOptions po) {
+  const int64_t b = po.batch_size;
+  po.batch_size = 2 * b;
+  po.static_batch = StaticBatch::Respecialize;
+  const LogLevel level = log_level();
+  if (level < LogLevel::Warn) set_log_level(LogLevel::Warn);  // this line says what the log would
+  try {
+    prepare_graph(std::move(model), po);
+    set_log_level(level);
+  } catch (const Error& e) {
+    set_log_level(level);
+    std::string why = e.what();
+    const std::string lead = " and cannot be re-specialized to " + std::to_string(2 * b) + ": ";
+    const std::size_t at = why.find(lead);
+    if (at != std::string::npos) why = why.substr(at + lead.size());
+    return str("fixed at ", b, " in the model and not re-specialized to a job's --batch-size (", why, "); a job runs ",
+               "each batch as sub-batches of ", b, " (at --batch-size ", 256 * b, ", ", 256, " of them): ",
+               sub_batch_cost(b, 256 * b), "; ", dynamic_batch_export_hint());
+  }
+  return str("fixed at ", b, " in the model; re-specialized to a job's --batch-size (every op keeps the samples apart)");
+}
+
 int check_command(const CheckOptions& o) {
   const ModelOps ops = read_model_ops(o.model);
   std::map<std::string, int> counts;
@@ -137,6 +162,7 @@ int check_command(const CheckOptions& o) {
     if (!ok) unknown[n.op].push_back(n.name);
   }
   std::vector<std::pair<std::string, Verdict>> verdicts;
+  std::string batch_line;  // a model with a fixed batch: whether a job at another batch re-specializes it
   if (!unknown.empty()) {
     const std::string why = str("refused: unsupported ", ops_with_nodes(unknown), " (opset ", ops.opset, ")");
     verdicts = {{"cpu", {false, why}}, {"cuda", {false, cuda_built() ? why : "not built into this sluice (SLUICE_CUDA=OFF)"}}};
@@ -157,7 +183,9 @@ int check_command(const CheckOptions& o) {
         }
       }
       po.input_dtype = in.dtype == DType::U8 ? DType::U8 : DType::F32;
-      g = prepare_graph(load_onnx(o.model), po);
+      Graph model = load_onnx(o.model);
+      g = prepare_graph(model, po);
+      if (!in.shape.empty() && in.shape[0] > 0) batch_line = static_batch_line(std::move(model), po);
     } catch (const UsageError&) {
       throw;
     } catch (const Error& e) {
@@ -180,6 +208,7 @@ int check_command(const CheckOptions& o) {
     std::printf("%-6s %s\n", engine.c_str(), v.text.c_str());
     if (v.runs && (o.device == "any" || o.device == engine)) runs = true;
   }
+  if (!batch_line.empty()) std::printf("batch  %s\n", batch_line.c_str());
   std::fflush(stdout);
   return runs ? kExitOk : kExitBadInput;
 }

@@ -8,6 +8,7 @@
 // afterwards guards the rewrites.
 #include "model/batch_adapt.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -18,6 +19,119 @@
 #include "model/passes.h"
 
 namespace sluice {
+
+namespace {
+
+// The flat tensor a Gather reads: data 1-D of N elements, indices a constant integer tensor, every
+// index in [-N, N) (made non-negative here).  False when the Gather is not such a read.
+bool flat_gather(const Graph& g, const Node& n, int64_t& length, Shape& shape, std::vector<int64_t>& idx) {
+  if (n.op != "Gather" || !n.domain.empty() || n.inputs.size() != 2 || n.outputs.size() != 1) return false;
+  const Shape* ds = static_shape(g, n.input(0));
+  const Tensor* it = g.constant(n.input(1));
+  if (!ds || ds->size() != 1 || !it || (it->dtype != DType::I64 && it->dtype != DType::I32)) return false;
+  if (n.get_int("axis", 0) != 0 && n.get_int("axis", 0) != -1) return false;
+  length = (*ds)[0];
+  shape = it->shape;
+  idx = it->as_int64();
+  for (int64_t& v : idx) {
+    if (v < -length || v >= length) return false;
+    if (v < 0) v += length;
+  }
+  return true;
+}
+
+// One line per node: its op, name, and each input's and output's shape and batch axis
+// (axis/outer/inner), for SLUICE_LOG_LEVEL=debug.
+std::string trace_summary(const Graph& g, const BatchTrace& t) {
+  auto one = [&](const std::string& name) {
+    if (name.empty()) return std::string("-");
+    const ValueInfo* v = g.value(name);
+    const BatchState st = t.of(g, name);
+    std::string s = name + (v ? shape_str(v->shape) : std::string("?"));
+    if (g.is_constant(name)) return s + "=c";
+    if (!t.states.count(name)) return s;
+    return s + str("@", st.axis, st.merged() ? str("(", st.outer, "x", st.inner, ")") : std::string());
+  };
+  std::string out;
+  for (const Node& n : g.nodes) {
+    out += n.op + " '" + n.name + "' (";
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) out += (i ? ", " : "") + one(n.inputs[i]);
+    out += ") -> ";
+    for (std::size_t i = 0; i < n.outputs.size(); ++i) out += (i ? ", " : "") + one(n.outputs[i]);
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+// torch.export writes as_strided (adaptive average pooling's view, ConvNeXt's, Swin's and FocalNet's
+// heads) as Reshape(x, [-1]) then Gather(axis 0) at constant offsets, offset(i) = sum of i_k x stride_k.
+// At a fixed batch of b0 that Gather reads across the batch (the flat axis holds the samples merged
+// with their features), so the batch trace cannot prove it; it is respelled here into forms that keep
+// the batch on an axis of its own, each equal to the Gather element by element:
+//   identity  offsets = 0, 1, ..., N-1 in row-major order of the indices' shape S (the view of a
+//             contiguous tensor): Reshape(x, S).
+//   per row   x [b, ...] of P = N / b elements per row, S = [b, S'...], and offsets(s, i) = s x P + o(i)
+//             with every o(i) in [0, P): row s of the output reads row s of x only, at the same
+//             offsets o for every row: Reshape(x, [b, P]), then Gather(axis 1, o [S'...]).
+// Either way the result has shape S.
+int respell_flat_gathers(Graph& g) {
+  int done = 0;
+  for (std::size_t k = 0; k < g.nodes.size(); ++k) {
+    int64_t length = 0;
+    Shape s;
+    std::vector<int64_t> idx;
+    if (!flat_gather(g, g.nodes[k], length, s, idx)) continue;
+    const Node gather = g.nodes[k];
+    // The tensor before the flattening Reshape (or Flatten), when there is one with a static shape.
+    const int p = g.producer(gather.input(0));
+    const Node* flat = p >= 0 ? &g.nodes[static_cast<std::size_t>(p)] : nullptr;
+    const Shape* xs = flat && flat->domain.empty() && (flat->op == "Reshape" || flat->op == "Flatten")
+                          ? static_shape(g, flat->input(0)) : nullptr;
+    const std::string x = xs ? flat->input(0) : gather.input(0);
+    bool identity = static_cast<int64_t>(idx.size()) == length;
+    for (std::size_t i = 0; identity && i < idx.size(); ++i) identity = idx[i] == static_cast<int64_t>(i);
+    Node r;
+    r.op = "Reshape";
+    r.name = unique_tensor_name(g, gather.name + "_view");
+    r.attrs["allowzero"] = Attribute::of_int(0);
+    if (identity && !s.empty()) {
+      r.inputs = {x, add_int64_constant(g, gather.name + "_shape", s)};
+      r.outputs = gather.outputs;
+      g.nodes[k] = std::move(r);
+      ++done;
+      continue;
+    }
+    // Per row: the rows of x, b of them, each P elements.
+    if (!xs || xs->empty() || s.empty() || (*xs)[0] < 1 || s[0] != (*xs)[0] || length % (*xs)[0] != 0) continue;
+    const int64_t b = (*xs)[0], P = length / b;
+    const std::size_t per = idx.size() / static_cast<std::size_t>(b);
+    bool rows = true;
+    for (int64_t row = 0; rows && row < b; ++row)
+      for (std::size_t i = 0; rows && i < per; ++i) {
+        const int64_t o = idx[static_cast<std::size_t>(row) * per + i] - row * P;
+        rows = o >= 0 && o < P && o == idx[i];
+      }
+    if (!rows) continue;
+    r.inputs = {x, add_int64_constant(g, gather.name + "_rows", {b, P})};
+    r.outputs = {unique_tensor_name(g, gather.outputs[0] + "_rows")};
+    Node sel = gather;
+    sel.inputs = {r.outputs[0], unique_tensor_name(g, gather.input(1) + "_per_row")};
+    sel.attrs["axis"] = Attribute::of_int(1);
+    g.constants[sel.inputs[1]] = Tensor::from(DType::I64, Shape(s.begin() + 1, s.end()),
+                                              std::vector<int64_t>(idx.begin(), idx.begin() + static_cast<long>(per)));
+    g.nodes[k] = std::move(sel);
+    g.nodes.insert(g.nodes.begin() + static_cast<long>(k), std::move(r));
+    ++k;
+    ++done;
+  }
+  if (done) {
+    eliminate_dead_nodes(g);
+    infer_known_shapes(g);
+  }
+  return done;
+}
 
 const char* static_batch_name(StaticBatch s) {
   switch (s) {
@@ -39,6 +153,7 @@ bool respecialize_batch(Graph& g, int64_t model_batch, int64_t batch, std::strin
   infer_shapes(g);
   const std::unordered_map<std::string, ValueInfo> before = g.values;
   const BatchTrace t = trace_batch(g, BatchQuestion::Respecialize, model_batch, batch);
+  if (log_level() == LogLevel::Debug) log_debug("batch trace of ", g.source, ":\n", trace_summary(g, t));
   if (!t.why.empty()) {
     why = t.why;
     return false;
@@ -69,10 +184,25 @@ bool respecialize_batch(Graph& g, int64_t model_batch, int64_t batch, std::strin
   };
   for (const BatchRewrite& r : t.rewrites) {
     Node& n = g.nodes[r.node];
-    const std::string name = unique_tensor_name(g, n.inputs[r.input] + "_batch" + std::to_string(batch));
+    const std::string name = unique_tensor_name(g, n.inputs[r.input] + (r.tile ? "_repeats" : "_batch") + std::to_string(batch));
     g.constants[name] = r.value;
     added.push_back(name);
-    n.inputs[r.input] = name;
+    if (!r.tile) n.inputs[r.input] = name;
+  }
+  // The Tiles in front of their nodes, last node first so that the indices hold.
+  std::vector<std::size_t> tiles;
+  for (std::size_t k = 0; k < t.rewrites.size(); ++k)
+    if (t.rewrites[k].tile) tiles.push_back(k);
+  std::stable_sort(tiles.begin(), tiles.end(), [&](std::size_t x, std::size_t y) { return t.rewrites[x].node > t.rewrites[y].node; });
+  for (std::size_t k : tiles) {
+    const BatchRewrite& r = t.rewrites[k];
+    Node tile;
+    tile.op = "Tile";
+    tile.name = unique_tensor_name(g, g.nodes[r.node].name + "_repeat" + std::to_string(r.input));
+    tile.inputs = {g.nodes[r.node].inputs[r.input], added[k]};
+    tile.outputs = {unique_tensor_name(g, tile.inputs[0] + "_per_sample")};
+    g.nodes[r.node].inputs[r.input] = tile.outputs[0];
+    g.nodes.insert(g.nodes.begin() + static_cast<long>(r.node), std::move(tile));
   }
   g.inputs[0].shape[0] = batch;
   try {
@@ -153,6 +283,18 @@ void unroll_batch(Graph& g, int64_t model_batch, int64_t batch) {
   g.values.clear();
 }
 
+std::string sub_batch_cost(int64_t model_batch, int64_t batch) {
+  return str("expect up to ", std::max<int64_t>(batch / std::max<int64_t>(model_batch, 1), 1),
+             "x the time per batch of a re-specialized model (each sub-batch runs at the throughput of batch ",
+             model_batch, ") and a set-up that grows with --batch-size");
+}
+
+std::string dynamic_batch_export_hint() {
+  return "to avoid it, export the model with a dynamic batch: torch.onnx.export(model, (x,), path, "
+         "dynamic_shapes=({0: torch.export.Dim(\"batch\")},)), or with dynamo=False, "
+         "input_names=[\"input\"], dynamic_axes={\"input\": {0: \"batch\"}}";
+}
+
 BatchAdaptation adapt_batch(Graph& g, int64_t model_batch, int64_t batch, StaticBatch mode) {
   BatchAdaptation r;
   r.model_batch = model_batch;
@@ -173,8 +315,13 @@ BatchAdaptation adapt_batch(Graph& g, int64_t model_batch, int64_t batch, Static
   unroll_batch(g, model_batch, batch);
   r.how = BatchAdaptation::How::SubBatched;
   r.why_not_respecialized = why;
-  log_info(g.source, ": the model's batch is fixed at ", model_batch, "; each batch of ", batch, " runs as ",
-           batch / model_batch, " sub-batches of ", model_batch, " (not re-specialized: ", why, ")");
+  if (mode == StaticBatch::SubBatch)
+    log_info(g.source, ": the model's batch is fixed at ", model_batch, "; each batch of ", batch, " runs as ",
+             batch / model_batch, " sub-batches of ", model_batch, " (not re-specialized: ", why, ")");
+  else
+    log_warn(g.source, ": the model's batch is fixed at ", model_batch, "; each batch of ", batch, " runs as ",
+             batch / model_batch, " sub-batches of ", model_batch, " (not re-specialized: ", why, "); ",
+             sub_batch_cost(model_batch, batch), "; ", dynamic_batch_export_hint());
   return r;
 }
 

@@ -41,6 +41,11 @@ struct BatchAdaptation {
 // every output to have model_batch rows).
 BatchAdaptation adapt_batch(Graph& g, int64_t model_batch, int64_t batch, StaticBatch mode);
 
+// What a run on sub-batches costs and how to avoid it, for the run's warning and `sluice check`:
+// "... runs as N sub-batches of b: expect ...; export the model with a dynamic batch: ...".
+std::string sub_batch_cost(int64_t model_batch, int64_t batch);
+std::string dynamic_batch_export_hint();
+
 // The two ways, exposed for tests.  respecialize_batch leaves `g` unchanged and returns false with
 // `why` set when it cannot prove the rewrite; unroll_batch throws InputError when it cannot apply.
 bool respecialize_batch(Graph& g, int64_t model_batch, int64_t batch, std::string& why);

@@ -76,8 +76,14 @@ class Tracer {
  public:
   using Rule = bool (Tracer::*)(const Node&);
 
-  Tracer(const Graph& g, BatchQuestion q, int64_t b0, int64_t batch)
-      : g_(g), strict_(q == BatchQuestion::Respecialize), b0_(b0), batch_(batch) {}
+  // `choices`: for Reshape nodes (by index) whose batch axis is ambiguous, which candidate to take
+  // (0, the likeliest, when absent).
+  Tracer(const Graph& g, BatchQuestion q, int64_t b0, int64_t batch,
+         std::unordered_map<std::size_t, std::size_t> choices = {})
+      : g_(g), strict_(q == BatchQuestion::Respecialize), b0_(b0), batch_(batch), choices_(std::move(choices)) {}
+
+  // The Reshape nodes visited whose batch axis could go to more than one axis, and how many.
+  const std::vector<std::pair<std::size_t, std::size_t>>& ambiguous() const { return ambiguous_; }
 
   BatchTrace run() {
     if (!g_.inputs.empty()) t_.states[g_.inputs[0].name] = BatchState{0, "", 0};
@@ -131,6 +137,7 @@ class Tracer {
   bool same_samples(const Node& n, const std::vector<std::size_t>& data);
   bool same_merge(const Node& n, const std::vector<std::size_t>& data);
   bool unmerged(const char* what);
+  bool tile_operand(const Node& n, std::size_t i, int at);
   static Rule rule_of(const std::string& op);
 
   // ---- the rules, one per op or family ----
@@ -176,6 +183,8 @@ class Tracer {
   int64_t outer_ = 1, inner_ = 1;  // ... and how its data inputs' batch axis is merged
   std::string merge_note_;         // ... and by which node
   std::string why_;
+  std::unordered_map<std::size_t, std::size_t> choices_;
+  std::vector<std::pair<std::size_t, std::size_t>> ambiguous_;
 };
 
 // How each op moves the batch axis.  An op without an entry here or in an op class of
@@ -338,6 +347,23 @@ bool Tracer::unmerged(const char* what) {
   return fail(str(what, " a batch axis that holds the samples merged with other axes (", merge_note_, ")"));
 }
 
+// Respecialize: input i of n does not depend on the input data and meets the data operands' batch
+// axis on its axis `at` with more than one row, where broadcasting would need one.  At a model batch
+// of one with the batch unmerged or merged only with axes after it (inner rows per sample), those
+// rows are one sample's, the same for every sample: at the new batch they are repeated once per
+// sample (a Tile, row b x inner + j = row j), which the graph does in front of the node.
+bool Tracer::tile_operand(const Node& n, std::size_t i, int at) {
+  const Shape& s = shape(n.inputs[i]);
+  const std::string what = str("takes operand '", n.inputs[i], "' ", shape_str(s));
+  if (b0_ != 1 || outer_ != 1 || at < 0 || static_cast<std::size_t>(at) >= s.size() || s[static_cast<std::size_t>(at)] != inner_)
+    return fail(str(what, " that neither broadcasts over the batch axis nor holds one sample's rows along it"));
+  if (shape_numel(s) * batch_ > (int64_t(1) << 25)) return fail(str(what, ", too large to repeat for every sample"));
+  std::vector<int64_t> reps(s.size(), 1);
+  reps[static_cast<std::size_t>(at)] = batch_;
+  t_.rewrites.push_back({node_, i, Tensor::from(DType::I64, Shape{static_cast<int64_t>(reps.size())}, reps), true});
+  return true;
+}
+
 // ---- element-wise ----
 
 // Element by element on input 0; any further inputs are parameters (Clip's bounds).
@@ -372,7 +398,7 @@ bool Tracer::broadcast(const Node& n) {
     const std::string& in = n.inputs[i];
     if (ax(n, i) != kNoBatch) continue;
     const int k = at - (rmax - rank(in));
-    if (k >= 0 && shape(in)[static_cast<std::size_t>(k)] != 1)
+    if (k >= 0 && shape(in)[static_cast<std::size_t>(k)] != 1 && !tile_operand(n, i, k))
       return fail(str("takes operand '", in, "' ", shape_str(shape(in)), " of size ", shape(in)[static_cast<std::size_t>(k)],
                       " on the batch axis instead of broadcasting over it"));
   }
@@ -407,13 +433,23 @@ bool Tracer::detections(const Node& n) {
 // ---- products ----
 
 // sluice.Attention: q, k and v with the batch on one leading axis (not the sequence or feature
-// axes), and a bias that does not depend on the input data.
+// axes), and a bias that does not depend on the input data.  One of q, k, v may not depend on the
+// input (DETR's decoder queries, SigLIP's pooling probe): it is the same for every sample, and at
+// the new batch it is repeated for every sample (the op does not broadcast).
 bool Tracer::attention(const Node& n) {
-  const int a = ax(n, 0);
-  if (a == kNoBatch || a >= rank(n.input(0)) - 2 || ax(n, 1) != a || ax(n, 2) != a)
+  int a = kNoBatch;
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (ax(n, i) == kNoBatch) continue;
+    if (a != kNoBatch && ax(n, i) != a) a = kMixed;
+    else a = ax(n, i);
+  }
+  const bool strided = n.get_string("layout", "") == "strided";
+  if (a < 0 || a >= rank(n.input(0)) - 2 || (strided && a != 0))
     return fail("mixes rows of attention across the batch (q, k and v do not carry it on one leading axis)");
   if (n.inputs.size() > 3 && !n.input(3).empty() && ax(n, 3) != kNoBatch)
     return fail("adds an attention bias computed from the input data");
+  for (std::size_t i = 0; strict_ && i < 3; ++i)
+    if (ax(n, i) == kNoBatch && !tile_operand(n, i, a)) return false;
   all(a);
   return true;
 }
@@ -432,8 +468,7 @@ bool Tracer::matmul(const Node& n) {
     for (const std::string* x : {&A, &B}) {
       if (t_.of(g_, *x).axis != kNoBatch) continue;
       const int i = at - (R - rank(*x));
-      if (i >= 0 && shape(*x)[static_cast<std::size_t>(i)] != 1)
-        return fail("takes an operand that does not broadcast over the batch axis");
+      if (i >= 0 && shape(*x)[static_cast<std::size_t>(i)] != 1 && !tile_operand(n, x == &A ? 0 : 1, i)) return false;
     }
   }
   set(0, at);
@@ -580,8 +615,11 @@ bool Tracer::reshape(const Node& n) {
   const Shape& res = shape(n.outputs.at(0));
   const int64_t samples = in[static_cast<std::size_t>(a)] / (s.outer * s.inner);
   const int64_t lead = product(in, 0, static_cast<std::size_t>(a)), before = lead * s.outer;
-  int q = -1, best = -1;
-  int64_t outer = 1, inner = 1;
+  struct Candidate {
+    int rank, q;
+    int64_t outer, inner;
+  };
+  std::vector<Candidate> cands;
   for (std::size_t k = 0; k < res.size(); ++k) {
     const int64_t pb = product(res, 0, k), pa = pb * res[k];
     if (pb == 0 || before % pb != 0 || pa % (before * samples) != 0) continue;
@@ -589,7 +627,19 @@ bool Tracer::reshape(const Node& n) {
     const bool alone = o == 1 && i == 1, here = static_cast<int>(k) == a;
     const bool last = k + 1 == res.size() && i > 1;  // into the features that the next product sums
     const int rank = alone ? (here ? 5 : 4) : last ? 0 : here && pb == lead ? 3 : 2;
-    if (rank > best) best = rank, q = static_cast<int>(k), outer = o, inner = i;
+    cands.push_back({rank, static_cast<int>(k), o, i});
+  }
+  // The likeliest first; Respecialize tries the others where the likeliest fails further on
+  // (trace_batch): a batch of one cannot tell [1, 1, C]'s axes apart, which a sequence-first
+  // attention's [L = 1, N, C] needs (SigLIP's pooling head).
+  std::stable_sort(cands.begin(), cands.end(), [](const Candidate& x, const Candidate& y) { return x.rank > y.rank; });
+  int q = -1;
+  int64_t outer = 1, inner = 1;
+  if (!cands.empty()) {
+    if (strict_ && cands.size() > 1) ambiguous_.push_back({node_, cands.size()});
+    const auto it = choices_.find(node_);
+    const Candidate& c = cands[it == choices_.end() ? 0 : std::min(it->second, cands.size() - 1)];
+    q = c.q, outer = c.outer, inner = c.inner;
   }
   const bool flatten = n.op == "Flatten";
   if (q < 0)
@@ -876,8 +926,35 @@ BatchState BatchTrace::of(const Graph& g, const std::string& name) const {
   return it == states.end() ? BatchState{} : it->second;
 }
 
+namespace {
+
+// Respecialize: the trace proves every op and ends with each output's batch on axis 0, alone.
+bool proven(const Graph& g, const BatchTrace& t) {
+  if (!t.why.empty()) return false;
+  for (const ValueInfo& o : g.outputs) {
+    const BatchState st = t.of(g, o.name);
+    if (st.axis != 0 || st.merged()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// Respecialize: where the likeliest reading of the Reshapes does not prove the graph, each other
+// reading of one ambiguous Reshape is tried, the last one before the failure first (at most 32
+// traces).  Any reading that proves the graph is a proof: the rewrites follow that reading.
 BatchTrace trace_batch(const Graph& g, BatchQuestion q, int64_t b0, int64_t batch) {
-  return Tracer(g, q, b0, batch).run();
+  Tracer first(g, q, b0, batch);
+  BatchTrace t = first.run();
+  if (q != BatchQuestion::Respecialize || proven(g, t)) return t;
+  const auto ambiguous = first.ambiguous();
+  int tries = 0;
+  for (auto it = ambiguous.rbegin(); it != ambiguous.rend() && tries < 32; ++it)
+    for (std::size_t c = 1; c < it->second && tries < 32; ++c, ++tries) {
+      BatchTrace other = Tracer(g, q, b0, batch, {{it->first, c}}).run();
+      if (proven(g, other)) return other;
+    }
+  return t;
 }
 
 }  // namespace sluice

@@ -42,10 +42,15 @@ struct BatchState {
 };
 
 // A constant input of a node to replace so that the graph computes at the new batch (Respecialize).
+// With `tile`, the input stays and a Tile by `value` (int64 repeats: the new batch on one axis, 1
+// elsewhere) goes in front of the node: an operand that does not depend on the input, holding one
+// sample's value where the node's other operands hold each sample's (a query computed from learned
+// embeddings alone, DETR's decoder and SigLIP's pooling probe), repeated for every sample.
 struct BatchRewrite {
   std::size_t node;
   std::size_t input;
   Tensor value;
+  bool tile = false;
 };
 
 struct BatchTrace {

@@ -50,5 +50,9 @@ int push_transposes(Graph& g);
 // how many.  SLUICE_ATTENTION_LAYOUT=0 turns it off.
 int attention_layout(Graph& g);
 void eliminate_dead_nodes(Graph& g);
+// torch.export's as_strided (Reshape to 1-D, then Gather at constant offsets) respelled as a Reshape,
+// or a Reshape to rows and a Gather within each row, when its offsets are those forms
+// (model/batch_adapt.cpp); returns how many.  A fixed-batch model's batch trace follows them.
+int respell_flat_gathers(Graph& g);
 
 }  // namespace sluice

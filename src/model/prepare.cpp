@@ -397,6 +397,7 @@ Graph prepare_graph(Graph g, const PrepareOptions& o) {
   fold_constants(g);
   if (!o.outputs.empty()) add_heads(g, o.outputs, o.model_output);
   remove_identities(g);
+  respell_flat_gathers(g);  // torch.export's as_strided, which a fixed-batch model's batch trace cannot follow
   if (o.fuse) {
     fold_layer_scales(g);
     fold_batchnorm(g);

@@ -95,3 +95,27 @@ def test_an_op_that_only_folds_but_depends_on_the_data_is_refused(tmp_path):
     p = sluice("check", "--model", path)
     assert p.returncode == 3, p.stdout + p.stderr
     assert "Range" in lines(p)["cpu"] and "refused" in lines(p)["cpu"]
+
+
+def test_a_fixed_batch_model_says_whether_a_job_re_specializes_it(tmp_path):
+    # torch.export's as_strided in ConvNeXt's head (a Gather over the flattened batch-1 tensor) no longer
+    # keeps it from following the job's batch.
+    p = sluice("check", "--model", os.path.join(ZOO, "tv_convnext.dynamo.onnx"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "fixed at 1 in the model; re-specialized" in lines(p)["batch"], p.stdout
+    assert "re-specialized to batch" not in p.stderr, p.stderr
+    # A model that mixes the samples (a mean over the batch) runs only on sub-batches: the reason, the
+    # cost and the export that avoids it.
+    nodes = [helper.make_node("ReduceMean", ["x", "ax"], ["m"], keepdims=1), helper.make_node("Sub", ["x", "m"], ["y"])]
+    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([0], np.int64), "ax")])
+    path = tmp_path / "mix.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    p = sluice("check", "--model", path)
+    assert p.returncode == 0, p.stdout + p.stderr  # it runs, on sub-batches
+    line = lines(p)["batch"]
+    assert "not re-specialized" in line and "reduces over the batch axis" in line, line
+    assert "256 of them" in line and "up to 256x the time per batch" in line, line
+    assert "dynamic_shapes=" in line and "dynamic_axes=" in line, line
+    assert len(p.stdout.splitlines()) <= 25

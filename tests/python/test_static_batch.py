@@ -139,6 +139,69 @@ def attention(rng):
     return model_of(nodes, inits, [1, 6, 8], [1, 6, 8])
 
 
+def as_strided_views(rng):
+    """torch.export's as_strided: Reshape to 1-D, then Gather at constant offsets; one read of the whole
+    tensor in order (ConvNeXt's and Swin's pooled head), one transposed within the sample."""
+    c, h, w = 3, 4, 5
+    ident = np.arange(c * h * w, dtype=np.int64).reshape(1, c * h * w, 1, 1)
+    transposed = np.array([[[[ci * h * w + hi * w + wi for ci in range(c)] for hi in range(h)] for wi in range(w)]],
+                          np.int64)  # [1, W, H, C]
+    inits = {"flat": np.array([-1], np.int64), "ident": ident, "transposed": transposed,
+             "back": np.array([1, -1], np.int64), "ax": np.array([-1, -2], np.int64)}
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Reshape", ["r", "flat"], ["f"]),
+             helper.make_node("Gather", ["f", "ident"], ["g1"], axis=0),
+             helper.make_node("Gather", ["f", "transposed"], ["g2"], axis=0),
+             helper.make_node("ReduceMean", ["g2", "ax"], ["m"], keepdims=1),  # [1, W, 1, 1]
+             helper.make_node("Reshape", ["g1", "back"], ["y1"]),
+             helper.make_node("Reshape", ["m", "back"], ["y2"]),
+             helper.make_node("Concat", ["y1", "y2"], ["y"], axis=1)]
+    return model_of(nodes, inits, [1, c, h, w], [1, c * h * w + w], opset=18)
+
+
+def constant_query_attention(rng, fused_heads=False):
+    """Cross-attention whose queries come from learned embeddings only (DETR's decoder, SigLIP's
+    pooling probe): at batch 1 q is a constant without the batch.  transformers 4 writes the heads
+    merged with the batch, k [B x H, S, d] and q [H, Q, d]; transformers 5 keeps them apart, k
+    [B, H, S, d] and q [1, H, Q, d], which Sluice fuses into one attention node."""
+    heads, seq, d, queries = 2, 6, 4, 3
+    inits = {"wk": rng.standard_normal((8, 8)).astype(np.float32), "wv": rng.standard_normal((8, 8)).astype(np.float32),
+             "split": np.array([1, seq, heads, d], np.int64), "scale": np.array(0.5, np.float32),
+             "back": np.array([1, queries, heads * d], np.int64)}
+    if fused_heads:
+        inits["q"] = rng.standard_normal((1, heads, queries, d)).astype(np.float32)
+        kperm, tperm = [0, 2, 3, 1], [0, 2, 1, 3]
+    else:
+        inits["q"] = rng.standard_normal((heads, queries, d)).astype(np.float32)
+        inits["merge"] = np.array([heads, seq, d], np.int64)
+        inits["unmerge"] = np.array([1, heads, queries, d], np.int64)
+    nodes = []
+    for n in "kv":
+        nodes += [helper.make_node("MatMul", ["x", f"w{n}"], [f"{n}0"]),
+                  helper.make_node("Reshape", [f"{n}0", "split"], [f"{n}1"]),
+                  helper.make_node("Transpose", [f"{n}1"], [f"{n}2"], perm=[0, 2, 1, 3])]
+        if not fused_heads:
+            nodes.append(helper.make_node("Reshape", [f"{n}2", "merge"], [n]))
+    if fused_heads:
+        nodes += [helper.make_node("Transpose", ["k1"], ["k"], perm=kperm), helper.make_node("Identity", ["v2"], ["v"])]
+        nodes += [helper.make_node("MatMul", ["q", "k"], ["s0"])]
+    else:
+        nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+                  helper.make_node("MatMul", ["q", "kt"], ["s0"])]
+    nodes += [helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+              helper.make_node("Softmax", ["s1"], ["a"], axis=-1),
+              helper.make_node("MatMul", ["a", "v"], ["o"])]
+    if not fused_heads:
+        nodes.append(helper.make_node("Reshape", ["o", "unmerge"], ["o4"]))
+    nodes += [helper.make_node("Transpose", ["o" if fused_heads else "o4"], ["o5"], perm=tperm if fused_heads else [0, 2, 1, 3]),
+              helper.make_node("Reshape", ["o5", "back"], ["y"])]
+    return model_of(nodes, inits, [1, seq, 8], [1, queries, heads * d])
+
+
+def constant_query_attention_4d(rng):
+    return constant_query_attention(rng, fused_heads=True)
+
+
 def batch_mixer(rng, batch=1):
     """Subtracts the mean over the batch: right only on the model's own batch, so only sub-batches are."""
     inits = {"ax": np.array([0], np.int64)}
@@ -162,7 +225,8 @@ def per_sample_reference(model, x, model_batch=1):
     return np.concatenate([s.run(None, {"x": x[i:i + model_batch]})[0] for i in range(0, len(x), model_batch)])
 
 
-@pytest.mark.parametrize("build", [conv_reshape_gemm, upsample_sizes, attention])
+@pytest.mark.parametrize("build", [conv_reshape_gemm, upsample_sizes, attention, as_strided_views,
+                                   constant_query_attention, constant_query_attention_4d])
 @pytest.mark.parametrize("batch", [4, 7])
 def test_batch_carrying_constants_are_respecialized(build, batch, tmp_path):
     rng = np.random.default_rng(batch)
@@ -173,6 +237,7 @@ def test_batch_carrying_constants_are_respecialized(build, batch, tmp_path):
     for mode in ("respecialize", "sub-batch"):
         r, got = forward(model, x, tmp_path / mode, mode)
         assert got.shape == ref.shape and rel_err(got, ref) <= REL_TOL, f"{mode}: {rel_err(got, ref):.2e}\n{r.stderr}"
+        assert ("re-specialized to batch" if mode == "respecialize" else "sub-batches") in r.stderr, r.stderr
 
 
 def test_a_model_that_mixes_samples_runs_on_sub_batches(tmp_path):
@@ -183,6 +248,9 @@ def test_a_model_that_mixes_samples_runs_on_sub_batches(tmp_path):
     assert r.returncode == 3 and "reduces over the batch axis" in r.stderr, r.stderr
     r, got = forward(model, x, tmp_path / "auto")
     assert "5 sub-batches" in r.stderr, r.stderr
+    # The warning says what it costs and how to export the model so that it needs no sub-batches.
+    assert "warning" in r.stderr and "up to 5x the time per batch" in r.stderr, r.stderr
+    assert "dynamic_shapes=" in r.stderr and "dynamic_axes=" in r.stderr, r.stderr
     ref = per_sample_reference(model, x)
     assert np.allclose(ref, 0) and rel_err(got + 1, ref + 1) <= REL_TOL  # each sample is its own batch: all zero
 

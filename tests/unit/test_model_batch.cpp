@@ -10,6 +10,7 @@
 using namespace sluice;
 using sluice::test::GraphBuilder;
 using sluice::test::count_ops;
+using sluice::test::find_op;
 
 namespace {
 
@@ -114,4 +115,76 @@ TEST(BatchAdapt, ModeNamesRoundTrip) {
   for (StaticBatch s : {StaticBatch::Auto, StaticBatch::Respecialize, StaticBatch::SubBatch})
     EXPECT_EQ(static_batch_from_name(static_batch_name(s)), s);
   EXPECT_THROW(static_batch_from_name("sometimes"), UsageError);
+}
+
+namespace {
+
+// x [1, 4, 3] -> Reshape [-1] -> Gather(axis 0, offsets) -> y: torch.export's spelling of as_strided.
+Graph as_strided_model(Shape shape, std::vector<int64_t> offsets) {
+  GraphBuilder b;
+  b.input("x", {1, 4, 3}).output("y");
+  b.ints("flat", {-1});
+  b.g.constants["offsets"] = Tensor::from(DType::I64, std::move(shape), offsets);
+  b.node("Relu", {"x"}, {"r"});
+  b.node("Reshape", {"r", "flat"}, {"f"});
+  b.node("Gather", {"f", "offsets"}, {"y"}).attrs["axis"] = Attribute::of_int(0);
+  b.g.topo_sort();
+  return b.g;
+}
+
+}  // namespace
+
+TEST(BatchAdapt, AnAsStridedGatherOfTheWholeTensorInOrderIsAReshape) {
+  std::vector<int64_t> offsets(12);
+  for (int64_t i = 0; i < 12; ++i) offsets[static_cast<std::size_t>(i)] = i;
+  const Graph g = prepared(as_strided_model({1, 12, 1}, offsets), 5, StaticBatch::Respecialize);
+  EXPECT_EQ(g.outputs[0].shape, (Shape{5, 12, 1}));
+  EXPECT_EQ(count_ops(g, "Gather"), 0);
+  EXPECT_EQ(count_ops(g, "Concat"), 0);
+}
+
+TEST(BatchAdapt, AnAsStridedGatherWithinTheSampleBecomesAGatherAlongItsRows) {
+  // The per-sample [4, 3] read transposed: y[0, c, r] = x[0, r, c], offset r x 3 + c.
+  std::vector<int64_t> offsets;
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t r = 0; r < 4; ++r) offsets.push_back(r * 3 + c);
+  const Graph g = prepared(as_strided_model({1, 3, 4}, offsets), 3, StaticBatch::Respecialize);
+  EXPECT_EQ(g.outputs[0].shape, (Shape{3, 3, 4}));
+  const Node* gather = find_op(g, "Gather");
+  ASSERT_NE(gather, nullptr);
+  EXPECT_EQ(gather->get_int("axis", 0), 1);
+  EXPECT_EQ(g.constant(gather->inputs[1])->shape, (Shape{3, 4}));
+}
+
+TEST(BatchAdapt, AnAsStridedGatherWithoutTheBatchInItsIndicesStaysSubBatched) {
+  // Indices [2, 6]: their first axis is not the sample's, so the rows of y do not follow the batch.
+  std::vector<int64_t> offsets = {0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11};
+  const std::string why = respecialize_error(as_strided_model({2, 6}, offsets), 3);
+  EXPECT_NE(why.find("selects along the batch axis"), std::string::npos) << why;
+}
+
+TEST(BatchAdapt, AQueryThatDoesNotDependOnTheInputIsRepeatedForEverySample) {
+  // transformers 4's attention at batch 1: k [B x heads, S, d] from the input, q [heads, Q, d] from
+  // learned embeddings only (DETR's decoder queries); q does not broadcast over B x heads.
+  GraphBuilder b;
+  b.input("x", {1, 4, 3}).output("y");
+  b.ints("heads", {2, 4, 3});  // [1 x 2, 4, 3] after a Tile of x to two heads' worth
+  b.ints("two", {1, 2, 1});
+  b.ints("back", {1, 2, 5, 4});
+  b.floats("q", {2, 5, 3}, sluice::test::ramp(30));
+  b.node("Tile", {"x", "two"}, {"x2"});  // [1, 8, 3]
+  b.node("Reshape", {"x2", "heads"}, {"k"});
+  b.node("Transpose", {"k"}, {"kt"}).attrs["perm"] = Attribute::of_ints({0, 2, 1});
+  b.node("MatMul", {"q", "kt"}, {"s"});  // [2, 5, 4]
+  b.node("Softmax", {"s"}, {"p"}).attrs["axis"] = Attribute::of_int(-1);
+  b.node("Reshape", {"p", "back"}, {"y"});
+  b.g.topo_sort();
+  PrepareOptions o;
+  o.batch_size = 3;
+  o.sample_shape = {4, 3};
+  o.static_batch = StaticBatch::Respecialize;
+  const Graph g = prepare_graph(b.g, o);
+  EXPECT_EQ(g.outputs[0].shape, (Shape{3, 2, 5, 4}));
+  EXPECT_EQ(count_ops(g, "Tile"), 2);  // the model's own, and q's repeat
+  EXPECT_EQ(count_ops(g, "Slice"), 0);
 }
