@@ -44,7 +44,8 @@ namespace {
 constexpr int64_t kIndexEvery = 1024;          // records between two entries of the sparse index
 constexpr std::size_t kLargest = 1024;         // the largest record sizes kept (max_encoded_bytes)
 constexpr std::size_t kMaxKeyBytes = 256;      // a --key-field value longer than this is a bad sample
-constexpr std::size_t kReadBlock = 1 << 20;    // bytes a scan reads at a time
+constexpr std::size_t kReadBlock = 1 << 20;    // bytes a scan reads at a time, at most
+constexpr std::size_t kFirstBlock = 64 << 10;  // its first read (a batch's records are often fewer bytes)
 constexpr uint64_t kHashedBytes = 64 << 10;    // fingerprint: bytes hashed at the start, middle and end
 constexpr std::size_t kMaxReason = 240;        // a bad sample's reason is cut to about this many bytes
 constexpr std::size_t kCachedRanges = 64;      // reads whose keys and end positions are remembered
@@ -124,6 +125,7 @@ class Scanner {
   void seek(uint64_t offset, int64_t line) {
     pos_ = base_ = offset;
     len_ = 0;
+    block_ = kFirstBlock;
     line_ = line;
   }
   uint64_t position() const { return pos_; }
@@ -206,7 +208,10 @@ class Scanner {
     if (kept > 0 && from != base_) std::memmove(buf_.data(), buf_.data() + (from - base_), kept);
     base_ = from;
     len_ = kept;
-    const std::size_t want = static_cast<std::size_t>(std::min<uint64_t>(buf_.size() - len_, end_ - (base_ + len_)));
+    // Reads grow from kFirstBlock to kReadBlock: a read of a few records does not pay for a megabyte.
+    const std::size_t room = std::min(buf_.size() - len_, block_);
+    block_ = std::min(block_ * 2, kReadBlock);
+    const std::size_t want = static_cast<std::size_t>(std::min<uint64_t>(room, end_ - (base_ + len_)));
     const std::string e = pread_exact(fd_, reinterpret_cast<uint8_t*>(buf_.data() + len_), want, base_ + len_);
     if (!e.empty()) throw InputError(str("text input: ", e));
     len_ += want;
@@ -220,6 +225,7 @@ class Scanner {
   std::vector<char>& buf_;
   uint64_t base_ = 0;  // file offset of buf_[0]
   std::size_t len_ = 0;
+  std::size_t block_ = kFirstBlock;  // the next read's size
   uint64_t pos_ = 0;
   int64_t line_ = 1;
   enum class Csv { Start, Unquoted, Quoted, QuoteInQuoted } csv_ = Csv::Start;
