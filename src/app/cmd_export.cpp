@@ -419,114 +419,22 @@ class Exporter {
   // out of both lists (JSON has no NaN), and counted in a warning.
   void detections() {
     const Categories cats = read_categories(o_.labels);
-    const int64_t n = r_.size();
-    std::vector<bool> good(static_cast<std::size_t>(n), false);
-    for (int64_t row = 0; row < n; ++row) {
+    for (int64_t row = 0; row < r_.size(); ++row)
       if (r_.status()[static_cast<std::size_t>(row)] != 0) bad_.push_back(row);
-      else good[static_cast<std::size_t>(row)] = true;
-    }
     const bool done = j_.done("detections.json") && j_.done("detections.csv") && j_.done("images.json");
     if (!done) maybe_stop();
-    // Boxes are in model-input pixels; with image sizes they go back to the original image.
-    std::optional<PreprocessSpec> spec;
-    if (r_.preprocess()) spec = geometry_from_json(*r_.preprocess());
-    // Sizes without the geometry (not written by sluice run): the boxes stay in model-input pixels.
-    const bool to_photo = r_.has_sizes() && spec;
-    if (r_.has_sizes() && !spec)
-      notes_.push_back(str(r_.path(), " does not record the run's image geometry: the boxes are in the model "
-                           "input's pixels, not the photos'"));
-    const std::vector<std::string> all_keys = r_.keys(0, n);
-    const ImageIds ids = coco_image_ids(all_keys, good);
-    if (!ids.why_rows.empty())
-      notes_.push_back(str("image_id is each sample's index, not its file name's number (", ids.why_rows,
-                           "): images.json names the file of each id"));
-    const int64_t k = r_.output(p_.source)->row_shape[0];
-    std::string json = "[", csv = detection_csv_header();
-    bool first_entry = true;
-    std::set<int64_t> seen_categories;
-    int64_t dropped = 0;
-    std::string dropped_first;
-    const int64_t step = block_rows(p_.source);
-    for (int64_t first = 0; first < n; first += step) {
-      const int64_t count = std::min(step, n - first);
-      const Tensor dets = r_.read_rows(p_.source, first, count);
-      const Tensor counts = r_.read_rows(p_.source + "_count", first, count);
-      const std::vector<float> v = dets.as_float();
-      const std::vector<int64_t> stored = counts.as_int64();
-      for (int64_t i = 0; i < count; ++i) {
-        const int64_t row = first + i;
-        if (!good[static_cast<std::size_t>(row)]) continue;
-        const std::string& key = all_keys[static_cast<std::size_t>(row)];
-        const int32_t m = std::min<int32_t>(static_cast<int32_t>(stored[static_cast<std::size_t>(i)]), static_cast<int32_t>(k));
-        std::pair<int32_t, int32_t> size{0, 0};
-        if (to_photo) size = r_.original_size(row);
-        for (int32_t d = 0; d < m; ++d) {
-          const float* x = v.data() + (i * k + d) * 6;
-          if (!detection_is_finite(x)) {
-            if (dropped++ == 0)
-              dropped_first = str("'", keys_file_line(key), "' (row ", row, ", detection ", d, ": box ", str_float(x[0]), ", ",
-                                  str_float(x[1]), ", ", str_float(x[2]), ", ", str_float(x[3]), ", score ",
-                                  str_float(x[4]), ", class ", str_float(x[5]), ")");
-            continue;
-          }
-          float box[4] = {x[0], x[1], x[2], x[3]};
-          if (size.first > 0 && size.second > 0)
-            box_to_original(box, size.first, size.second, spec, spec ? spec->out_h : 0, spec ? spec->out_w : 0);
-          const int64_t cls = static_cast<int64_t>(x[5]);
-          json += str(first_entry ? "\n" : ",\n",
-                      coco_entry(ids.ids[static_cast<std::size_t>(row)], key, cats.id(cls), box, x[4]));
-          first_entry = false;
-          seen_categories.insert(cats.id(cls));
-          csv += detection_csv_row(key, cats.id(cls), cats.name(cls), x[4], box);
-        }
-      }
-    }
-    json += "\n]\n";
-    if (dropped > 0)
-      warnings_.push_back(str(dropped, " detection(s) with a box, score or class that is not a finite number were left "
-                              "out of detections.json and detections.csv, the first ", dropped_first,
-                              "; the model gave them so (check its outputs for that image)"));
+    const DetectionFiles files = detection_files(r_, p_.source, cats, outputs_h5());
+    notes_.insert(notes_.end(), files.notes.notes.begin(), files.notes.notes.end());
+    warnings_.insert(warnings_.end(), files.notes.warnings.begin(), files.notes.warnings.end());
     if (done) return;
-    if (!j_.done("detections.json")) j_.write("detections.json", "", json);
-    if (!j_.done("detections.csv")) j_.write("detections.csv", "", csv);
-    if (!j_.done("images.json")) j_.write("images.json", "", images_json(all_keys, good, ids, cats, seen_categories, spec));
+    if (!j_.done("detections.json")) j_.write("detections.json", "", files.json);
+    if (!j_.done("detections.csv")) j_.write("detections.csv", "", files.csv);
+    if (!j_.done("images.json")) j_.write("images.json", "", files.images);
   }
 
-  // COCO's dataset file without annotations for the results: every good sample as an image (its
-  // id, key as file_name, original width and height: in model-input pixels without image sizes,
-  // none when even those are not recorded), and the categories (the labels file's, else the ids
-  // the results use, named by their number).
-  std::string images_json(const std::vector<std::string>& keys, const std::vector<bool>& good, const ImageIds& ids,
-                          const Categories& cats, const std::set<int64_t>& seen,
-                          const std::optional<PreprocessSpec>& spec) const {
-    std::string text = "{\"images\": [";
-    bool first = true;
-    for (std::size_t row = 0; row < keys.size(); ++row) {
-      if (!good[row]) continue;
-      int32_t h = 0, w = 0;
-      if (r_.has_sizes() && spec) std::tie(h, w) = r_.original_size(static_cast<int64_t>(row));
-      if ((h < 1 || w < 1) && spec && spec->out_h > 0 && spec->out_w > 0) std::tie(h, w) = std::make_pair(spec->out_h, spec->out_w);
-      json img{{"id", ids.ids[row]}, {"file_name", keys[row]}};
-      if (h > 0 && w > 0) {
-        img["width"] = w;
-        img["height"] = h;
-      }
-      text += str(first ? "\n" : ",\n", dump_json(img));
-      first = false;
-    }
-    text += "\n], \"annotations\": [], \"categories\": [";
-    first = true;
-    std::set<int64_t> listed;
-    auto category = [&](int64_t id, const std::string& name) {
-      if (!listed.insert(id).second) return;
-      text += str(first ? "\n" : ",\n", dump_json(json{{"id", id}, {"name", name}}));
-      first = false;
-    };
-    if (!cats.ids.empty())
-      for (std::size_t c = 0; c < cats.ids.size(); ++c) category(cats.ids[c], cats.names[c]);
-    else
-      for (const int64_t id : seen) category(id, std::to_string(id));
-    return text + "\n]}\n";
+  // The rows of the run's outputs.h5.
+  RowReader outputs_h5() const {
+    return [this](const std::string& name, int64_t first, int64_t count) { return r_.read_rows(name, first, count); };
   }
 
   // Previews: each good photo with its boxes drawn (2 px, the class's palette colour), as
@@ -584,75 +492,26 @@ class Exporter {
   // their keys in the same order, one a line (keys_file_line: escaped).  A value float16 cannot hold
   // refuses the export (the partial file is removed); nonzero values that become 0 are warned of.
   void embeddings() {
-    const int64_t n = r_.size();
-    const int64_t d = r_.output(p_.source)->row_shape[0];
     const bool f32 = o_.dtype == "float32";
-    int64_t good = 0;
-    for (int64_t row = 0; row < n; ++row) {
+    for (int64_t row = 0; row < r_.size(); ++row)
       if (r_.status()[static_cast<std::size_t>(row)] != 0) bad_.push_back(row);
-      else ++good;
-    }
     if (j_.done("embeddings.npy") && j_.done("embeddings.keys.txt")) return;
     maybe_stop();
     const std::string tmp = j_.begin("embeddings.npy");
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
     if (!f) throw Error(str("export: cannot create ", tmp));
-    // .npy 1.0: magic, version, header length, then the header padded with spaces to 64 bytes.
-    std::string header = str("{'descr': '", f32 ? "<f4" : "<f2", "', 'fortran_order': False, 'shape': (", good, ", ", d, "), }");
-    header.append(64 - (10 + header.size() + 1) % 64, ' ');
-    header += '\n';
-    std::string bytes = "\x93NUMPY\x01";
-    bytes += '\0';
-    bytes += static_cast<char>(header.size() & 0xff);
-    bytes += static_cast<char>(header.size() >> 8);
-    bytes += header;
+    ExportNotes notes;
     std::string keys_text;
-    int64_t escaped = 0, to_zero = 0;
-    std::string escaped_first, to_zero_first;
-    const int64_t step = block_rows(p_.source);
-    for (int64_t first = 0; first < n; first += step) {
-      const int64_t count = std::min(step, n - first);
-      const std::vector<std::string> keys = r_.keys(first, count);
-      const std::vector<float> v = r_.read_rows(p_.source, first, count).as_float();
-      for (int64_t i = 0; i < count; ++i) {
-        if (r_.status()[static_cast<std::size_t>(first + i)] != 0) continue;
-        const std::string& key = keys[static_cast<std::size_t>(i)];
-        for (int64_t j = 0; j < d; ++j) {
-          const float x = v[static_cast<std::size_t>(i * d + j)];
-          uint32_t bits;
-          if (f32) {
-            std::memcpy(&bits, &x, 4);
-            for (int b = 0; b < 4; ++b) bytes += static_cast<char>((bits >> (8 * b)) & 0xff);
-            continue;
-          }
-          const uint16_t h = f32_to_f16(x);
-          if (std::isfinite(x) && (h & 0x7fffu) == 0x7c00u) {
-            f.reset();
-            std::remove(tmp.c_str());
-            throw InputError(str("export: the embedding of '", keys_file_line(key), "' (row ", first + i, ") holds ", str_float(x),
-                                 " (element ", j, "), beyond float16's range (largest 65504): export with --dtype "
-                                 "float32 to write the vectors as stored"));
-          }
-          if (x != 0.f && (h & 0x7fffu) == 0 && to_zero++ == 0)
-            to_zero_first = str("'", keys_file_line(key), "' (row ", first + i, ", element ", j, ": ", str_float(x), ")");
-          bytes += static_cast<char>(h & 0xff);
-          bytes += static_cast<char>(h >> 8);
-        }
-        bool changed = false;
-        keys_text += keys_file_line(key, &changed) + "\n";
-        if (changed && escaped++ == 0) escaped_first = str("'", keys_file_line(key), "' (row ", first + i, ")");
-      }
-      if (std::fwrite(bytes.data(), 1, bytes.size(), f.get()) != bytes.size())
-        throw Error(str("export: cannot write ", tmp, " (disk full?)"));
-      bytes.clear();
+    try {
+      keys_text = write_embeddings_npy(r_, p_.source, f32, outputs_h5(), f.get(), tmp, notes);
+    } catch (const InputError&) {  // a value float16 cannot hold: no file
+      f.reset();
+      std::remove(tmp.c_str());
+      throw;
     }
     if (std::fclose(f.release()) != 0) throw Error(str("export: cannot write ", tmp));
-    if (to_zero > 0)
-      warnings_.push_back(str(to_zero, " nonzero embedding value(s) are below float16's smallest (about 6e-8) and were "
-                              "written as 0, the first in ", to_zero_first, "; --dtype float32 keeps them"));
-    if (escaped > 0)
-      notes_.push_back(str(escaped, " key(s) hold a backslash, newline or carriage return, as ", escaped_first,
-                           ": embeddings.keys.txt writes them escaped (\\\\, \\n, \\r), one key a line"));
+    notes_.insert(notes_.end(), notes.notes.begin(), notes.notes.end());
+    warnings_.insert(warnings_.end(), notes.warnings.begin(), notes.warnings.end());
     j_.commit("embeddings.npy", "");
     j_.write("embeddings.keys.txt", "", keys_text);
   }

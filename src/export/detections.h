@@ -9,10 +9,14 @@
 //   embeddings  embeddings.npy [N, D] float16 or float32 (the good samples in run order) and
 //               embeddings.keys.txt (their keys, one a line, escaped, in the same order)
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
+#include "export/run_outputs.h"
 #include "image/image.h"
 
 namespace sluice {
@@ -62,5 +66,31 @@ std::string coco_entry(int64_t image_id, const std::string& key, int64_t categor
 std::string detection_csv_header();
 std::string detection_csv_row(const std::string& key, int64_t category, const std::string& label, float score,
                               const float* xyxy);
+
+// Rows [first, first + count) of the dataset `name` of a run, in its stored type: from outputs.h5
+// (`sluice export`) or from rows the run kept as it committed them (`sluice run --export`).
+using RowReader = std::function<Tensor(const std::string& name, int64_t first, int64_t count)>;
+
+// What a whole-file export says beside its files: notes (what to know about them) and warnings
+// (what they lack), one line each, without a prefix.
+struct ExportNotes {
+  std::vector<std::string> notes, warnings;
+};
+
+// The three detection files of run `r` (its dataset `source` [K, 6] and `source`_count), as
+// `sluice export --what detections` writes them; the rows are read through `read`, block by block.
+struct DetectionFiles {
+  std::string json, csv, images;  // detections.json, detections.csv, images.json
+  ExportNotes notes;
+};
+DetectionFiles detection_files(const RunOutputs& r, const std::string& source, const Categories& cats,
+                               const RowReader& read);
+
+// embeddings.npy [N good, D] written to `f` (at `path`, named in errors) as `sluice export --what
+// embeddings` writes it (float16, or float32 as stored), the rows read through `read`; returns
+// embeddings.keys.txt's text.  InputError for a value float16 cannot hold (the caller removes the
+// file); notes and warnings are added to `notes`.
+std::string write_embeddings_npy(const RunOutputs& r, const std::string& source, bool f32, const RowReader& read,
+                                 std::FILE* f, const std::string& path, ExportNotes& notes);
 
 }  // namespace sluice

@@ -26,6 +26,7 @@
 #include "core/queue.h"
 #include "core/thread.h"
 #include "export/classes.h"
+#include "export/detections.h"
 #include "export/journal.h"
 #include "export/masks.h"
 #include "io/npy.h"
@@ -137,8 +138,39 @@ std::string class_line(const ClassPlan& p, const std::string& key, const Tensor&
 
 // The table's rows as the ranks computed them while the job ran: per rank a file of records
 // "<sample index> <bytes>\n<line>" (a line may hold a quoted newline), appended after each commit.
+// The whole-file formats (embeddings, detections) keep the same records, each holding the row's
+// stored bytes (of the exported outputs, one after the other): .<format>.r<rank>.sluice-lines.
 constexpr char kLinesSuffix[] = ".sluice-lines";
-std::string lines_path(const std::string& dir, int rank) { return (fs::path(dir) / str(".classes.r", rank, kLinesSuffix)).string(); }
+constexpr const char* kTableFormats[] = {"classes", "embeddings", "detections"};
+std::string lines_path(const std::string& dir, const std::string& format, int rank) {
+  return (fs::path(dir) / str(".", format, ".r", rank, kLinesSuffix)).string();
+}
+
+// Walks the whole records of one record file without reading their payloads: fn(sample index,
+// the payload's offset, its bytes).  Returns the bytes they take (a kill may have cut the last
+// record short: it is left out).
+std::size_t scan_records(const std::string& path, const std::function<void(int64_t, std::size_t, std::size_t)>& fn) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  struct stat st {};
+  if (!f || ::fstat(::fileno(f.get()), &st) != 0) return 0;
+  const std::size_t size = static_cast<std::size_t>(st.st_size);
+  std::size_t at = 0;
+  char head[64];
+  while (at < size) {
+    if (::fseeko(f.get(), static_cast<off_t>(at), SEEK_SET) != 0) break;
+    const std::size_t got = std::fread(head, 1, sizeof head - 1, f.get());
+    head[got] = '\0';
+    const char* nl = static_cast<const char*>(std::memchr(head, '\n', got));
+    long long index = -1;
+    unsigned long long bytes = 0;
+    if (!nl || std::sscanf(head, "%lld %llu", &index, &bytes) != 2 || index < 0) break;
+    const std::size_t payload = at + static_cast<std::size_t>(nl - head) + 1;
+    if (bytes > size - payload) break;
+    if (fn) fn(index, payload, static_cast<std::size_t>(bytes));
+    at = payload + static_cast<std::size_t>(bytes);
+  }
+  return at;
+}
 
 // The records of one line file's text, appended to `out`; returns the bytes they take (a kill may
 // have cut the last record short: it is left out).
@@ -162,9 +194,16 @@ std::string read_text(const fs::path& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-bool is_lines_file(const std::string& name) {
-  return name.rfind(".classes.r", 0) == 0 && name.size() > std::strlen(kLinesSuffix) &&
+bool is_lines_file(const std::string& name, const std::string& format) {
+  const std::string prefix = str(".", format, ".r");
+  return name.rfind(prefix, 0) == 0 && name.size() > std::strlen(kLinesSuffix) &&
          name.compare(name.size() - std::strlen(kLinesSuffix), std::string::npos, kLinesSuffix) == 0;
+}
+
+bool is_lines_file(const std::string& name) {
+  for (const char* f : kTableFormats)
+    if (is_lines_file(name, f)) return true;
+  return false;
 }
 
 // Every whole record of the table's line files.
@@ -172,7 +211,7 @@ std::vector<std::pair<int64_t, std::string>> read_lines(const std::string& dir) 
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (is_lines_file(e.path().filename().string())) parse_lines(read_text(e.path()), &out);
+    if (is_lines_file(e.path().filename().string(), "classes")) parse_lines(read_text(e.path()), &out);
   }
   return out;
 }
@@ -204,7 +243,8 @@ struct Exported {
 
 class LiveExportFile final : public RankFile {
  public:
-  // `format` null: the classes table (`plan`, the first `outs` its scores, a second its indices).
+  // `format` null: the classes table (`plan`, the first `outs` its scores, a second its indices),
+  // or a whole-file format's records (o.format embeddings or detections: the rows of `outs`).
   LiveExportFile(std::unique_ptr<RankFile> inner, const LiveExportOptions& o, std::vector<Exported> outs,
                  std::unique_ptr<RowFormat> format, ClassPlan plan, std::size_t key_bytes)
       : inner_(std::move(inner)), o_(o), outs_(std::move(outs)), key_bytes_(key_bytes), format_(std::move(format)),
@@ -272,7 +312,8 @@ class LiveExportFile final : public RankFile {
     threads_.clear();
     pending_.clear();
     if (lines_ && std::fclose(lines_) != 0 && !first)
-      first = std::make_exception_ptr(InputError(str("export: cannot write ", lines_path(o_.dir, o_.rank), " (disk full?)")));
+      first = std::make_exception_ptr(
+          InputError(str("export: cannot write ", lines_path(o_.dir, o_.format, o_.rank), " (disk full?)")));
     lines_ = nullptr;
     inner_->close();
     if (first) std::rethrow_exception(first);
@@ -296,7 +337,8 @@ class LiveExportFile final : public RankFile {
     try {
       while (std::optional<Unit> u = queue_.pop()) {
         if (format_) export_files(*u->batch, u->begin, u->end);
-        else export_lines(*u->batch, u->begin, u->end);
+        else if (o_.format == "classes") export_lines(*u->batch, u->begin, u->end);
+        else export_records(*u->batch, u->begin, u->end);
         if (--u->batch->units_left == 0) {
           std::lock_guard<std::mutex> lock(free_mutex_);
           free_.push_back(u->batch);
@@ -347,20 +389,42 @@ class LiveExportFile final : public RankFile {
       records += str(b.index[static_cast<std::size_t>(r)], " ", line.size(), "\n", line);
       ++written_;
     }
+    append_records(records);
+  }
+
+  // embeddings, detections: each good row's stored bytes (the exported outputs' rows, one after
+  // the other), appended to this rank's record file in one write; the files are made of them
+  // when the job completes (finish_live_export).
+  void export_records(const Staged& b, int64_t begin, int64_t end) {
+    std::size_t payload = 0;
+    for (const Exported& e : outs_) payload += e.row_bytes;
+    std::string records;
+    for (int64_t r = begin; r < end; ++r) {
+      if (b.status[static_cast<std::size_t>(r)] != 0) continue;
+      records += str(b.index[static_cast<std::size_t>(r)], " ", payload, "\n");
+      for (std::size_t i = 0; i < outs_.size(); ++i)
+        records.append(reinterpret_cast<const char*>(b.data[i].data()) + static_cast<std::size_t>(r) * outs_[i].row_bytes,
+                       outs_[i].row_bytes);
+      ++written_;
+    }
+    append_records(records);
+  }
+
+  void append_records(const std::string& records) {
     std::lock_guard<std::mutex> lock(lines_mutex_);
     if (!lines_) open_lines();
     if (std::fwrite(records.data(), 1, records.size(), lines_) != records.size() || std::fflush(lines_) != 0)
-      throw InputError(str("export: cannot write ", lines_path(o_.dir, o_.rank), ": ", std::strerror(errno),
+      throw InputError(str("export: cannot write ", lines_path(o_.dir, o_.format, o_.rank), ": ", std::strerror(errno),
                            " (disk full?)"));
   }
 
   // This rank's line file, opened at its first committed rows (after every rank's set-up): what an
   // earlier attempt left of it is kept up to its last whole record, and appended to.
   void open_lines() {
-    const std::string path = lines_path(o_.dir, o_.rank);
+    const std::string path = lines_path(o_.dir, o_.format, o_.rank);
     std::error_code ec;
     if (fs::exists(path, ec)) {
-      const std::size_t whole = parse_lines(read_text(path), nullptr);
+      const std::size_t whole = scan_records(path, nullptr);
       if (::truncate(path.c_str(), static_cast<off_t>(whole)) != 0)
         throw InputError(str("export: cannot truncate ", path, ": ", std::strerror(errno)), kFolderHint);
     }
@@ -381,7 +445,7 @@ class LiveExportFile final : public RankFile {
   std::size_t key_bytes_;
   std::unique_ptr<RowFormat> format_;
   ClassPlan plan_;
-  std::FILE* lines_ = nullptr;                     // classes: this rank's line file
+  std::FILE* lines_ = nullptr;                     // classes, embeddings, detections: this rank's record file
   std::mutex lines_mutex_;
   BoundedQueue<Unit> queue_;                       // committed rows, in shares, to the export threads
   std::vector<WorkerThread> threads_;
@@ -409,7 +473,9 @@ std::string live_export_source(const std::string& format, const std::vector<std:
   if (format == "masks") order = {"argmax", "softmax", "logits"};
   else if (format == "npy") order = {"logits", "softmax"};
   else if (format == "classes") order = {"topk_probs", "softmax", "logits", "topk"};
-  else throw UsageError(str("--export '", format, "': choose masks, classes or npy"));
+  else if (format == "embeddings") order = {"embedding"};
+  else if (format == "detections") order = {"detections"};
+  else throw UsageError(str("--export '", format, "': choose masks, classes, npy, embeddings or detections"));
   for (const auto& n : order)
     if (has(n) || (has(n + "_values") && has(n + "_indices"))) return n;
   if (format == "npy" && !outputs.empty()) return outputs.front();
@@ -476,9 +542,8 @@ void open_live_export_dir(const LiveExportOptions& o, const std::vector<std::str
   }
 
   if (o.rank != 0) return;
-  if (o.format != "classes") {
+  if (const std::unique_ptr<RowFormat> f = make_row_format(o.format)) {
     // Two samples on one file: the export would lose one of them (sluice export refuses it too).
-    const std::unique_ptr<RowFormat> f = make_row_format(o.format);
     std::unordered_map<std::string, std::size_t> owner;
     owner.reserve(keys.size());
     for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -533,6 +598,27 @@ std::unique_ptr<RankFile> make_live_export(std::unique_ptr<RankFile> inner, cons
     std::vector<Exported> outs{exported(plan.data)};
     if (!plan.ids.empty()) outs.push_back(exported(plan.ids));
     return std::make_unique<LiveExportFile>(std::move(inner), o, std::move(outs), nullptr, std::move(plan), key_bytes);
+  }
+  if (o.format == "embeddings") {
+    const StoredOutput& d = *find(source);
+    if (d.row_shape.size() != 1)
+      throw UsageError(str("--export embeddings: /outputs/", source, " has rows of shape ", shape_str(d.row_shape),
+                           "; embeddings are one vector [D] per sample"),
+                       "store one vector per sample (--outputs embedding)");
+    return std::make_unique<LiveExportFile>(std::move(inner), o, std::vector<Exported>{exported(source)}, nullptr,
+                                            ClassPlan{}, key_bytes);
+  }
+  if (o.format == "detections") {
+    const StoredOutput& d = *find(source);
+    const StoredOutput* c = find(source + "_count");
+    if (d.row_shape.size() != 2 || d.row_shape[1] != 6 || !c || !c->row_shape.empty())
+      throw UsageError(str("--export detections: /outputs/", source, " has rows of shape ", shape_str(d.row_shape),
+                           c ? "" : str(" and the job stores no ", source, "_count"),
+                           "; detections are rows [K, 6] with a count per sample"),
+                       "store detections (--outputs detections)");
+    return std::make_unique<LiveExportFile>(std::move(inner), o,
+                                            std::vector<Exported>{exported(source), exported(source + "_count")}, nullptr,
+                                            ClassPlan{}, key_bytes);
   }
   return std::make_unique<LiveExportFile>(std::move(inner), o, std::vector<Exported>{exported(source)},
                                           make_row_format(o.format), ClassPlan{}, key_bytes);
@@ -598,9 +684,157 @@ bool write_classes_table(const LiveExportOptions& o, const RunOutputs& r, const 
   // The table is in place: the ranks' lines have served.
   for (const auto& e : fs::directory_iterator(o.dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (is_lines_file(name)) fs::remove(e.path(), ec);
+    if (is_lines_file(name, "classes")) fs::remove(e.path(), ec);
   }
   return true;
+}
+
+// The rows the ranks kept in their record files as the job ran (embeddings, detections), read
+// back block by block; a block with a good row a kill kept from being recorded is read from
+// outputs.h5 instead (the same values: both are the committed rows).
+class RecordedRows {
+ public:
+  RecordedRows(const LiveExportOptions& o, const RunOutputs& r, std::vector<std::string> names)
+      : r_(r), names_(std::move(names)), where_(static_cast<std::size_t>(r.size())) {
+    for (const std::string& n : names_) {
+      const StoredOutput& s = *r.output(n);
+      row_bytes_.push_back(static_cast<std::size_t>(shape_numel(s.row_shape)) * dtype_size(s.dtype));
+      payload_ += row_bytes_.back();
+    }
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(o.dir, ec)) {
+      if (!is_lines_file(e.path().filename().string(), o.format)) continue;
+      const int fd = ::open(e.path().c_str(), O_RDONLY);
+      if (fd < 0) continue;
+      fds_.push_back(fd);
+      const int file = static_cast<int>(fds_.size()) - 1;
+      scan_records(e.path().string(), [&](int64_t index, std::size_t offset, std::size_t bytes) {
+        if (index < r.size() && bytes == payload_) where_[static_cast<std::size_t>(index)] = Where{file, offset};
+      });
+    }
+  }
+  ~RecordedRows() {
+    for (int fd : fds_) ::close(fd);
+  }
+  RecordedRows(const RecordedRows&) = delete;
+  RecordedRows& operator=(const RecordedRows&) = delete;
+
+  RowReader reader() {
+    return [this](const std::string& name, int64_t first, int64_t count) { return read(name, first, count); };
+  }
+  int64_t from_outputs_h5() const { return from_h5_; }
+
+ private:
+  struct Where {
+    int file = -1;
+    std::size_t offset = 0;
+  };
+
+  Tensor read(const std::string& name, int64_t first, int64_t count) {
+    const std::size_t e = static_cast<std::size_t>(std::find(names_.begin(), names_.end(), name) - names_.begin());
+    if (e == names_.size()) return r_.read_rows(name, first, count);
+    for (int64_t i = first; i < first + count; ++i)
+      if (r_.status()[static_cast<std::size_t>(i)] == 0 && where_[static_cast<std::size_t>(i)].file < 0) {
+        if (e == 0) ++from_h5_;
+        return r_.read_rows(name, first, count);
+      }
+    const StoredOutput& s = *r_.output(name);
+    Shape shape{count};
+    shape.insert(shape.end(), s.row_shape.begin(), s.row_shape.end());
+    Tensor t(s.dtype, shape);
+    std::memset(t.bytes.data(), 0, t.nbytes());  // bad rows: no record, and never read
+    std::size_t skip = 0;
+    for (std::size_t j = 0; j < e; ++j) skip += row_bytes_[j];
+    for (int64_t i = 0; i < count; ++i) {
+      const Where w = where_[static_cast<std::size_t>(first + i)];
+      if (w.file < 0) continue;
+      unsigned char* dst = t.bytes.data() + static_cast<std::size_t>(i) * row_bytes_[e];
+      const ssize_t got = ::pread(fds_[static_cast<std::size_t>(w.file)], dst, row_bytes_[e], static_cast<off_t>(w.offset + skip));
+      if (got != static_cast<ssize_t>(row_bytes_[e]))
+        throw InputError(str("export: cannot read a row kept in the export folder's record files: ",
+                             got < 0 ? std::strerror(errno) : "cut short"));
+    }
+    return t;
+  }
+  const RunOutputs& r_;
+  std::vector<std::string> names_;         // the exported outputs, in a record's order
+  std::vector<std::size_t> row_bytes_;
+  std::size_t payload_ = 0;
+  std::vector<Where> where_;               // per sample: its record (file -1: none)
+  std::vector<int> fds_;
+  int64_t from_h5_ = 0;                    // blocks read from outputs.h5
+};
+
+// Writes `text` as `target` through the rank's temporary name.
+void write_whole(const fs::path& target, int rank, const std::string& text) {
+  const std::string tmp = temp_path(target, rank);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
+  if (!f) throw InputError(str("export: cannot create ", tmp, ": ", std::strerror(errno)));
+  if (std::fwrite(text.data(), 1, text.size(), f.get()) != text.size() || std::fclose(f.release()) != 0 ||
+      std::rename(tmp.c_str(), target.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw InputError(str("export: cannot write ", target.string(), ": ", std::strerror(e), " (disk full?)"));
+  }
+}
+
+void say(const ExportNotes& n) {
+  for (const std::string& line : n.notes) log_info("export: note: ", line);
+  for (const std::string& line : n.warnings) log_warn("export: ", line);
+}
+
+// embeddings, detections: the files sluice export writes by default (float16; no labels), whole,
+// from the rows the ranks kept.  Returns the files written (0: they were all there).
+int64_t write_whole_files(const LiveExportOptions& o, const RunOutputs& r, const std::string& source) {
+  const fs::path dir(o.dir);
+  const std::vector<std::string> targets = o.format == "embeddings"
+                                               ? std::vector<std::string>{"embeddings.npy", "embeddings.keys.txt"}
+                                               : std::vector<std::string>{"detections.json", "detections.csv", "images.json"};
+  std::error_code ec;
+  bool all = true;
+  for (const std::string& t : targets) all = all && fs::exists(dir / t, ec);
+  if (all) return 0;
+  const std::vector<std::string> names =
+      o.format == "embeddings" ? std::vector<std::string>{source} : std::vector<std::string>{source, source + "_count"};
+  RecordedRows rows(o, r, names);
+  if (o.format == "embeddings") {
+    const fs::path target = dir / targets[0];
+    const std::string tmp = temp_path(target, o.rank);
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
+    if (!f) throw InputError(str("export: cannot create ", tmp, ": ", std::strerror(errno)));
+    ExportNotes notes;
+    std::string keys;
+    try {
+      keys = write_embeddings_npy(r, source, false, rows.reader(), f.get(), tmp, notes);
+    } catch (const InputError& e) {
+      f.reset();
+      ::unlink(tmp.c_str());
+      throw InputError(str(e.what(), " (the run itself is complete)"),
+                       str("`sluice export ", o.run_dir, " --what embeddings --dtype float32 --out DIR` writes them"));
+    } catch (...) {
+      f.reset();
+      ::unlink(tmp.c_str());
+      throw;
+    }
+    if (std::fclose(f.release()) != 0 || std::rename(tmp.c_str(), target.c_str()) != 0) {
+      const int e = errno;
+      ::unlink(tmp.c_str());
+      throw InputError(str("export: cannot write ", target.string(), ": ", std::strerror(e), " (disk full?)"));
+    }
+    write_whole(dir / targets[1], o.rank, keys);
+    say(notes);
+  } else {
+    const DetectionFiles files = detection_files(r, source, Categories{}, rows.reader());
+    write_whole(dir / targets[0], o.rank, files.json);
+    write_whole(dir / targets[1], o.rank, files.csv);
+    write_whole(dir / targets[2], o.rank, files.images);
+    say(files.notes);
+  }
+  log_debug("export: ", rows.from_outputs_h5(), " block(s) read from outputs.h5, the rest from the ranks' records");
+  // The files are in place: the ranks' records have served.
+  for (const auto& e : fs::directory_iterator(o.dir, ec))
+    if (is_lines_file(e.path().filename().string(), o.format)) fs::remove(e.path(), ec);
+  return static_cast<int64_t>(targets.size());
 }
 
 }  // namespace
@@ -613,6 +847,7 @@ int64_t finish_live_export(const LiveExportOptions& o) {
   if (o.format == "classes") {
     return write_classes_table(o, r, source) ? 1 : 0;
   }
+  if (o.format == "embeddings" || o.format == "detections") return write_whole_files(o, r, source);
   const std::unique_ptr<RowFormat> format = make_row_format(o.format);
   const StoredOutput& s = *r.output(source);
   const std::size_t row_bytes = static_cast<std::size_t>(shape_numel(s.row_shape)) * dtype_size(s.dtype);

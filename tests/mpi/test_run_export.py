@@ -283,3 +283,101 @@ def test_sluice_export_into_the_runs_own_export_folder_keeps_its_files_and_names
         {n: i for n, i in inodes.items() if n != "3.png"}
     p = sluice("export", run, np_=2, check=True, timeout=TIMEOUT)
     assert "0 masks written, 24 already there" in p.stdout, p.stdout
+
+
+YOLO = os.path.join(ROOT, "tests", "data", "detect", "yolo_v8.onnx")
+WHOLE = {  # --export FORMAT: the job's own options (the model: None for the classifier), the files it ends with
+    "embeddings": (["--outputs", "embedding"], ["embeddings.keys.txt", "embeddings.npy"]),
+    "detections": (["--model", YOLO, "--outputs", "detections", "--detection-format", "yolo", "--score-threshold", 0.3],
+                   ["detections.csv", "detections.json", "images.json"]),
+}
+
+
+def whole_file_job(fmt, tmp_path, samples, run):
+    """The job of an --export embeddings | detections run, and the files it ends with."""
+    options, names = WHOLE[fmt]
+    model = [] if "--model" in options else ["--model", classifier(str(tmp_path / "classifier.onnx"))]
+    return [*BASE, *model, "--samples", samples, *options, "--export", fmt, "--output", run], names
+
+
+@pytest.mark.parametrize("fmt", list(WHOLE))
+def test_embeddings_and_detections_of_a_run_are_made_of_the_rows_the_ranks_kept(tmp_path, fmt):
+    """A run that is not interrupted: the files come from the rows each rank kept as they committed
+    (no block read from outputs.h5), and they are what `sluice export` writes."""
+    run = fresh_dir(str(tmp_path / "run"))
+    job, names = whole_file_job(fmt, tmp_path, 40, run)
+    job = [a for a in job if a != "--quiet"]
+    p = sluice("run", *job, "--export-threads", 2, np_=3, env={**MPI_ENV, "SLUICE_LOG_LEVEL": "debug"}, check=True,
+               timeout=TIMEOUT)
+    assert "export: 0 block(s) read from outputs.h5" in p.stdout + p.stderr, p.stderr
+    got = files_of(os.path.join(run, "export"))
+    assert sorted(got) == names and got == reference_export(run, fmt, tmp_path)
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+@pytest.mark.parametrize("fmt", list(WHOLE))
+def test_embeddings_and_detections_kept_as_rows_commit_survive_kill_9_and_resume_as_sluice_export_writes_them(
+        tmp_path, fmt, ranks):
+    """--export embeddings | detections: each rank keeps its committed rows in a record file as the
+    job runs; killed (SIGKILL) once rows are committed and every rank has kept some, with a record
+    cut short, and resumed, the run ends with the files `sluice export` writes, byte for byte, and
+    no record file; a resume of the complete run writes a file a kill at its very end kept from
+    being renamed into place."""
+    run = fresh_dir(str(tmp_path / "run"))
+    out = os.path.join(run, "export")
+    job, names = whole_file_job(fmt, tmp_path, 160, run)
+    throttled = ",".join(str(r) for r in range(ranks))
+    cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", BIN, "run", *map(str, job), "--throttle-ms", "40",
+           "--throttle-ranks", throttled]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=MPI_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    records = [os.path.join(out, f".{fmt}.r{r}.sluice-lines") for r in range(ranks)]
+    deadline = time.time() + TIMEOUT
+    while committed_samples(run) < 32 or not all(os.path.exists(p) and os.path.getsize(p) > 0 for p in records):
+        assert proc.poll() is None, f"the job ended before the kill: {proc.communicate()}"
+        assert time.time() < deadline, "no progress to kill at"
+        time.sleep(0.02)
+    for pid in pids_of("sluice", run):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.communicate(timeout=TIMEOUT)
+    assert not any(os.path.exists(os.path.join(out, n)) for n in names)
+    assert committed_samples(run) < 160
+    with open(records[0], "r+b") as f:  # a record cut short, as a kill in the middle of a write leaves it
+        f.truncate(os.path.getsize(records[0]) - 3)
+    p = sluice("run", *job, "--resume", np_=ranks, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    got = files_of(out)
+    assert sorted(got) == names  # the record files are gone once the files are in place
+    assert got == reference_export(run, fmt, tmp_path)
+    if fmt == "embeddings":
+        with h5py.File(os.path.join(run, "outputs.h5")) as f:
+            np.testing.assert_array_equal(np.load(os.path.join(out, "embeddings.npy")),
+                                          f["outputs/embedding"][:].astype(np.float16))
+        assert got["embeddings.keys.txt"] == b"".join(b"%d\n" % i for i in range(160))
+    else:
+        assert len(json.loads(got["images.json"])["images"]) == 160 and json.loads(got["detections.json"])
+    # A kill after the job completed but before its last file was renamed into place: a --resume of
+    # the complete run writes the files again (the same bytes), from outputs.h5.
+    os.remove(os.path.join(out, names[-1]))
+    p = sluice("run", *job, "--resume", np_=ranks, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    assert files_of(out) == got
+    # `sluice export` into the run's own folder takes them as they are.
+    p = sluice("export", run, "--what", fmt, check=True, timeout=TIMEOUT)
+    assert f"0 files written, {len(names)} already there" in p.stdout, p.stdout
+    assert files_of(out) == got
+
+
+def test_embeddings_and_detections_of_outputs_they_cannot_take_are_usage_errors(tmp_path):
+    model = classifier(str(tmp_path / "classifier.onnx"))
+    for fmt, outputs in (("detections", "logits"), ("embeddings", "argmax")):
+        run = fresh_dir(str(tmp_path / f"run-{fmt}"))
+        job = [*BASE, "--samples", 16, "--outputs", outputs, "--export", fmt, "--output", run]
+        if fmt == "detections":
+            job += ["--model", model]
+        p = sluice("run", *job, np_=2, timeout=TIMEOUT)
+        assert p.returncode == 2, p.stderr
+        errs = error_lines(p.stderr)
+        assert len(errs) == 1 and f"--export {fmt}" in errs[0], p.stderr
