@@ -71,3 +71,39 @@ def test_an_if_on_the_input_data_is_refused(tmp_path):
                         "--outdir", str(tmp_path / "o"), "--device", "cpu"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 3, r.stderr
     assert "If" in r.stderr and "depends on the input data" in r.stderr, r.stderr
+
+
+# ---- data-dependent output counts -------------------------------------------------------------------
+
+def forward_error(model, tmp_path, shape):
+    onnx.save(model, tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.ones(shape, np.float32))
+    return subprocess.run([SLUICE_BIN, "forward", "--model", str(tmp_path / "m.onnx"), "--input", str(tmp_path / "x.npy"),
+                           "--outdir", str(tmp_path / "o"), "--device", "cpu"], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("op", ["NonZero", "NonMaxSuppression"])
+def test_post_processing_ops_are_refused_naming_the_export_without_them(op, tmp_path):
+    if op == "NonZero":
+        nodes, outs = [node("NonZero", ["x"], ["y"])], {"y": TensorProto.INT64}
+    else:  # boxes [1, 4, 4] from x, scores [1, 1, 4]
+        nodes = [node("Reshape", ["x", "bs"], ["boxes"]), node("ReduceMax", ["boxes"], ["s0"], axes=[2], keepdims=1),
+                 node("Transpose", ["s0"], ["scores"], perm=[0, 2, 1]),
+                 node("NonMaxSuppression", ["boxes", "scores", "k", "iou"], ["y"])]
+        outs = {"y": TensorProto.INT64}
+    m = Case(nodes, {"bs": np.array([1, 4, 4], np.int64), "k": np.array([2], np.int64), "iou": np.array([0.5], np.float32)},
+             outputs=outs, shape=(1, 16), opset=13).model()
+    r = forward_error(m, tmp_path, (1, 16))
+    assert r.returncode == 3, r.stderr
+    assert f"unsupported op {op}" in r.stderr and "without its post-processing" in r.stderr, r.stderr
+    assert "--outputs detections" in r.stderr, r.stderr
+
+
+def test_a_topk_whose_k_depends_on_the_data_is_refused(tmp_path):
+    # k = the number of positive values: a data-dependent count of boxes.
+    nodes = [node("Greater", ["x", "zero"], ["pos"]), node("Cast", ["pos"], ["pi"], to=TensorProto.INT64),
+             node("ReduceSum", ["pi", "ax"], ["k"], keepdims=1), node("TopK", ["x", "k"], ["y", "i"], axis=1)]
+    m = Case(nodes, {"zero": np.float32(0), "ax": np.array([1], np.int64)}, shape=(1, 6), opset=13).model()
+    r = forward_error(m, tmp_path, (1, 6))
+    assert r.returncode == 3, r.stderr
+    assert "K input" in r.stderr and "without its post-processing" in r.stderr, r.stderr
