@@ -186,10 +186,15 @@ class Scanner {
           if (c == '\n') return p;
           if (c == delim_) csv_ = Csv::Start;
           break;
-        case Csv::Quoted:
-          if (c == '"') csv_ = Csv::QuoteInQuoted;
-          else if (c == '\n') ++line_;
+        case Csv::Quoted: {  // up to the next quote at once, counting the line ends passed
+          const char* q = static_cast<const char*>(std::memchr(p, '"', static_cast<std::size_t>(stop - p)));
+          const char* upto = q ? q : stop;
+          line_ += std::count(p, upto, '\n');
+          if (!q) return stop;
+          p = q;
+          csv_ = Csv::QuoteInQuoted;
           break;
+        }
         case Csv::QuoteInQuoted:  // a '"' ends the field, or is the first of a doubled one
           if (c == '\n') return p;
           csv_ = c == '"' ? Csv::Quoted : c == delim_ ? Csv::Start : Csv::Unquoted;  // text after it: malformed
@@ -443,43 +448,37 @@ bool lone_surrogates(const char* p, const char* end, char* out = nullptr) {
 // A CSV/TSV record's fields, unquoted; "" or why it is malformed.
 std::string split_fields(const char* p, std::size_t n, char delim, std::vector<std::string>& fields) {
   fields.clear();
-  fields.emplace_back();
-  std::size_t i = 0;
-  bool start = true;
-  while (i < n) {
-    const char c = p[i];
-    if (start && c == '"') {
+  const char* end = p + n;
+  for (;;) {
+    fields.emplace_back();
+    std::string& f = fields.back();
+    if (p < end && *p == '"') {
       // A quoted field: up to the '"' that is not doubled.
-      ++i;
+      ++p;
       for (;;) {
-        if (i >= n) return str("field ", fields.size(), ": a quoted field without its closing quote");
-        if (p[i] == '"') {
-          if (i + 1 < n && p[i + 1] == '"') {
-            fields.back() += '"';
-            i += 2;
-            continue;
-          }
-          ++i;
-          break;
+        const char* q = static_cast<const char*>(std::memchr(p, '"', static_cast<std::size_t>(end - p)));
+        if (!q) return str("field ", fields.size(), ": a quoted field without its closing quote");
+        f.append(p, static_cast<std::size_t>(q - p));
+        p = q + 1;
+        if (p < end && *p == '"') {
+          f += '"';
+          ++p;
+          continue;
         }
-        fields.back() += p[i++];
+        break;
       }
-      if (i < n && p[i] != delim)
+      if (p < end && *p != delim)
         return str("field ", fields.size(), ": text after its closing quote (a quote inside a quoted field is "
                    "written twice: \"\")");
-      start = false;
-      continue;
-    }
-    if (c == delim) {
-      fields.emplace_back();
-      start = true;
     } else {
-      fields.back() += c;
-      start = false;
+      const char* d = static_cast<const char*>(std::memchr(p, delim, static_cast<std::size_t>(end - p)));
+      const char* upto = d ? d : end;
+      f.append(p, static_cast<std::size_t>(upto - p));
+      p = upto;
     }
-    ++i;
+    if (p >= end) return "";
+    ++p;  // the delimiter: another field follows, perhaps empty
   }
-  return "";
 }
 
 // ---- the source -------------------------------------------------------------------------------

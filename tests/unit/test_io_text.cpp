@@ -173,6 +173,27 @@ TEST(TextInput, OversizedRecordIsABadSampleAndBoundsTheSlots) {
   EXPECT_EQ(read_range(*s, 1, 1).text[0].substr(0, 1), "!");
 }
 
+// A 100 MB line under the default bound (1 MiB): counted at open, a bad sample, never held.
+TEST(TextInput, HundredMegabyteLine) {
+  TempDir dir;
+  const std::string p = dir.file("huge.jsonl");
+  {
+    std::ofstream f(p, std::ios::binary);
+    f << "{\"text\": \"before\"}\n{\"text\": \"";
+    const std::string block(1 << 20, 'z');
+    for (int i = 0; i < 100; ++i) f << block;
+    f << "\"}\n{\"text\": \"after\"}\n";
+  }
+  auto s = open_text(p, "jsonl");
+  ASSERT_EQ(s->size(), 3);
+  EXPECT_LE(s->max_encoded_bytes(3), 64u);
+  const Read r = read_all(*s);
+  EXPECT_EQ(r.text[0], "before");
+  EXPECT_EQ(r.text[1].rfind("!line 2: 104857612 bytes, more than --max-record-bytes 1048576; not read", 0), 0u) << r.text[1];
+  EXPECT_EQ(r.text[2], "after");
+  EXPECT_EQ(read_range(*s, 2, 1).text[0], "after");
+}
+
 TEST(TextInput, CsvQuotingAndHeader) {
   TempDir dir;
   const std::string p = dir.file("c.csv");
@@ -413,6 +434,23 @@ TEST(TextInput, OpenPassCost) {
       line += "\"}\n";
       f << line;
     }
+  }
+  const std::string csv = dir.file("m.csv");
+  {
+    std::ofstream f(csv, std::ios::binary);
+    f << "id,text\n";
+    for (int i = 0; i < 1000000; ++i) {
+      f << "doc-" << i << ",\"";
+      for (int w = 0; w < 20 + i % 17; ++w) f << "word" << w << (w % 5 == 4 ? ", " : " ");
+      f << "\"\n";
+    }
+  }
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto s = open_text(csv, "csv", "text", "id");
+    std::printf("open pass: %lld CSV records (quoted), %.1f MB, --key-field id: %.3f s\n", static_cast<long long>(s->size()),
+                std::filesystem::file_size(csv) / 1e6,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   const auto bytes = std::filesystem::file_size(p);
   for (const char* key : {"", "id"}) {
