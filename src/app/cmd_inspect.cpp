@@ -268,8 +268,8 @@ Summary summarize(const std::string& dir) {
   s.outputs = check_outputs((fs::path(dir) / "outputs.h5").string(), s.datasets, s.total);
   s.keys = keys_view(dir, infos, s.outputs.ok, s.total);
   if (s.coverage.complete() && s.problems.empty() && !s.outputs.present)
-    s.problems.push_back("every sample is committed but outputs.h5 is missing (the run ended before writing it): "
-                         "`sluice run --resume` with the same job writes it");
+    s.problems.push_back(str("every sample is committed but outputs.h5 is missing (the run ended before writing it): "
+                             "`sluice run --resume --output ", dir, "` writes it"));
 
   const fs::path report = fs::path(dir) / "report.json";
   if (fs::exists(report, ec)) {

@@ -1,5 +1,5 @@
 #pragma once
-// `sluice run --export masks|npy|classes`: the results as files while the job runs (docs/usage.md,
+// `sluice run --export masks|npy|classes|embeddings|detections`: the results as files while the job runs (docs/usage.md,
 // "Results while the job runs"); the same files, names and bytes as `sluice export` of the
 // finished run.
 //
@@ -17,7 +17,12 @@
 // from outputs.h5.  The one-table format (classes) works the same way, by lines: the export
 // threads compute each committed row's line and append it to the rank's line file
 // (.classes.rN.sluice-lines); finish_live_export() puts the table together in sample order,
-// computing from outputs.h5 only the lines a kill kept from being written.
+// computing from outputs.h5 only the lines a kill kept from being written.  The whole-file formats
+// (embeddings: embeddings.npy and embeddings.keys.txt; detections: detections.json, detections.csv
+// and images.json) keep each committed row's stored bytes in such records instead
+// (.<format>.rN.sluice-lines), and finish_live_export() writes the files from them through the
+// writers `sluice export` uses (export/detections.h), reading from outputs.h5 the blocks with a row
+// a kill kept from being recorded.
 //
 // Formats plug in as RowFormat (one file per row) or as a table at the end; make_row_format() and
 // live_export_source() name the existing ones.
@@ -41,17 +46,17 @@ class RowFormat {
   virtual void write(const std::string& path, const StoredOutput& output, const void* row) const = 0;
 };
 
-// "masks" (palette PNGs, export/masks.h) and "npy" (one .npy per row); null for a table format
-// ("classes") or a name it does not know.
+// "masks" (palette PNGs, export/masks.h) and "npy" (one .npy per row); null for a table or
+// whole-file format ("classes", "embeddings", "detections") or a name it does not know.
 std::unique_ptr<RowFormat> make_row_format(const std::string& format);
 
 // The stored output `format` exports, by `sluice export`'s choice among `outputs` (the job's
 // dataset names): masks argmax, softmax, logits; npy logits, softmax, else the first; classes
-// topk_probs, softmax, logits, topk.  InputError naming what is there when none fits.
+// topk_probs, softmax, logits, topk; embeddings embedding; detections detections.  InputError naming what is there when none fits.
 std::string live_export_source(const std::string& format, const std::vector<std::string>& outputs);
 
 struct LiveExportOptions {
-  std::string format;            // masks | npy | classes
+  std::string format;            // masks | npy | classes | embeddings | detections
   std::string dir;               // the export folder
   std::string run_dir;           // the run's output folder (never written into directly)
   int threads = 1;               // export threads of this rank
@@ -74,8 +79,8 @@ std::unique_ptr<RankFile> make_live_export(std::unique_ptr<RankFile> inner, cons
                                            std::size_t key_bytes);
 
 // After the job completed and outputs.h5 was written (rank 0): every good row's file that is not
-// there yet (committed before a kill but not exported), and a table format's table.  Returns the
-// number of files written.
+// there yet (committed before a kill but not exported), a table format's table, or a whole-file
+// format's files.  Returns the number of files written.
 int64_t finish_live_export(const LiveExportOptions& o);
 
 }  // namespace sluice

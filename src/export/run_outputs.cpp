@@ -62,7 +62,7 @@ RunOutputs::RunOutputs(const std::string& run_dir) : h_(std::make_unique<Handles
   if (!fs::exists(path_, ec))
     throw InputError(str("export: ", run_dir, " has no outputs.h5: the run is not complete (rank 0 writes outputs.h5 "
                          "when every sample is committed); finish it with `sluice run --resume --output ", run_dir,
-                         " ...` (the same job), then export"));
+                         "` (the folder keeps its job in job.toml), then export"));
   h_->file = h5::File(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!h_->file.valid()) throw InputError(str("export: cannot open ", path_, ": ", h5::error_stack_text()));
   const hid_t f = h_->file;
@@ -83,7 +83,7 @@ RunOutputs::RunOutputs(const std::string& run_dir) : h_(std::make_unique<Handles
     if (index[static_cast<std::size_t>(i)] != i)
       throw InputError(str("export: ", path_, ": row ", i, " maps sample ", index[static_cast<std::size_t>(i)],
                            index[static_cast<std::size_t>(i)] < 0 ? " (its rank file is missing or incomplete)" : "",
-                           "; the run is not complete: finish it with `sluice run --resume --output ", run_dir, " ...`"));
+                           "; the run is not complete: finish it with `sluice run --resume --output ", run_dir, "`"));
 
   for (const std::string& name : output_names(f)) {
     h5::Dataset d(H5_CHECK(H5Dopen2(f, ("/outputs/" + name).c_str(), H5P_DEFAULT)));

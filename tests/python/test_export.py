@@ -217,6 +217,47 @@ def test_an_incomplete_run_is_refused_naming_resume(tmp_path):
     assert r.returncode == 3 and "--resume" in r.stderr and "row 2" in r.stderr, r.stderr
 
 
+def test_an_incomplete_runs_hint_is_the_command_that_finishes_it(tmp_path):
+    """The folder alone finishes a run (its job.toml): export and inspect say so, without '...' or
+    'the same job', and the command they name, run as written, lets the export through."""
+    run = tmp_path / "run"
+    sluice("run", "--config", os.path.join(ROOT, "jobs", "quickstart.toml"), "--samples", 10, "--batch-size", 4,
+           "--outputs", "argmax", "--output", run, "--device", "cpu", "--quiet")
+    os.remove(run / "outputs.h5")  # every sample committed, outputs.h5 not written yet (a kill at the end)
+    command = f"sluice run --resume --output {run}"
+    r = sluice("export", run, check=False)
+    assert r.returncode == 3 and f"`{command}`" in r.stderr, r.stderr
+    assert "the same job" not in r.stderr and "..." not in r.stderr, r.stderr
+    r = sluice("inspect", run, check=False)
+    assert f"`{command}` writes it" in r.stdout + r.stderr and "the same job" not in r.stdout + r.stderr, r.stdout
+    sluice(*command.split()[1:], "--quiet")
+    sluice("export", run)
+    assert len(os.listdir(run / "export")) == 11  # ten masks and the manifest
+    with h5py.File(run / "outputs.h5", "a") as f:
+        f["sample_index"][2] = -1  # what a virtual dataset reads where its rank file is missing
+    r = sluice("export", run, check=False)
+    assert r.returncode == 3 and f"`{command}`" in r.stderr and "..." not in r.stderr, r.stderr
+
+
+def test_what_the_exit_status_1_row_says_of_a_batch_size_the_machine_cannot_hold(tmp_path):
+    """README's and usage.md's exit status 1: memory too small for the slots fails before any commit,
+    and a run with smaller values (with --overwrite) completes; after commits a resume keeps the
+    batch size, refusing another, and the same one continues."""
+    run = tmp_path / "run"
+    job = ["--config", os.path.join(ROOT, "jobs", "quickstart.toml"), "--samples", 12, "--outputs", "argmax",
+           "--output", run, "--device", "cpu", "--quiet"]
+    r = sluice("run", *job, "--batch-size", 64, "--prefetch", 1 << 20, check=False)  # terabytes of input slots
+    assert r.returncode == 1 and "of host memory" in r.stderr, r.stderr
+    assert not list(run.glob("rank-*.h5")) or all(
+        int(sum(x["count"] for x in h5py.File(p)["ledger"][:] if x["count"] > 0)) == 0 for p in run.glob("rank-*.h5"))
+    sluice("run", *job, "--batch-size", 4, "--overwrite")
+    os.remove(run / "outputs.h5")  # committed samples, the run not finished
+    r = sluice("run", "--resume", "--output", run, "--batch-size", 2, "--quiet", check=False)
+    assert r.returncode == 3 and "batch-size = 4" in r.stderr and "--overwrite" in r.stderr, r.stderr
+    sluice("run", "--resume", "--output", run, "--quiet")
+    assert (run / "outputs.h5").exists()
+
+
 def test_keys_that_collide_or_escape_are_refused(tmp_path):
     outs = seg_outputs(n=2)
     run = write_run(tmp_path / "run", outs, keys=[b"p/cat.jpg", b"p/cat.png"], sizes=None)
