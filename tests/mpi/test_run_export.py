@@ -381,3 +381,29 @@ def test_embeddings_and_detections_of_outputs_they_cannot_take_are_usage_errors(
         assert p.returncode == 2, p.stderr
         errs = error_lines(p.stderr)
         assert len(errs) == 1 and f"--export {fmt}" in errs[0], p.stderr
+
+
+@pytest.mark.parametrize("fmt", list(WHOLE))
+def test_embeddings_and_detections_of_photos_with_a_bad_file_equal_sluice_export(tmp_path, fmt):
+    """Photos of several sizes and one unreadable file: the bad sample has no record and no place
+    in the files, the boxes go back to each photo's pixels (letterbox undone), as sluice export's."""
+    images = tmp_path / "photos"
+    rng = np.random.default_rng(5)
+    for i, (w, h) in enumerate([(80, 60), (50, 120), (64, 64), (130, 70), (33, 47), (90, 90)]):
+        (images / f"d{i % 2}").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(images / f"d{i % 2}" / f"{i:06d}.png")
+    (images / "d1" / "000099.jpg").write_bytes(b"not an image")
+    options, names = WHOLE[fmt]
+    model = [] if "--model" in options else ["--model", classifier(str(tmp_path / "classifier.onnx"))]
+    run = fresh_dir(str(tmp_path / "run"))
+    sluice("run", "--input", images, *model, *options, "--letterbox", "--scale", 1 / 255, "--batch-size", 2,
+           "--chunk-batches", 1, "--device", "cpu", "--cpu-threads", 1, "--quiet", "--export", fmt, "--output", run,
+           np_=2, check=True, timeout=TIMEOUT)
+    got = files_of(os.path.join(run, "export"))
+    assert sorted(got) == names and got == reference_export(run, fmt, tmp_path)
+    if fmt == "embeddings":
+        assert np.load(os.path.join(run, "export", "embeddings.npy")).shape == (6, 3)
+        assert b"000099" not in got["embeddings.keys.txt"]
+    else:
+        assert [im["file_name"] for im in json.loads(got["images.json"])["images"]] == \
+            [f"d{i % 2}/{i:06d}.png" for i in (0, 2, 4, 1, 3, 5)]
