@@ -241,6 +241,7 @@ void unroll_batch(Graph& g, int64_t model_batch, int64_t batch) {
     used.insert(n.inputs.begin(), n.inputs.end());
     used.insert(n.outputs.begin(), n.outputs.end());
   }
+  for (const auto& kv : g.constants) used.insert(kv.first);
   std::string tag = "#sb";
   for (bool clash = true; clash;) {  // a suffix no existing name ends with
     clash = false;
@@ -257,9 +258,14 @@ void unroll_batch(Graph& g, int64_t model_batch, int64_t batch) {
     Node cut;
     cut.op = "Slice";
     cut.name = "sluice_subbatch" + suffix;
-    cut.inputs = {input, add_int64_constant(g, "sluice_subbatch_start" + suffix, {j * model_batch}),
-                  add_int64_constant(g, "sluice_subbatch_end" + suffix, {(j + 1) * model_batch}),
-                  add_int64_constant(g, "sluice_subbatch_axis" + suffix, {0})};
+    // Names with the tag are new (no existing name holds it); add_int64_constant's search for a free
+    // name would go over the growing graph once per constant, minutes at a batch of 256.
+    auto constant = [&](const char* what, int64_t v) {
+      const std::string name = str("sluice_subbatch_", what, suffix);
+      g.constants[name] = Tensor::from(DType::I64, Shape{1}, std::vector<int64_t>{v});
+      return name;
+    };
+    cut.inputs = {input, constant("start", j * model_batch), constant("end", (j + 1) * model_batch), constant("axis", 0)};
     cut.outputs = {input + suffix};
     g.nodes.push_back(std::move(cut));
     for (Node n : body) {
