@@ -151,6 +151,16 @@ std::size_t sound_records(hid_t file, const RankFileInfo& info);
 // recover_rank_file's work (recover.cpp); returns the account of what it did ("" for nothing).
 std::string recover_if_needed(const std::string& path);
 
+// Walks the chunk index of every row dataset, the ledger and /bad_samples whole (entries past the
+// extents too, which no reader loads); "" when every block loads, else which dataset failed and why.
+std::string chunk_index_failure(hid_t file, const RankFileInfo& info);
+
+// A file that reads (and recovered) but failed when reopened for writing (`why`): its readable
+// committed records are copied into a fresh file that replaces it, the old one kept as
+// <path>.damaged, as recover_rank_file does with a damaged file (or moved aside when nothing of it
+// reads).  Returns the account of what it did.
+std::string salvage_for_writing(const std::string& path, const std::string& why);
+
 // The row chunking of one dataset: the largest divisor of `chunk_rows` whose chunk stays within
 // kMaxChunkBytes (at least one row), so a batch fills whole chunks and readers of one sample do
 // not pull in hundreds of megabytes.

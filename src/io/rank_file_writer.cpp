@@ -414,9 +414,12 @@ std::unique_ptr<RankFile> create_new(const std::string& path, const std::vector<
 
 std::string spec_text(const DatasetSpec& s) { return str(s.name, " ", dtype_name(s.dtype), shape_str(s.row_shape)); }
 
-std::unique_ptr<RankFile> append_to(const std::string& path, const std::vector<DatasetSpec>& specs,
-                                    const RankFileMeta& meta) {
-  recover_if_needed(path);
+// Reopens a recovered file and makes every write and flush a resume does before its first row:
+// this attempt's attributes, the extents, the ledger's stale slots blanked, a flush, and every
+// chunk index walked.  A file whose metadata fails when written throws here (an Error; an
+// InputError is about the job, not the file).
+std::unique_ptr<RankFile> reopen(const std::string& path, const std::vector<DatasetSpec>& specs,
+                                 const RankFileMeta& meta) {
   h5::Plist fapl = h5::file_access();
   std::string error;
   h5::File file(h5::open_file(path, H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl, error));
@@ -452,10 +455,43 @@ std::unique_ptr<RankFile> append_to(const std::string& path, const std::vector<D
   // On disk now, so that an attempt killed before its first commit is still counted by the next.
   H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL));
 
+  const std::string torn = chunk_index_failure(file, info);
+  if (!torn.empty()) SLUICE_THROW("rank file ", path, ": a chunk index block does not load: ", torn);
+
   const int64_t chunk_rows = info.chunk_rows > 0 ? info.chunk_rows : 1;
+  const hid_t id = file;
   auto rf = std::make_unique<Hdf5RankFile>(path, std::move(file), kept, meta.fsync_commits, meta.key_bytes);
   rf->attach(info, chunk_rows);
+  H5_CHECK(H5Fflush(id, H5F_SCOPE_GLOBAL));
   return rf;
+}
+
+// A resume appends to its recovered file.  One that fails when written although every committed
+// record reads (its metadata damaged where only a writer looks) would fail the same way at every
+// later resume: its committed records are copied into a fresh file instead (salvage_for_writing,
+// the old file kept as *.damaged) and this attempt writes on into that.
+std::unique_ptr<RankFile> append_to(const std::string& path, const std::vector<DatasetSpec>& specs,
+                                    const RankFileMeta& meta) {
+  recover_if_needed(path);
+  try {
+    return reopen(path, specs, meta);
+  } catch (const InputError&) {
+    throw;  // outputs that differ, keys too wide, a lock held: nothing wrong with the file
+  } catch (const Error& e) {
+    std::size_t had = 0;
+    try {
+      had = read_rank_file(path).chunks.size();
+    } catch (const Error&) {
+    }
+    const std::string note = salvage_for_writing(path, str("it fails when written: ", e.what()));
+    log_warn(note);
+    std::error_code ec;
+    const std::size_t kept = std::filesystem::exists(path, ec) ? read_rank_file(path).chunks.size() : 0;
+    // The resume was planned from every record of the old file: with fewer, its samples would be
+    // neither committed nor pending.  The next resume plans from the salvaged file.
+    if (kept < had) throw Error(str(note, "; run the job again with --resume to redo them"));
+    return reopen(path, specs, meta);
+  }
 }
 
 }  // namespace

@@ -16,6 +16,11 @@
 // file built under <path>.recovering.  The damaged file is kept as <path>.damaged (a hard link
 // made before the copy replaces it, so at every moment `path` names one of the two); the samples
 // of the records left out are pending again, and the resume redoes them.
+//
+// A file can also read back whole and still fail when a writer takes it up again: its metadata
+// damaged only where a writer looks (a chunk index block past the committed rows, which no reader
+// and no recovery loads).  The resume's writer then salvages it the same way
+// (salvage_for_writing), every committed record being readable, and writes on into the copy.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -162,6 +167,33 @@ std::size_t records_inside(hid_t file, const RankFileInfo& info, const std::stri
           h5::error_stack_text();
           return k;
         }
+      }
+    }
+  }
+  return info.chunks.size();
+}
+
+// How many leading records have rows that read back in every row dataset (a chunk index block that
+// fails its checksum makes the rows it indexes unreadable).  Reads every committed row: only for a
+// file already found damaged.
+std::size_t records_readable(hid_t file, const RankFileInfo& info) {
+  std::vector<unsigned char> buf;
+  std::vector<h5::Dataset> sets;
+  for (const std::string& name : info.row_datasets) sets.emplace_back(H5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
+  for (std::size_t k = 0; k < info.chunks.size(); ++k) {
+    const ChunkRecord& r = info.chunks[k];
+    for (const h5::Dataset& d : sets) {
+      h5::Type type(H5_CHECK(H5Dget_type(d)));
+      const std::vector<hsize_t> dims = h5::dims_of(d);
+      const std::vector<hsize_t> row_dims(dims.begin() + 1, dims.end());
+      std::size_t row_bytes = H5Tget_size(type);
+      for (hsize_t n : row_dims) row_bytes *= n;
+      buf.resize(static_cast<std::size_t>(r.count) * row_bytes);
+      h5::Space mspace = h5::row_block_space(r.count, row_dims);
+      h5::Space fspace = h5::select_rows(d, r.first_row, r.count);
+      if (H5Dread(d, type, mspace, fspace, H5P_DEFAULT, buf.data()) < 0) {
+        h5::error_stack_text();
+        return k;
       }
     }
   }
@@ -320,7 +352,17 @@ std::string recover_if_needed(const std::string& path) {
       keep = sound;
       why = str("ledger record ", sound, " names samples its rows do not hold");
     }
-    if (h.truncated || !info.damage.empty() || keep < info.chunks.size()) return salvage(h.file, info, keep, why);
+    // A kill -9 can cut a write() between two pages of memory: a metadata block rewritten in place
+    // that straddles a 4 KiB page boundary is then left half new, half old, and fails its checksum.
+    // The rows it indexes no longer read, and a resume that adds an entry to it fails at its first
+    // flush (and every later one would).  Every chunk index is walked whole to find such a block.
+    const std::string torn = chunk_index_failure(h.file, info);
+    if (!torn.empty()) {
+      keep = std::min(keep, records_readable(h.file, info));
+      why = str("a chunk index block fails its checksum, a write the kill cut short (", torn, ")");
+    }
+    if (h.truncated || !info.damage.empty() || keep < info.chunks.size() || !torn.empty())
+      return salvage(h.file, info, keep, why);
   } catch (const h5::LockedFile&) {
     throw;
   } catch (const Error& e) {
@@ -335,6 +377,45 @@ std::string recover_if_needed(const std::string& path) {
   shrink_in_place(path, info);
   return str("rank file ", path, ": recovered ", info.chunks.size(), " commit(s) (", info.committed_rows,
              " rows) in place; dropped ", info.file_rows - info.committed_rows, " uncommitted rows");
+}
+
+std::string chunk_index_failure(hid_t file, const RankFileInfo& info) {
+  std::vector<std::string> names = info.row_datasets;
+  names.push_back(kLedger);
+  if (h5::exists(file, kBadSamples)) names.push_back(kBadSamples);
+  for (const std::string& name : names) {
+    h5::Dataset d(H5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
+    h5::Space space(H5_CHECK(H5Dget_space(d)));  // HDF5 1.10.8 refuses H5S_ALL here
+    hsize_t chunks = 0;
+    if (H5Dget_num_chunks(d, space, &chunks) < 0) return str(name, ": ", h5::error_stack_text());
+  }
+  return "";
+}
+
+std::string salvage_for_writing(const std::string& path, const std::string& why) {
+  ReadHandle h;
+  RankFileInfo info;
+  try {
+    h = open_for_reading(path, /*salvage=*/true);
+    info = read_info(h.file, path);
+  } catch (const h5::LockedFile&) {
+    throw;
+  } catch (const Error& e) {
+    h.file.reset();
+    return move_aside(path, str(why, "; ", e.what()));
+  }
+  try {
+    std::size_t keep = info.chunks.size();
+    if (h.truncated) keep = std::min(keep, records_inside(h.file, info, path));
+    keep = std::min(keep, sound_records(h.file, info));
+    if (!chunk_index_failure(h.file, info).empty()) keep = std::min(keep, records_readable(h.file, info));
+    return salvage(h.file, info, keep, why);
+  } catch (const h5::LockedFile&) {
+    throw;
+  } catch (const Error& e) {
+    h.file.reset();
+    return move_aside(path, str(why, "; ", e.what()));
+  }
 }
 
 }  // namespace rankfile

@@ -492,6 +492,47 @@ TEST(RankFile, AFileCutShortKeepsTheCommitsStillInside) {
   EXPECT_TRUE(std::filesystem::exists(path + ".damaged"));
 }
 
+// A chunk index block that fails its checksum, as a kill -9 leaves one whose rewrite it cut short
+// at a page boundary (half new, half old): the rows it indexes no longer read, and a resume that
+// adds an entry to it failed at its first flush, at every resume.  Recovery finds it (it walks
+// every chunk index), keeps the commits before its rows in a fresh file, and the resume writes on.
+TEST(RankFile, AChunkIndexBlockThatFailsItsChecksumIsSalvagedAndTheResumeWritesOn) {
+  TempDir dir;
+  const auto specs = three_outputs();
+  const std::string path = four_commits(dir, specs);  // 40 rows, 4-row chunks: each index has a data block
+  {
+    // One byte of the last extensible-array data block ("EADB": chunks 4 to 19 of one row dataset)
+    // changed, as a torn write leaves it.
+    std::FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::vector<char> bytes(std::filesystem::file_size(path));
+    ASSERT_EQ(std::fread(bytes.data(), 1, bytes.size(), f), bytes.size());
+    const std::string text(bytes.begin(), bytes.end());
+    const std::size_t at = text.rfind("EADB");
+    ASSERT_NE(at, std::string::npos);
+    std::fseek(f, static_cast<long>(at + 20), SEEK_SET);
+    std::fputc(bytes[at + 20] ^ 0x5a, f);
+    std::fclose(f);
+  }
+  EXPECT_NE(every_row_reads(path), "");
+  const std::string note = recover_rank_file(path);
+  EXPECT_NE(note.find("fails its checksum"), std::string::npos) << note;
+  EXPECT_NE(note.find("salvaged 1 commit(s) holding 10 samples"), std::string::npos) << note;
+  EXPECT_TRUE(std::filesystem::exists(path + ".damaged"));
+  const RankFileInfo rec = read_rank_file(path);
+  ASSERT_EQ(rec.chunks.size(), 1u);
+  EXPECT_EQ(rec.chunks[0].first_index, 0);
+  EXPECT_EQ(every_row_reads(path), "");
+  // The resume redoes what was lost and every row reads.
+  auto f = open_rank_file(path, specs, 4, test_meta(), true);
+  for (int64_t first : {20, 10, 40}) write_chunk(*f, specs, 0, first, 10, 4);
+  f->close();
+  const RankFileInfo resumed = read_rank_file(path);
+  ASSERT_EQ(resumed.chunks.size(), 4u);
+  for (const ChunkRecord& c : resumed.chunks) EXPECT_EQ(check_chunk_rows(path, specs, c), 0);
+  EXPECT_EQ(every_row_reads(path), "");
+}
+
 TEST(RankFile, SomethingThatIsNoRankFileIsMovedAside) {
   TempDir dir;
   const std::string path = dir.file("rank-00004.h5");

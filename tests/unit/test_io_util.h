@@ -6,6 +6,8 @@
 #include <stdlib.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -159,5 +161,71 @@ inline RankFileMeta test_meta(int rank = 0, int world = 1) {
   m.start_time = 1700000000.25;
   return m;
 }
+
+// Reads every dataset of a closed rank file whole (the per-row ones too, which the row checks
+// above do not look at); "" when all read, else the first that does not.
+inline std::string every_row_reads(const std::string& path) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return "cannot open " + path;
+  std::string failed;
+  for (const char* name : {"/outputs/logits", "/outputs/argmax", "/outputs/half", "/sample_index", "/sample_status",
+                           "/sample_key", "/sample_size", "/ledger", "/bad_samples"}) {
+    if (!failed.empty() || H5Lexists(f, "/outputs", H5P_DEFAULT) <= 0) break;
+    const std::string n = name;
+    if (H5Lexists(f, name, H5P_DEFAULT) <= 0) continue;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t type = H5Dget_type(d);
+    hid_t space = H5Dget_space(d);
+    std::vector<unsigned char> buf(H5Tget_size(type) * static_cast<std::size_t>(H5Sget_simple_extent_npoints(space)) + 1);
+    if (H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()) < 0) failed = n + " does not read";
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Dclose(d);
+  }
+  H5Fclose(f);
+  return failed;
+}
+
+// SLUICE_CRASH_TRIALS raises a kill trial's count (soak runs under load); the default keeps the
+// suite quick.
+inline int trial_count(int fallback) {
+  const char* v = std::getenv("SLUICE_CRASH_TRIALS");
+  const int n = v ? std::atoi(v) : 0;
+  return n > 0 ? n : fallback;
+}
+
+// With SLUICE_CRASH_KEEP=<folder>, a failed trial's file as the kill left it (before recovery) is
+// copied there, to replay the recovery and the resume by hand.
+inline void keep_killed_file(const std::string& killed, const std::string& name) {
+  const char* keep = std::getenv("SLUICE_CRASH_KEEP");
+  if (!keep || !*keep || !std::filesystem::exists(killed)) return;
+  std::error_code ec;
+  std::filesystem::create_directories(keep, ec);
+  const std::string to = std::string(keep) + "/" + name;
+  std::filesystem::copy_file(killed, to, std::filesystem::copy_options::overwrite_existing, ec);
+  std::fprintf(stderr, "[ crash trials ] kept the killed file as %s%s\n", to.c_str(), ec ? " (copy failed)" : "");
+}
+
+// A copy of a killed trial's file as the kill left it, made before recovery changes the file; kept
+// (keep_killed_file) when the trial adds a failure, removed otherwise.
+class KilledCopy {
+ public:
+  KilledCopy(const std::string& path, std::string name) : copy_(path + ".killed"), name_(std::move(name)) {
+    std::error_code ec;
+    std::filesystem::copy_file(path, copy_, std::filesystem::copy_options::overwrite_existing, ec);
+  }
+  ~KilledCopy() {
+    if (::testing::Test::HasFailure() && !failed_before_) keep_killed_file(copy_, name_);
+    std::error_code ec;
+    std::filesystem::remove(copy_, ec);
+  }
+  KilledCopy(const KilledCopy&) = delete;
+  KilledCopy& operator=(const KilledCopy&) = delete;
+
+ private:
+  std::string copy_, name_;
+  bool failed_before_ = ::testing::Test::HasFailure();
+};
 
 }  // namespace sluice::testing
