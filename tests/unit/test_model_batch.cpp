@@ -188,3 +188,19 @@ TEST(BatchAdapt, AQueryThatDoesNotDependOnTheInputIsRepeatedForEverySample) {
   EXPECT_EQ(count_ops(g, "Tile"), 2);  // the model's own, and q's repeat
   EXPECT_EQ(count_ops(g, "Slice"), 0);
 }
+
+TEST(BatchAdapt, ABatchOneReshapeWithTwoReadingsTakesTheOneThatProvesTheGraph) {
+  // [1, 12] -> [1, 1, 12] puts the batch on axis 0 or 1; a sequence-first layout [L = 1, N, C] then
+  // moves axis 1 to the front, so only the second reading keeps the outputs' batch on axis 0.
+  GraphBuilder b;
+  b.input("x", {1, 4, 3}).output("y");
+  b.ints("flat", {1, 12});
+  b.ints("seq", {1, 1, 12});
+  b.node("Reshape", {"x", "flat"}, {"f"});
+  b.node("Reshape", {"f", "seq"}, {"s"});
+  b.node("Transpose", {"s"}, {"y"}).attrs["perm"] = Attribute::of_ints({1, 0, 2});
+  b.g.topo_sort();
+  const Graph g = prepared(b.g, 3, StaticBatch::Respecialize);
+  EXPECT_EQ(g.outputs[0].shape, (Shape{3, 1, 12}));
+  EXPECT_EQ(count_ops(g, "Slice"), 0);
+}
