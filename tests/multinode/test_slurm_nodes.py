@@ -137,8 +137,10 @@ def committed_records(files):
 def test_a_node_drained_mid_job_and_the_job_requeued_resumes_on_the_nodes_left(cluster, reference):
     out = os.path.join(cluster.shared, "drained")
     log = os.path.join(cluster.shared, "slurm-%j.out")
-    # Slowed on every rank (200 ms a batch), so the job outlasts the drain and requeue below.
-    slow = ["--throttle-ms", 200, "--throttle-ranks", "0,1,2,3"]
+    # Slowed on every rank (1 s a batch: after a rank's first commit it has 5 batches, 5 s, left), so the
+    # job outlasts the drain and requeue below: with 200 ms a batch a loaded machine (two busy loops, a
+    # build) ran the whole job out before the requeue and the rerun found nothing left to resume.
+    slow = ["--throttle-ms", 1000, "--throttle-ranks", "0,1,2,3"]
     _, job_id = sbatch(cluster, ["--nodes=2", "--ntasks-per-node=2", "--overcommit", "-o", log],
                        [cluster.job_file, "--output", out, *JOB, *slow], wait=False)
     wait_for("the job to run", lambda: cluster.job(job_id)["JobState"] == "RUNNING", 60, 0.2)
