@@ -242,6 +242,29 @@ def hf_detr():
     return _hf(transformers.DetrForObjectDetection(cfg), "logits", "pred_boxes")
 
 
+def hf_rtdetr():
+    """RT-DETR: deformable attention (GridSample), the encoder's top-k query selection (TopK and
+    GatherElements), a ResNet backbone of three levels."""
+    import transformers
+    backbone = transformers.RTDetrResNetConfig(embedding_size=8, hidden_sizes=[8, 16, 16, 16], depths=[1, 1, 1, 1],
+                                               layer_type="basic", out_features=["stage2", "stage3", "stage4"])
+    cfg = transformers.RTDetrConfig(backbone_config=backbone, use_pretrained_backbone=False, use_timm_backbone=False,
+                                    encoder_in_channels=[16, 16, 16], feat_strides=[8, 16, 32], d_model=32,
+                                    encoder_hidden_dim=32, encoder_ffn_dim=32, encoder_attention_heads=2,
+                                    encoder_layers=1, decoder_layers=1, decoder_attention_heads=2, decoder_ffn_dim=32,
+                                    decoder_in_channels=[32, 32, 32], num_queries=10, num_labels=3,
+                                    num_feature_levels=3, decoder_n_points=2)
+    return _hf(transformers.RTDetrForObjectDetection(cfg), "logits", "pred_boxes")
+
+
+def hf_swin2sr():
+    """Swin2SR: windows, then the pixel-shuffle upsampler (DepthToSpace)."""
+    import transformers
+    cfg = transformers.Swin2SRConfig(image_size=16, patch_size=1, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+                                     window_size=4, upscale=2, upsampler="pixelshuffle", resi_connection="1conv")
+    return _hf(transformers.Swin2SRForImageSuperResolution(cfg), "reconstruction")
+
+
 VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
 SWIN = dict(image_size=32, patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[1, 2], window_size=4)
 TIMM_VIT = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, num_classes=10)
@@ -314,6 +337,8 @@ ZOO = {
                   backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[8, 16, 32, 32], fusion_hidden_size=16,
                   reassemble_factors=[4, 2, 1, 0.5]), (3, 32, 32)),
     "hf_detr": (hf_detr, (3, 64, 64)),
+    "hf_rtdetr": (hf_rtdetr, (3, 64, 64)),
+    "hf_swin2sr": (hf_swin2sr, (3, 16, 16)),
     "hf_yolos": (hf("YolosForObjectDetection", "YolosConfig", ["logits", "pred_boxes"], image_size=[32, 32],
                     patch_size=8, num_detection_tokens=5, num_labels=3, **VIT), (3, 32, 32)),
     "hf_levit": (hf("LevitForImageClassification", "LevitConfig", ["logits"], image_size=64, patch_size=16,

@@ -42,6 +42,15 @@ EXPORTS = [f"{r['model']}.{r['exporter']}" for r in MANIFEST if r["status"] == "
 # What each model that does not run yet is missing.
 MISSING = {}
 
+# Exports whose outputs no engine can be held to: RT-DETR's encoder picks its queries by TopK over
+# scores that random weights leave nearly equal, so a last-bit difference picks other queries and
+# other boxes (onnxruntime 1.23 against the references' 1.30: 5.2e-4 on the logits, 0.54 on the
+# boxes; torch against onnxruntime 6.4e-4 and 0.67, in manifest.json).  They must load, trace the
+# batch and run (test_every_batch_1_export_runs_at_the_job_batch_re_specialized); their ops are
+# checked one by one against onnxruntime (tests/python/test_ops_sampling.py).
+UNSTABLE = {f"hf_rtdetr.{e}": "RT-DETR's top-k query selection over random weights is not reproducible across "
+            "engines (onnxruntime versions differ by 0.54 on the boxes)" for e in ("dynamo", "torchscript")}
+
 
 def file_name(output):
     return re.sub(r"[^A-Za-z0-9_.-]", "_", output) + ".npy"
@@ -55,6 +64,8 @@ def relative_error(got, ref):
 def cases():
     for name in EXPORTS:
         marks = [pytest.mark.xfail(reason=MISSING[name], strict=True)] if name in MISSING else []
+        if name in UNSTABLE:
+            marks.append(pytest.mark.skip(reason=UNSTABLE[name]))
         yield pytest.param(name, marks=marks, id=name)
 
 
