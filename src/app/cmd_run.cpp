@@ -19,6 +19,7 @@
 #include "app/job_options.h"
 #include "app/outdir.h"
 #include "app/preprocess_from.h"
+#include "app/text_model.h"
 #include "app/run_context.h"
 #include "app/signals.h"
 #include "cluster/launch.h"
@@ -150,6 +151,22 @@ void add_run_command(CLI::App& app, Commands& commands) {
       for (const auto& c : p.chosen) origins.emplace_back(c.first, "--preprocess-from " + p.file);
       if (launcher_rank() == 0 && !job.quiet)
         std::fprintf(stderr, "sluice: --preprocess-from %s: %s\n", p.file.c_str(), preprocess_from_summary(p).c_str());
+    }
+    if (text_input_job(job)) {
+      // A text model's tokenizer, pooling, length and prompt, from its folder where not given.
+      std::vector<std::string> given;
+      for (const auto& o : origins) given.push_back(o.first);
+      const TextModelFrom t = apply_text_model(job, given);
+      for (const auto& c : t.chosen) origins.emplace_back(c.first, t.folder.empty() ? "default" : "model folder " + t.folder);
+      if (launcher_rank() == 0 && !job.quiet) {
+        std::fprintf(stderr, "sluice: text model: %s\n", text_model_summary(job, t).c_str());
+        for (const auto& w : t.warnings) std::fprintf(stderr, "sluice: warning: %s\n", w.c_str());
+      }
+    } else if (!job.pooling.empty() || !job.prompt.empty() || !job.prompt_name.empty() || !job.tokenizer.empty() ||
+               job.max_length != 0) {
+      throw UsageError(str("--tokenizer, --max-length, --pooling, --prompt and --prompt-name apply to text inputs (JSONL, CSV, "
+                           "TSV, text); ", job.input, " is not one"),
+                       "give a text corpus as --input (or --input-kind jsonl|csv|tsv|text)");
     }
     validate_job(job);
     return run_job(job, origins, argc, argv);

@@ -36,6 +36,10 @@ struct JobPlan {
   ImageInputOptions image_input;
   NonFinite on_nan = NonFinite::Warn;
   int deflate = 0;                // --compression
+  // Text inputs (app/text_model.h resolved them from the model folder): the tokens a passage may
+  // have (0: the model's own), the tokenizer, the prompt and the pad id.
+  int64_t max_length = 0;
+  std::string tokenizer, prompt;
 
   // The model's input as `source` feeds it: a tensor input's own sample shape and dtype; for image
   // files uint8 [3, H, W] after --resize/--center-crop/--letterbox, which are resolved against the

@@ -433,7 +433,7 @@ bool Tracer::detections(const Node& n) {
 // ---- products ----
 
 // sluice.Attention: q, k and v with the batch on one leading axis (not the sequence or feature
-// axes), and a bias that does not depend on the input data.  One of q, k, v may not depend on the
+// axes), and a bias that does not depend on the input data or carries the batch outermost too.  One of q, k, v may not depend on the
 // input (DETR's decoder queries, SigLIP's pooling probe): it is the same for every sample, and at
 // the new batch it is repeated for every sample (the op does not broadcast).
 bool Tracer::attention(const Node& n) {
@@ -446,7 +446,10 @@ bool Tracer::attention(const Node& n) {
   const bool strided = n.get_string("layout", "") == "strided";
   if (a < 0 || a >= rank(n.input(0)) - 2 || (strided && a != 0))
     return fail("mixes rows of attention across the batch (q, k and v do not carry it on one leading axis)");
-  if (n.inputs.size() > 3 && !n.input(3).empty() && ax(n, 3) != kNoBatch)
+  // A bias computed from the data (a text encoder's padding mask, [B, ...]) keeps the samples apart when it
+  // carries the batch outermost, as q, k and v do: the op reads it by flat matrix index, batch first.
+  if (n.inputs.size() > 3 && !n.input(3).empty() && ax(n, 3) != kNoBatch &&
+      (ax(n, 3) != 0 || a != 0 || t_.of(g_, n.input(3)).merged()))
     return fail("adds an attention bias computed from the input data");
   for (std::size_t i = 0; strict_ && i < 3; ++i)
     if (ax(n, i) == kNoBatch && !tile_operand(n, i, a)) return false;

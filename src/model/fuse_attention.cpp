@@ -345,6 +345,10 @@ bool AttentionMatcher::fuse_at(std::size_t index) {
       if (!bs) return false;
       const int64_t period = flat_period(*bs, *xs);
       if (period < s * skv || period % (s * skv) != 0) return false;
+      // The op reads such a bias by flat matrix index modulo its own size: it must hold every element
+      // of its period, with no axis broadcast inside it (a text encoder's padding mask [B, 1, S, S_kv]
+      // broadcast over the heads is not; it stays unfused until the op can read a bias per sample).
+      if (shape_numel(*bs) != period) return false;
       bias = terms[0].name;
     }
   }

@@ -18,7 +18,8 @@ namespace sluice {
 //              logits, not probabilities; "<name>_indices" int32)
 //   TopKProbs  Softmax then TopK: the k largest probabilities and their class indices
 //   Embedding  the vector per sample: [B, D] as is ([B, D, 1, 1] flattened), [B, T, D] its first
-//              token; L2-normalised unless
+//              token, or for a text model (PrepareOptions::tokens) its tokens pooled over the
+//              attention mask as `pooling` says; L2-normalised unless
 //              `normalize` is off (y / max(|y|, 1e-12), as torch.nn.functional.normalize)
 //   Detections sluice.Detections over the model's detection outputs (format `detection.format`):
 //              "<name>" float32 [B, K, 6] (x1, y1, x2, y2 in input pixels, score, class; by score,
@@ -38,7 +39,23 @@ struct OutputSpec {
                              // let prepare_graph choose U8 when the class axis has <= 256 entries, else I32
   int top_k = 0;             // TopK and TopKProbs
   bool normalize = true;     // Embedding: L2-normalise
+  // Embedding of a text model's tokens [B, L, D], the sentence-transformers Pooling modes: "cls"
+  // (the first token), "max" (over the unmasked tokens), "mean" (masked mean), "mean_sqrt_len_tokens"
+  // (the masked sum over sqrt of the count), "weightedmean" (token i weighted i + 1), "lasttoken" (the
+  // last unmasked token).  Several are concatenated along D in that order, as sentence-transformers
+  // does.  Empty: the first token (as for image transformers).
+  std::vector<std::string> pooling;
   DetectionOptions detection;  // Detections
+};
+
+// A text model's token inputs (input_ids, attention_mask, token_type_ids, position_ids: [B, L]
+// integers): the slots hold them as one int64 tensor [B, planes, L], one plane per input, and each
+// model input is bound by its name to its plane (kTokenPlanes).  An attention_mask plane is also
+// fed when pooling needs it and the model does not read it.
+inline constexpr const char* kTokenPlanes[] = {"input_ids", "attention_mask", "token_type_ids", "position_ids"};
+struct TokenInputs {
+  bool enabled = false;
+  int64_t length = 0;  // L: 0 takes the model's own (fixed at export); a dynamic length needs it
 };
 
 struct PrepareOptions {
@@ -52,12 +69,14 @@ struct PrepareOptions {
   std::vector<float> mean, stddev;
   std::vector<OutputSpec> outputs;    // heads on the model's first output (or model_output)
   std::string model_output;           // the graph output the heads read ("": the first)
+  TokenInputs tokens;                 // a text model: sample_shape and input_dtype are then ignored
   bool fuse = true;                   // BatchNorm folding and Conv(+Add)(+act) fusion
   // A model whose input fixes another batch than batch_size (model/batch_adapt.h).
   StaticBatch static_batch = StaticBatch::Auto;
 };
 
-// Returns a graph with a single input named "input" [B, sample_shape...] of `input_dtype` and one
+// Returns a graph with a single input named "input" [B, sample_shape...] of `input_dtype` (a text
+// model: int64 [B, planes, L], Graph::input_planes naming the planes) and one
 // graph output per OutputSpec, named as the spec.  Runs: input shape fixing, constant folding
 // (including the exporters' Shape/Gather/... subgraphs), Identity removal, BatchNorm folding,
 // Conv fusion, dead-node elimination, batch adaptation of a static-batch model (re-specialization or

@@ -104,6 +104,8 @@ std::string serialize_structure(const Graph& g) {
   w.i64(g.opset);
   w.u64(g.inputs.size());
   for (const auto& v : g.inputs) w.value(v);
+  w.u64(g.input_planes.size());
+  for (const auto& p : g.input_planes) w.s(p);
   w.u64(g.outputs.size());
   for (const auto& v : g.outputs) w.value(v);
   w.u64(g.values.size());
@@ -143,6 +145,7 @@ Graph deserialize_structure(const std::string& bytes) {
   g.source = r.s();
   g.opset = r.i64();
   for (std::size_t i = 0, n = r.count(); i < n; ++i) g.inputs.push_back(r.value());
+  for (std::size_t i = 0, n = r.count(); i < n; ++i) g.input_planes.push_back(r.s());
   for (std::size_t i = 0, n = r.count(); i < n; ++i) g.outputs.push_back(r.value());
   for (std::size_t i = 0, n = r.count(); i < n; ++i) {
     ValueInfo v = r.value();

@@ -108,6 +108,7 @@ struct Tokenizer::Impl {
   Matcher raw, normalized;  // tokens matched before normalization, and after it
   std::size_t max_length = 0;
   bool truncate_left = false;
+  std::optional<int32_t> pad_id;  // tokenizer.json's padding section
 
   // The added tokens of s (raw or normalized): (start, end, token) with token < 0 for the text between.
   void find_added(std::string_view s, const Matcher& m, std::vector<Seg>& spans, std::vector<int32_t>& tokens) const {
@@ -249,6 +250,9 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_json(std::string_view text, con
     if (t->contains("max_length") && (*t)["max_length"].is_number_unsigned()) impl->max_length = (*t)["max_length"].get<std::size_t>();
     impl->truncate_left = string_field(*t, "direction", where, "Right") == "Left";
   }
+  if (const json* p = part("padding")) {
+    if (p->is_object() && p->contains("pad_id") && (*p)["pad_id"].is_number_integer()) impl->pad_id = (*p)["pad_id"].get<int32_t>();
+  }
   if (const json* a = part("added_tokens")) {
     if (!a->is_array()) throw InputError(str(origin, ": \"added_tokens\" is not a list"));
     Scratch sc;
@@ -290,6 +294,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, const EncodeOption
   impl_->encode(text, e, options);
   return std::move(e.ids);
 }
+
+std::optional<int32_t> Tokenizer::pad_id() const {
+  if (impl_->pad_id) return impl_->pad_id;
+  for (const char* t : {"[PAD]", "<pad>", "<|endoftext|>"})
+    if (auto id = token_to_id(t)) return id;
+  return std::nullopt;
+}
+
+std::size_t Tokenizer::truncation_length() const { return impl_->max_length; }
 
 std::size_t Tokenizer::special_tokens_added() const { return impl_->post ? impl_->post->added() : 0; }
 

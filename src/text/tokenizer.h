@@ -49,6 +49,11 @@ class Tokenizer {
   // The number of special tokens the post-processor adds to one passage.
   std::size_t special_tokens_added() const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
+  // The id padding takes: tokenizer.json's padding section, else the id of [PAD], <pad> or
+  // <|endoftext|>; none when the tokenizer has neither.
+  std::optional<int32_t> pad_id() const;
+  // tokenizer.json's truncation max_length (0: none).
+  std::size_t truncation_length() const;
   // "BertNormalizer, BertPreTokenizer, WordPiece (30522 tokens), TemplateProcessing"
   std::string describe() const;
 
