@@ -71,29 +71,6 @@ Categories read_categories(const std::string& path) {
   return c;
 }
 
-void draw_box(std::vector<uint8_t>& rgb, int height, int width, const float* b, const uint8_t colour[3], int thickness) {
-  const int x1 = std::clamp(static_cast<int>(std::floor(b[0])), 0, width - 1);
-  const int y1 = std::clamp(static_cast<int>(std::floor(b[1])), 0, height - 1);
-  const int x2 = std::clamp(static_cast<int>(std::ceil(b[2])) - 1, 0, width - 1);
-  const int y2 = std::clamp(static_cast<int>(std::ceil(b[3])) - 1, 0, height - 1);
-  auto put = [&](int x, int y) {
-    uint8_t* p = rgb.data() + (static_cast<std::size_t>(y) * static_cast<std::size_t>(width) + static_cast<std::size_t>(x)) * 3;
-    p[0] = colour[0];
-    p[1] = colour[1];
-    p[2] = colour[2];
-  };
-  for (int t = 0; t < thickness; ++t) {
-    for (int x = x1; x <= x2; ++x) {
-      put(x, std::min(y1 + t, y2));
-      put(x, std::max(y2 - t, y1));
-    }
-    for (int y = y1; y <= y2; ++y) {
-      put(std::min(x1 + t, x2), y);
-      put(std::max(x2 - t, x1), y);
-    }
-  }
-}
-
 ImageIds coco_image_ids(const std::vector<std::string>& keys, const std::vector<bool>& used) {
   ImageIds r;
   r.ids.assign(keys.size(), -1);
@@ -167,13 +144,6 @@ std::string detection_csv_row(const std::string& key, int64_t category, const st
 }
 
 namespace {
-
-constexpr std::size_t kBlockBytes = 64u << 20;  // rows read at once: at most this much, at least one row
-
-int64_t block_rows(const StoredOutput& s) {
-  const std::size_t row = static_cast<std::size_t>(shape_numel(s.row_shape)) * dtype_size(s.dtype);
-  return static_cast<int64_t>(std::max<std::size_t>(1, kBlockBytes / std::max<std::size_t>(row, 1)));
-}
 
 // COCO's dataset file without annotations for the results: every good sample as an image (its
 // id, key as file_name, original width and height: in model-input pixels without image sizes,

@@ -15,14 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "core/image_geometry.h"
 #include "core/tensor.h"
-#include "export/run_outputs.h"
-#include "image/image.h"
+#include "io/run_outputs.h"
 
 namespace sluice {
 
 // Model-input pixels to the original image's (in_w x in_h), undoing `spec` (resize, center crop or
-// letterbox: image/image.h's plan_resize): x_orig = (x + offset_x) * in_w / resized_w, clipped to the
+// letterbox: core/image_geometry.h's plan_resize): x_orig = (x + offset_x) * in_w / resized_w, clipped to the
 // image.  Without a recorded geometry, a plain resize from the model input (model_w x model_h).
 void box_to_original(float* xyxy, int in_h, int in_w, const std::optional<PreprocessSpec>& spec, int model_h,
                      int model_w);
@@ -56,10 +56,6 @@ bool detection_is_finite(const float* row);
 // the two characters \n, a carriage return as \r, so that every line is one key.  Sets *escaped
 // when the line differs from the key.
 std::string keys_file_line(const std::string& key, bool* escaped = nullptr);
-
-// Draws the outline of box (x1, y1, x2, y2, in the image's pixels) `thickness` pixels wide, inside
-// the box, clipped to the image, into interleaved RGB.
-void draw_box(std::vector<uint8_t>& rgb, int height, int width, const float* xyxy, const uint8_t colour[3], int thickness);
 
 // One COCO result entry (no trailing comma) and one CSV line.
 std::string coco_entry(int64_t image_id, const std::string& key, int64_t category, const float* xyxy, float score);

@@ -17,6 +17,7 @@ const char* mode_name(Resize m) {
     case Resize::ShorterSide: return "shorter_side";
     case Resize::Letterbox: return "letterbox";
     case Resize::None: return "none";
+    case Resize::ShortestEdge: return "shortest_edge";
   }
   return "exact";
 }
@@ -24,10 +25,14 @@ const char* mode_name(Resize m) {
 }  // namespace
 
 std::string geometry_json(const PreprocessSpec& s) {
-  return json{{"mode", mode_name(s.mode)}, {"resize_short", s.resize_short}, {"resize_h", s.resize_h},
-              {"resize_w", s.resize_w},    {"crop_h", s.crop_h},             {"crop_w", s.crop_w},
-              {"out_h", s.out_h},          {"out_w", s.out_w}}
-      .dump();
+  json j{{"mode", mode_name(s.mode)}, {"resize_short", s.resize_short}, {"resize_h", s.resize_h},
+         {"resize_w", s.resize_w},    {"crop_h", s.crop_h},             {"crop_w", s.crop_w},
+         {"out_h", s.out_h},          {"out_w", s.out_w}};
+  if (s.mode == Resize::ShortestEdge) {
+    j["max_size"] = s.max_size;
+    j["size_multiple"] = s.size_multiple;
+  }
+  return j.dump();
 }
 
 PreprocessSpec geometry_from_json(const std::string& text) {
@@ -38,12 +43,15 @@ PreprocessSpec geometry_from_json(const std::string& text) {
   else if (mode == "shorter_side") s.mode = Resize::ShorterSide;
   else if (mode == "letterbox") s.mode = Resize::Letterbox;
   else if (mode == "none") s.mode = Resize::None;
+  else if (mode == "shortest_edge") s.mode = Resize::ShortestEdge;
   else throw InputError(str("export: the recorded image geometry '", text, "' is not one this sluice reads"));
   s.resize_short = j.value("resize_short", 0);
   s.resize_h = j.value("resize_h", 0);
   s.resize_w = j.value("resize_w", 0);
   s.crop_h = j.value("crop_h", 0);
   s.crop_w = j.value("crop_w", 0);
+  s.max_size = j.value("max_size", 0);
+  s.size_multiple = j.value("size_multiple", 0);
   s.out_h = j.value("out_h", 0);
   s.out_w = j.value("out_w", 0);
   if (s.out_h < 1 || s.out_w < 1)

@@ -1,6 +1,6 @@
 #pragma once
 // The image geometry of a run, recorded for `sluice export --original-size`: how each image became
-// the model's input (image/image.h, PreprocessSpec), written by the run as the attribute
+// the model's input (core/image_geometry.h, PreprocessSpec), written by the run as the attribute
 // "preprocess" of outputs.h5 (a JSON object), and its inverse for a mask.
 //
 // Undoing it: the mask is first brought to the model's input size (nearest neighbour, when the
@@ -13,14 +13,14 @@
 #include <string>
 
 #include "export/masks.h"
-#include "image/image.h"
+#include "core/image_geometry.h"
+#include "io/run_outputs.h"  // kPreprocessAttr
 
 namespace sluice {
 
-inline constexpr char kPreprocessAttr[] = "preprocess";
-
-// {"mode": "exact" | "shorter_side" | "letterbox" | "none", "resize_short", "resize_h", "resize_w",
-//  "crop_h", "crop_w", "out_h", "out_w"}
+// {"mode": "exact" | "shorter_side" | "letterbox" | "none" | "shortest_edge", "resize_short",
+//  "resize_h", "resize_w", "crop_h", "crop_w", "out_h", "out_w"; shortest_edge: "max_size",
+//  "size_multiple"}
 std::string geometry_json(const PreprocessSpec& spec);
 // The spec of geometry_json's text; InputError for text it cannot read.
 PreprocessSpec geometry_from_json(const std::string& text);

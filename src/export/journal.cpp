@@ -23,24 +23,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr const char* kPartial = ".sluice-partial";
-
 bool present(const fs::path& p) {
   std::error_code ec;
   return fs::exists(fs::symlink_status(p, ec));
-}
-
-// A short, stable name for the temporary file of `rel` (FNV-1a, 64 bits): the same on every run, so a
-// rerun finds the one a killed export left.
-std::string short_hash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
 }
 
 // A record's text: names that are not UTF-8 escaped (core/json_text.h), and then marked so that
@@ -159,9 +144,7 @@ void ExportJournal::append(const std::string& line) {
 
 std::string ExportJournal::path(const std::string& rel) const { return (fs::path(dir_) / rel).string(); }
 
-std::string ExportJournal::partial_path(const std::string& rel) const {
-  return (fs::path(path(rel)).parent_path() / ("." + short_hash(rel) + kPartial)).string();
-}
+std::string ExportJournal::partial_path(const std::string& rel) const { return sluice::partial_path(dir_, rel); }
 
 std::string ExportJournal::name_problem(const std::string& rel) const {
   const fs::path p(rel);
@@ -275,68 +258,6 @@ void ExportJournal::commit(const std::string& rel, const std::string& key) {
   append(record(json{{"file", rel}, {"key", key}, {"bytes", e.bytes}, {"sha256", e.sha256}}, rel + key));
   e.complete = true;
   ++written_;
-}
-
-void ExportJournal::write(const std::string& rel, const std::string& key, const std::string& bytes) {
-  const std::string tmp = begin(rel);
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw Error(str("export: cannot create ", tmp, " (for ", path(rel), "): ", std::strerror(errno)));
-  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  if (std::fclose(f) != 0 || !ok) throw Error(str("export: cannot write ", tmp, " (disk full?)"));
-  commit(rel, key);
-}
-
-std::string export_path(const std::string& key, const std::string& ext, bool keep_extension, bool* went_up) {
-  std::vector<std::string> parts;
-  std::string cur;
-  auto flush = [&] {
-    if (cur == "..") {
-      cur = kUpPart;
-      if (went_up) *went_up = true;
-    }
-    if (!cur.empty() && cur != ".") parts.push_back(cur);
-    cur.clear();
-  };
-  for (char c : key) {
-    if (c == '/') {
-      flush();
-      continue;
-    }
-    const auto u = static_cast<unsigned char>(c);
-    cur += (u < 0x20 || u == 0x7f || c == '\\') ? '_' : c;
-  }
-  flush();
-  if (parts.empty()) throw InputError(str("export: key '", key, "' names no file"));
-  std::string& last = parts.back();
-  if (!keep_extension) {
-    const std::size_t dot = last.rfind('.');
-    if (dot != std::string::npos && dot > 0) last.erase(dot);
-  }
-  std::string rel;
-  for (const auto& p : parts) rel += (rel.empty() ? "" : "/") + p;
-  return rel + ext;
-}
-
-KeyClash key_clash(const std::string& first, int64_t first_row, const std::string& second, int64_t second_row,
-                   const std::string& rel, const std::string& ext, bool keep_extension, bool can_keep_extension) {
-  KeyClash c;
-  if (first == second || fs::path(first).lexically_normal() == fs::path(second).lexically_normal()) {
-    c.what = str("rows ", first_row, " and ", second_row, " are the same file, '", first, "'",
-                 first == second ? "" : str(" and '", second, "'"), ", listed twice in the input (both would be written to ",
-                 rel, ")");
-    c.hint = "the input lists the same file twice: remove the repeated line from the list file, then run the job again";
-    return c;
-  }
-  c.what = str("keys '", first, "' (row ", first_row, ") and '", second, "' (row ", second_row,
-               ") would both be written to ", rel);
-  if (can_keep_extension && !keep_extension && export_path(first, ext, true) != export_path(second, ext, true))
-    c.hint = str("pass --keep-extension to name files <key>", ext, " (", export_path(first, ext, true), " and ",
-                 export_path(second, ext, true), ")");
-  else
-    c.hint = str("rename one of the two files in the input (a file is named after its key",
-                 keep_extension ? "" : " without its extension", ", with '\\' and control characters as '_' and each '..' as '",
-                 kUpPart, "')");
-  return c;
 }
 
 }  // namespace sluice

@@ -8,7 +8,7 @@
 //   {"begin": "a/b/cat.png"}                       before the file is created (under a temporary name)
 //   {"file": "a/b/cat.png", "key": "a/b/cat.jpg", "bytes": 1234, "sha256": "..."}   once it is in place
 // A file is written under a short temporary name in its folder, .<hash of the path>.sluice-partial
-// (a name of any legal length keeps the temporary one legal), and renamed into place.
+// (a name of any legal length keeps the temporary one legal; export/files.h), and renamed into place.
 // A path is the manifest's once a "begin" names it.  A rerun with the same "export" object skips the
 // files whose last record is a "file" line written under it and whose size and sha256 still match;
 // everything else of the manifest's is written again.  A file at a target path the manifest does not
@@ -23,9 +23,11 @@
 #include <set>
 #include <string>
 
+#include "export/files.h"
+
 namespace sluice {
 
-class ExportJournal {
+class ExportJournal final : public ExportFolder {
  public:
   static constexpr const char* kName = ".sluice-export.json";
   // The marker `sluice run --export` leaves in its folder (export/live_export.h).
@@ -39,28 +41,26 @@ class ExportJournal {
   // file itself being one is an InputError (`out_dir` itself may be one).
   ExportJournal(const std::string& out_dir, const std::string& header, bool overwrite,
                 const std::string& protected_dir = "");
-  ~ExportJournal();
+  ~ExportJournal() override;
   ExportJournal(const ExportJournal&) = delete;
   ExportJournal& operator=(const ExportJournal&) = delete;
 
   // Why `rel` cannot be a file name here ("" when it can): a part longer than the file system takes.
-  std::string name_problem(const std::string& rel) const;
+  std::string name_problem(const std::string& rel) const override;
 
   // True when an earlier run of the same export wrote `rel` and it is still intact.
-  bool done(const std::string& rel);
+  bool done(const std::string& rel) override;
 
   // Claims `rel` (relative to the folder; creates its parent folders) and returns the temporary path
   // to write it to.  Throws InputError when a file the manifest does not name is in the way.
-  std::string begin(const std::string& rel);
+  std::string begin(const std::string& rel) override;
   // Moves the temporary file into place and records it (in the run's live export folder, a file
   // already there with the same bytes is kept and recorded instead; one that differs is an
   // InputError unless `overwrite`).
-  void commit(const std::string& rel, const std::string& key);
-  // begin + write `bytes` + commit.
-  void write(const std::string& rel, const std::string& key, const std::string& bytes);
+  void commit(const std::string& rel, const std::string& key) override;
 
   int64_t skipped() const { return skipped_; }
-  int64_t written() const { return written_; }
+  int64_t written() const override { return written_; }
   std::string path(const std::string& rel) const;
 
  private:
@@ -85,23 +85,5 @@ class ExportJournal {
   std::FILE* log_ = nullptr;
   int64_t skipped_ = 0, written_ = 0;
 };
-
-// "a/b/cat.jpg" -> "a/b/cat" + ext ("a/b/cat.jpg" + ext with keep_extension).  A key that starts
-// above the input's folder (a list file's "../data/b.jpg") stays inside the export folder: each ".."
-// part is written as kUpPart ("__/data/b.png"), and *went_up is set.  Throws InputError for a key
-// that names nothing; '\\' and control characters become '_'.
-inline constexpr char kUpPart[] = "__";
-std::string export_path(const std::string& key, const std::string& ext, bool keep_extension, bool* went_up = nullptr);
-
-// Two samples (rows) whose keys export_path maps to the one file `rel`: what is wrong (`what`, without
-// the command's prefix) and what to do (`hint`).  The same key twice (or one path spelt two ways,
-// "a/./b.jpg" and "a/b.jpg") is the same file listed twice in the input: fix the list.  Otherwise
-// --keep-extension is offered only where `can_keep_extension` and it would name them apart; else
-// rename one of the files.
-struct KeyClash {
-  std::string what, hint;
-};
-KeyClash key_clash(const std::string& first, int64_t first_row, const std::string& second, int64_t second_row,
-                   const std::string& rel, const std::string& ext, bool keep_extension, bool can_keep_extension);
 
 }  // namespace sluice

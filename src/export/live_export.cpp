@@ -18,18 +18,16 @@
 #include <iterator>
 #include <mutex>
 #include <sstream>
-#include <unordered_map>
 
 #include "core/error.h"
 #include "core/json_text.h"
 #include "core/log.h"
 #include "core/queue.h"
 #include "core/thread.h"
-#include "export/classes.h"
-#include "export/detections.h"
+#include "export/exporter.h"
+#include "export/files.h"
 #include "export/journal.h"
-#include "export/masks.h"
-#include "io/npy.h"
+#include "io/sample_keys.h"
 
 namespace sluice {
 
@@ -39,102 +37,12 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr const char* kMarker = ExportJournal::kLiveMarker;  // the folder is this run's export
-constexpr char kTemp[] = ".sluice-partial";            // temporaries end so (sluice export's too)
-
-bool is_temp(const std::string& name) {
-  return name.size() >= std::strlen(kTemp) && name.compare(name.size() - std::strlen(kTemp), std::string::npos, kTemp) == 0;
-}
-
-class MaskFormat final : public RowFormat {
- public:
-  std::string name() const override { return "masks"; }
-  std::string extension() const override { return ".png"; }
-  void write(const std::string& path, const StoredOutput& o, const void* row) const override {
-    Shape shape{1};
-    shape.insert(shape.end(), o.row_shape.begin(), o.row_shape.end());
-    Tensor t(o.dtype, shape);
-    std::memcpy(t.bytes.data(), row, t.nbytes());
-    const std::string png = encode_mask_png(mask_of_row(t, 0));
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
-    if (!f) throw InputError(str("export: cannot create ", path, ": ", std::strerror(errno)));
-    if (std::fwrite(png.data(), 1, png.size(), f.get()) != png.size() || std::fclose(f.release()) != 0)
-      throw InputError(str("export: cannot write ", path, ": ", std::strerror(errno), " (disk full?)"));
-  }
-};
-
-class NpyFormat final : public RowFormat {
- public:
-  std::string name() const override { return "npy"; }
-  std::string extension() const override { return ".npy"; }
-  void write(const std::string& path, const StoredOutput& o, const void* row) const override {
-    write_npy(path, o.dtype, o.row_shape, row);
-  }
-};
-
-// The temporary name of `target`: in its folder (the rename stays on one file system), short
-// whatever the target's length, and the rank's own.
-std::string temp_path(const fs::path& target, int rank) {
-  char name[64];
-  std::snprintf(name, sizeof name, ".%016zx.r%d%s", std::hash<std::string>{}(target.string()), rank, kTemp);
-  return (target.parent_path() / name).string();
-}
-
-// Writes one row's file through a temporary name; false when it was there already.
-bool write_row_file(const RowFormat& f, const fs::path& target, int rank, const StoredOutput& o, const void* row) {
-  std::error_code ec;
-  if (fs::exists(target, ec)) return false;
-  fs::create_directories(target.parent_path(), ec);
-  if (ec) throw InputError(str("export: cannot create the folder ", target.parent_path().string(), ": ", ec.message()));
-  const std::string tmp = temp_path(target, rank);
-  try {
-    f.write(tmp, o, row);
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw InputError(str("export: cannot rename ", tmp, " to ", target.string(), ": ", std::strerror(e)));
-  }
-  return true;
-}
 
 std::string marker_text(const LiveExportOptions& o) {
   return dump_json(json{{"export", o.format}, {"run", fs::absolute(o.run_dir).lexically_normal().string()}});
 }
 
 const char* kFolderHint = "give --export-dir an empty (or new) folder, or remove what is in it";
-
-// classes: which scores make the table and how, as sluice export decides it (no labels, its
-// default top-k).  `find` names a stored output (null: none).
-struct ClassPlan {
-  std::string data, ids;  // the scores dataset; the stored top-k's indices ("" : computed here)
-  bool softmax = false;
-  std::string value_name = "prob";
-  std::size_t width = 0, k = 0;
-};
-
-ClassPlan class_plan(const std::string& source, const std::function<const StoredOutput*(const std::string&)>& find,
-                     int top_k) {
-  ClassPlan p;
-  const bool stored = !find(source) && find(source + "_values") && find(source + "_indices");
-  p.data = stored ? source + "_values" : source;
-  if (stored) p.ids = source + "_indices";
-  p.softmax = !stored && source != "softmax";
-  if (stored && source != "topk_probs") p.value_name = "logit";
-  const StoredOutput* d = find(p.data);
-  SLUICE_CHECK(d, "export: no output ", p.data);
-  p.width = static_cast<std::size_t>(shape_numel(d->row_shape));
-  p.k = std::min<std::size_t>(static_cast<std::size_t>(top_k), stored ? static_cast<std::size_t>(d->row_shape.at(0)) : p.width);
-  return p;
-}
-
-std::string class_line(const ClassPlan& p, const std::string& key, const Tensor& values, const Tensor& ids, int64_t i) {
-  const TopK t = p.ids.empty() ? top_k_of(values, static_cast<std::size_t>(i) * p.width, p.width, p.k, p.softmax)
-                               : stored_top_k(values, ids, i, p.k);
-  return csv_row(key, t, nullptr);
-}
 
 // The table's rows as the ranks computed them while the job ran: per rank a file of records
 // "<sample index> <bytes>\n<line>" (a line may hold a quoted newline), appended after each commit.
@@ -172,23 +80,6 @@ std::size_t scan_records(const std::string& path, const std::function<void(int64
   return at;
 }
 
-// The records of one line file's text, appended to `out`; returns the bytes they take (a kill may
-// have cut the last record short: it is left out).
-std::size_t parse_lines(const std::string& text, std::vector<std::pair<int64_t, std::string>>* out) {
-  std::size_t at = 0;
-  while (at < text.size()) {
-    const std::size_t nl = text.find('\n', at);
-    if (nl == std::string::npos) break;
-    long long index = -1;
-    unsigned long long bytes = 0;
-    if (std::sscanf(text.c_str() + at, "%lld %llu", &index, &bytes) != 2 || index < 0 || nl + 1 + bytes > text.size())
-      break;
-    if (out) out->emplace_back(index, text.substr(nl + 1, bytes));
-    at = nl + 1 + bytes;
-  }
-  return at;
-}
-
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -206,13 +97,18 @@ bool is_lines_file(const std::string& name) {
   return false;
 }
 
-// Every whole record of the table's line files.
+// Every whole record of the table's line files, by sample index.
 std::vector<std::pair<int64_t, std::string>> read_lines(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (is_lines_file(e.path().filename().string(), "classes")) parse_lines(read_text(e.path()), &out);
+    if (!is_lines_file(e.path().filename().string(), "classes")) continue;
+    const std::string text = read_text(e.path());
+    scan_records(e.path().string(), [&](int64_t index, std::size_t offset, std::size_t bytes) {
+      if (offset + bytes <= text.size()) out.emplace_back(index, text.substr(offset, bytes));
+    });
   }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return out;
 }
 
@@ -243,12 +139,14 @@ struct Exported {
 
 class LiveExportFile final : public RankFile {
  public:
-  // `format` null: the classes table (`plan`, the first `outs` its scores, a second its indices),
-  // or a whole-file format's records (o.format embeddings or detections: the rows of `outs`).
-  LiveExportFile(std::unique_ptr<RankFile> inner, const LiveExportOptions& o, std::vector<Exported> outs,
-                 std::unique_ptr<RowFormat> format, ClassPlan plan, std::size_t key_bytes)
-      : inner_(std::move(inner)), o_(o), outs_(std::move(outs)), key_bytes_(key_bytes), format_(std::move(format)),
-        plan_(std::move(plan)), queue_(static_cast<std::size_t>(std::max(o.threads, 1)) * 2) {
+  // A per-row format (masks, npy: `outs` its one output), the classes table (`plan`, the first
+  // `outs` its scores, a second its indices), or a whole-file format's records (embeddings,
+  // detections: the rows of `outs`).
+  LiveExportFile(std::unique_ptr<RankFile> inner, const LiveExportOptions& o, std::vector<Exported> outs, ClassPlan plan,
+                 std::size_t key_bytes)
+      : inner_(std::move(inner)), o_(o), outs_(std::move(outs)), key_bytes_(key_bytes),
+        ext_(row_extension(o.format)), folder_(o.dir, o.rank), plan_(std::move(plan)),
+        queue_(static_cast<std::size_t>(std::max(o.threads, 1)) * 2) {
     for (int t = 0; t < std::max(o.threads, 1); ++t)
       threads_.emplace_back(str("export-", t), [this] { work(); });
   }
@@ -336,7 +234,7 @@ class LiveExportFile final : public RankFile {
   void work() {
     try {
       while (std::optional<Unit> u = queue_.pop()) {
-        if (format_) export_files(*u->batch, u->begin, u->end);
+        if (!ext_.empty()) export_files(*u->batch, u->begin, u->end);
         else if (o_.format == "classes") export_lines(*u->batch, u->begin, u->end);
         else export_records(*u->batch, u->begin, u->end);
         if (--u->batch->units_left == 0) {
@@ -355,19 +253,17 @@ class LiveExportFile final : public RankFile {
   }
 
   std::string key_of(const Staged& b, int64_t r) const {
-    if (b.keys.empty()) return "";
-    const char* k = b.keys.data() + static_cast<std::size_t>(r) * key_bytes_;
-    return std::string(k, std::find(k, k + key_bytes_, '\0'));
+    return b.keys.empty() ? "" : padded_key(b.keys.data(), key_bytes_, r);
   }
 
   void export_files(const Staged& b, int64_t begin, int64_t end) {
     const Exported& e = outs_.front();
     for (int64_t r = begin; r < end; ++r) {
       if (b.status[static_cast<std::size_t>(r)] != 0) continue;  // no result: sluice export skips it too
-      const fs::path target = fs::path(o_.dir) / export_path(key_of(b, r), format_->extension(), false);
-      if (write_row_file(*format_, target, o_.rank, e.out,
-                         b.data.front().data() + static_cast<std::size_t>(r) * e.row_bytes))
-        ++written_;
+      const std::string key = key_of(b, r), rel = export_path(key, ext_, false);
+      if (folder_.done(rel)) continue;
+      write_row_file(folder_, rel, key, o_.format, e.out, b.data.front().data() + static_cast<std::size_t>(r) * e.row_bytes);
+      ++written_;
     }
   }
 
@@ -443,7 +339,8 @@ class LiveExportFile final : public RankFile {
   LiveExportOptions o_;
   std::vector<Exported> outs_;
   std::size_t key_bytes_;
-  std::unique_ptr<RowFormat> format_;
+  std::string ext_;                                // a per-row format's extension ("": a table's records)
+  RunExportFolder folder_;
   ClassPlan plan_;
   std::FILE* lines_ = nullptr;                     // classes, embeddings, detections: this rank's record file
   std::mutex lines_mutex_;
@@ -461,24 +358,12 @@ class LiveExportFile final : public RankFile {
 
 }  // namespace
 
-std::unique_ptr<RowFormat> make_row_format(const std::string& format) {
-  if (format == "masks") return std::make_unique<MaskFormat>();
-  if (format == "npy") return std::make_unique<NpyFormat>();
-  return nullptr;
-}
-
 std::string live_export_source(const std::string& format, const std::vector<std::string>& outputs) {
-  auto has = [&](const std::string& n) { return std::find(outputs.begin(), outputs.end(), n) != outputs.end(); };
-  std::vector<std::string> order;
-  if (format == "masks") order = {"argmax", "softmax", "logits"};
-  else if (format == "npy") order = {"logits", "softmax"};
-  else if (format == "classes") order = {"topk_probs", "softmax", "logits", "topk"};
-  else if (format == "embeddings") order = {"embedding"};
-  else if (format == "detections") order = {"detections"};
-  else throw UsageError(str("--export '", format, "': choose masks, classes, npy, embeddings or detections"));
-  for (const auto& n : order)
-    if (has(n) || (has(n + "_values") && has(n + "_indices"))) return n;
-  if (format == "npy" && !outputs.empty()) return outputs.front();
+  const std::vector<std::string>& order = source_order(format);
+  if (order.empty() || format == "logits" || format == "dense")
+    throw UsageError(str("--export '", format, "': choose masks, classes, npy, embeddings or detections"));
+  const std::string source = default_source(format, outputs);
+  if (!source.empty()) return source;
   std::string names;
   for (const auto& n : outputs) names += (names.empty() ? "" : ", ") + n;
   std::string want;
@@ -498,7 +383,7 @@ void open_live_export_dir(const LiveExportOptions& o, const std::vector<std::str
     throw UsageError(str("--export-dir ", o.dir, " is the run's output folder; the exported files go in a folder of "
                          "their own (the default is OUTPUT/export)"));
   // Writable?  Each rank creates and removes a file of its own.
-  const std::string probe = (dir / str(".probe.r", o.rank, kTemp)).string();
+  const std::string probe = (dir / str(".probe.r", o.rank, kPartial)).string();
   const int fd = ::open(probe.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
   if (fd < 0 || ::write(fd, "x", 1) != 1) {
     const int e = errno;
@@ -520,7 +405,7 @@ void open_live_export_dir(const LiveExportOptions& o, const std::vector<std::str
       std::stringstream ss;
       ss << in.rdbuf();
       marker = ss.str();
-    } else if (!is_temp(name) && !(o.resume && is_lines_file(name))) {
+    } else if (!is_partial(name) && !(o.resume && is_lines_file(name))) {
       others = true;
     }
   }
@@ -542,26 +427,19 @@ void open_live_export_dir(const LiveExportOptions& o, const std::vector<std::str
   }
 
   if (o.rank != 0) return;
-  if (const std::unique_ptr<RowFormat> f = make_row_format(o.format)) {
+  if (const std::string ext = row_extension(o.format); !ext.empty()) {
     // Two samples on one file: the export would lose one of them (sluice export refuses it too).
-    std::unordered_map<std::string, std::size_t> owner;
-    owner.reserve(keys.size());
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      auto [it, fresh] = owner.emplace(export_path(keys[i], f->extension(), false), i);
-      if (!fresh) {
-        const KeyClash c = key_clash(keys[it->second], static_cast<int64_t>(it->second), keys[i], static_cast<int64_t>(i),
-                                     it->first, f->extension(), false, false);
-        throw InputError(str("--export ", o.format, ": ", c.what), c.hint);
-      }
-    }
+    FileNames names(str("--export ", o.format, ": "), ext, false, false);
+    names.reserve(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) names.claim(keys[i], static_cast<int64_t>(i));
   }
   // Temporaries of a killed attempt: no export thread runs yet on any rank (set-up is agreed first).
   for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::none, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_regular_file(ec) && is_temp(it->path().filename().string())) fs::remove(it->path(), ec);
+    if (it->is_regular_file(ec) && is_partial(it->path().filename().string())) fs::remove(it->path(), ec);
   }
   if (marker.empty()) {
-    const fs::path tmp = dir / (std::string(kMarker) + kTemp), path = dir / kMarker;
+    const fs::path tmp = dir / (std::string(kMarker) + kPartial), path = dir / kMarker;
     {
       std::ofstream out(tmp, std::ios::binary);
       out << marker_text(o) << "\n";
@@ -587,107 +465,26 @@ std::unique_ptr<RankFile> make_live_export(std::unique_ptr<RankFile> inner, cons
       if (specs[i].name == name) return Exported{i, stored[i], specs[i].row_bytes()};
     throw Error(str("export: the job stores no output ", name));
   };
+  const std::string problem = shape_problem(o.format, source, find);
+  if (!problem.empty())
+    throw UsageError(str("--export ", o.format, ": ", problem),
+                     o.format == "classes"      ? "export a segmentation model's outputs as masks (--export masks)"
+                     : o.format == "embeddings" ? "store one vector per sample (--outputs embedding)"
+                                                : "store detections (--outputs detections)");
+  std::vector<Exported> outs;
+  ClassPlan plan;
   if (o.format == "classes") {
-    // A class table needs one score per class.
-    if (const StoredOutput* d = find(source))
-      if (d->row_shape.empty() || shape_numel(d->row_shape) != d->row_shape[0])
-        throw UsageError(str("--export classes: /outputs/", source, " has rows of shape ", shape_str(d->row_shape),
-                             "; a class table needs one score per class ([C])"),
-                         "export a segmentation model's outputs as masks (--export masks)");
-    ClassPlan plan = class_plan(source, find, o.top_k);
-    std::vector<Exported> outs{exported(plan.data)};
+    plan = class_plan(source, find, o.top_k);
+    outs.push_back(exported(plan.data));
     if (!plan.ids.empty()) outs.push_back(exported(plan.ids));
-    return std::make_unique<LiveExportFile>(std::move(inner), o, std::move(outs), nullptr, std::move(plan), key_bytes);
+  } else {
+    outs.push_back(exported(source));
+    if (o.format == "detections") outs.push_back(exported(source + "_count"));
   }
-  if (o.format == "embeddings") {
-    const StoredOutput& d = *find(source);
-    if (d.row_shape.size() != 1)
-      throw UsageError(str("--export embeddings: /outputs/", source, " has rows of shape ", shape_str(d.row_shape),
-                           "; embeddings are one vector [D] per sample"),
-                       "store one vector per sample (--outputs embedding)");
-    return std::make_unique<LiveExportFile>(std::move(inner), o, std::vector<Exported>{exported(source)}, nullptr,
-                                            ClassPlan{}, key_bytes);
-  }
-  if (o.format == "detections") {
-    const StoredOutput& d = *find(source);
-    const StoredOutput* c = find(source + "_count");
-    if (d.row_shape.size() != 2 || d.row_shape[1] != 6 || !c || !c->row_shape.empty())
-      throw UsageError(str("--export detections: /outputs/", source, " has rows of shape ", shape_str(d.row_shape),
-                           c ? "" : str(" and the job stores no ", source, "_count"),
-                           "; detections are rows [K, 6] with a count per sample"),
-                       "store detections (--outputs detections)");
-    return std::make_unique<LiveExportFile>(std::move(inner), o,
-                                            std::vector<Exported>{exported(source), exported(source + "_count")}, nullptr,
-                                            ClassPlan{}, key_bytes);
-  }
-  return std::make_unique<LiveExportFile>(std::move(inner), o, std::vector<Exported>{exported(source)},
-                                          make_row_format(o.format), ClassPlan{}, key_bytes);
+  return std::make_unique<LiveExportFile>(std::move(inner), o, std::move(outs), std::move(plan), key_bytes);
 }
 
 namespace {
-
-constexpr std::size_t kBlockBytes = 64u << 20;  // rows read at once, as sluice export reads them
-
-int64_t block_rows(const StoredOutput& s) {
-  const std::size_t row = static_cast<std::size_t>(shape_numel(s.row_shape)) * dtype_size(s.dtype);
-  return static_cast<int64_t>(std::max<std::size_t>(1, kBlockBytes / std::max<std::size_t>(row, 1)));
-}
-
-// classes: the table sluice export writes by default (no labels, its default top-k), whole, from
-// the lines the ranks computed as the job ran; a line a kill kept from being computed is computed
-// here from outputs.h5.
-bool write_classes_table(const LiveExportOptions& o, const RunOutputs& r, const std::string& source) {
-  const fs::path target = fs::path(o.dir) / "classes.csv";
-  std::error_code ec;
-  if (fs::exists(target, ec)) return false;
-  const ClassPlan p = class_plan(source, [&](const std::string& n) { return r.output(n); }, o.top_k);
-  std::vector<std::pair<int64_t, std::string>> lines = read_lines(o.dir);
-  std::sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  const std::string tmp = temp_path(target, o.rank);
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
-  if (!f) throw InputError(str("export: cannot create ", tmp, ": ", std::strerror(errno)));
-  std::string text = csv_header(p.k, false, p.value_name);
-  const int64_t n = r.size(), step = block_rows(*r.output(p.data));
-  std::size_t at = 0;  // the next line of `lines`
-  for (int64_t first = 0; first < n; first += step) {
-    const int64_t count = std::min(step, n - first);
-    std::vector<const std::string*> have(static_cast<std::size_t>(count), nullptr);
-    bool missing = false;
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t row = first + i;
-      while (at < lines.size() && lines[at].first < row) ++at;
-      if (at < lines.size() && lines[at].first == row) have[static_cast<std::size_t>(i)] = &lines[at].second;
-      missing = missing || (r.status()[static_cast<std::size_t>(row)] == 0 && !have[static_cast<std::size_t>(i)]);
-    }
-    Tensor values, ids;
-    std::vector<std::string> keys;
-    if (missing) {
-      keys = r.keys(first, count);
-      values = r.read_rows(p.data, first, count);
-      if (!p.ids.empty()) ids = r.read_rows(p.ids, first, count);
-    }
-    for (int64_t i = 0; i < count; ++i) {
-      if (r.status()[static_cast<std::size_t>(first + i)] != 0) continue;
-      if (const std::string* line = have[static_cast<std::size_t>(i)]) text += *line;
-      else text += class_line(p, keys[static_cast<std::size_t>(i)], values, ids, i);
-    }
-    if (std::fwrite(text.data(), 1, text.size(), f.get()) != text.size()) {
-      ::unlink(tmp.c_str());
-      throw InputError(str("export: cannot write ", tmp, " (disk full?)"));
-    }
-    text.clear();
-  }
-  if (std::fclose(f.release()) != 0 || std::rename(tmp.c_str(), target.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    throw InputError(str("export: cannot write ", target.string(), ": ", std::strerror(errno)));
-  }
-  // The table is in place: the ranks' lines have served.
-  for (const auto& e : fs::directory_iterator(o.dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (is_lines_file(name, "classes")) fs::remove(e.path(), ec);
-  }
-  return true;
-}
 
 // The rows the ranks kept in their record files as the job ran (embeddings, detections), read
 // back block by block; a block with a good row a kill kept from being recorded is read from
@@ -697,8 +494,7 @@ class RecordedRows {
   RecordedRows(const LiveExportOptions& o, const RunOutputs& r, std::vector<std::string> names)
       : r_(r), names_(std::move(names)), where_(static_cast<std::size_t>(r.size())) {
     for (const std::string& n : names_) {
-      const StoredOutput& s = *r.output(n);
-      row_bytes_.push_back(static_cast<std::size_t>(shape_numel(s.row_shape)) * dtype_size(s.dtype));
+      row_bytes_.push_back(r.output(n)->row_bytes());
       payload_ += row_bytes_.back();
     }
     std::error_code ec;
@@ -765,124 +561,55 @@ class RecordedRows {
   int64_t from_h5_ = 0;                    // blocks read from outputs.h5
 };
 
-// Writes `text` as `target` through the rank's temporary name.
-void write_whole(const fs::path& target, int rank, const std::string& text) {
-  const std::string tmp = temp_path(target, rank);
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
-  if (!f) throw InputError(str("export: cannot create ", tmp, ": ", std::strerror(errno)));
-  if (std::fwrite(text.data(), 1, text.size(), f.get()) != text.size() || std::fclose(f.release()) != 0 ||
-      std::rename(tmp.c_str(), target.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw InputError(str("export: cannot write ", target.string(), ": ", std::strerror(e), " (disk full?)"));
-  }
-}
-
-void say(const ExportNotes& n) {
-  for (const std::string& line : n.notes) log_info("export: note: ", line);
-  for (const std::string& line : n.warnings) log_warn("export: ", line);
-}
-
-// embeddings, detections: the files sluice export writes by default (float16; no labels), whole,
-// from the rows the ranks kept.  Returns the files written (0: they were all there).
-int64_t write_whole_files(const LiveExportOptions& o, const RunOutputs& r, const std::string& source) {
-  const fs::path dir(o.dir);
-  const std::vector<std::string> targets = o.format == "embeddings"
-                                               ? std::vector<std::string>{"embeddings.npy", "embeddings.keys.txt"}
-                                               : std::vector<std::string>{"detections.json", "detections.csv", "images.json"};
-  std::error_code ec;
-  bool all = true;
-  for (const std::string& t : targets) all = all && fs::exists(dir / t, ec);
-  if (all) return 0;
-  const std::vector<std::string> names =
-      o.format == "embeddings" ? std::vector<std::string>{source} : std::vector<std::string>{source, source + "_count"};
-  RecordedRows rows(o, r, names);
-  if (o.format == "embeddings") {
-    const fs::path target = dir / targets[0];
-    const std::string tmp = temp_path(target, o.rank);
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(tmp.c_str(), "wb"), &std::fclose);
-    if (!f) throw InputError(str("export: cannot create ", tmp, ": ", std::strerror(errno)));
-    ExportNotes notes;
-    std::string keys;
-    try {
-      keys = write_embeddings_npy(r, source, false, rows.reader(), f.get(), tmp, notes);
-    } catch (const InputError& e) {
-      f.reset();
-      ::unlink(tmp.c_str());
-      throw InputError(str(e.what(), " (the run itself is complete)"),
-                       str("`sluice export ", o.run_dir, " --what embeddings --dtype float32 --out DIR` writes them"));
-    } catch (...) {
-      f.reset();
-      ::unlink(tmp.c_str());
-      throw;
-    }
-    if (std::fclose(f.release()) != 0 || std::rename(tmp.c_str(), target.c_str()) != 0) {
-      const int e = errno;
-      ::unlink(tmp.c_str());
-      throw InputError(str("export: cannot write ", target.string(), ": ", std::strerror(e), " (disk full?)"));
-    }
-    write_whole(dir / targets[1], o.rank, keys);
-    say(notes);
-  } else {
-    const DetectionFiles files = detection_files(r, source, Categories{}, rows.reader());
-    write_whole(dir / targets[0], o.rank, files.json);
-    write_whole(dir / targets[1], o.rank, files.csv);
-    write_whole(dir / targets[2], o.rank, files.images);
-    say(files.notes);
-  }
-  log_debug("export: ", rows.from_outputs_h5(), " block(s) read from outputs.h5, the rest from the ranks' records");
-  // The files are in place: the ranks' records have served.
-  for (const auto& e : fs::directory_iterator(o.dir, ec))
-    if (is_lines_file(e.path().filename().string(), o.format)) fs::remove(e.path(), ec);
-  return static_cast<int64_t>(targets.size());
-}
-
 }  // namespace
 
 int64_t finish_live_export(const LiveExportOptions& o) {
   const RunOutputs r(o.run_dir);
   std::vector<std::string> names;
   for (const auto& s : r.outputs()) names.push_back(s.name);
-  const std::string source = live_export_source(o.format, names);
-  if (o.format == "classes") {
-    return write_classes_table(o, r, source) ? 1 : 0;
-  }
-  if (o.format == "embeddings" || o.format == "detections") return write_whole_files(o, r, source);
-  const std::unique_ptr<RowFormat> format = make_row_format(o.format);
-  const StoredOutput& s = *r.output(source);
-  const std::size_t row_bytes = static_cast<std::size_t>(shape_numel(s.row_shape)) * dtype_size(s.dtype);
-  std::atomic<int64_t> written{0};
-  const int64_t n = r.size(), step = block_rows(s);
-  for (int64_t first = 0; first < n; first += step) {
-    const int64_t count = std::min(step, n - first);
-    const std::vector<std::string> keys = r.keys(first, count);
-    std::vector<int64_t> missing;
-    std::error_code ec;
-    for (int64_t i = 0; i < count; ++i)
-      if (r.status()[static_cast<std::size_t>(first + i)] == 0 &&
-          !fs::exists(fs::path(o.dir) / export_path(keys[static_cast<std::size_t>(i)], format->extension(), false), ec))
-        missing.push_back(i);
-    if (missing.empty()) continue;  // the usual case: the run wrote them all
-    const Tensor rows = r.read_rows(source, first, count);
-    std::atomic<std::size_t> next{0};
-    std::vector<WorkerThread> pool;
-    auto body = [&] {
-      for (std::size_t m; (m = next++) < missing.size();) {
-        const int64_t i = missing[m];
-        const fs::path target = fs::path(o.dir) / export_path(keys[static_cast<std::size_t>(i)], format->extension(), false);
-        if (write_row_file(*format, target, o.rank, s, rows.bytes.data() + static_cast<std::size_t>(i) * row_bytes))
-          ++written;
-      }
+  // The files sluice export writes by default (no labels, its top-k, float16 embeddings), through
+  // the exporter: the rows' files not there yet, or a table's or whole-file format's files from
+  // what the ranks kept as the job ran (a row a kill kept from being kept is read from outputs.h5).
+  ExportSpec spec;
+  spec.what = o.format == "npy" ? "logits" : o.format;
+  spec.source = live_export_source(o.format, names);
+  spec.top_k = o.top_k;
+  spec.threads = std::max(o.threads, 1);
+  const bool records = o.format == "embeddings" || o.format == "detections";
+  std::vector<std::string> kept_names{spec.source};
+  if (o.format == "detections") kept_names.push_back(spec.source + "_count");
+  std::unique_ptr<RecordedRows> rows;
+  std::vector<std::pair<int64_t, std::string>> lines;
+  KeptRows kept;
+  if (records) {
+    rows = std::make_unique<RecordedRows>(o, r, kept_names);
+    kept.read = rows->reader();
+  } else if (o.format == "classes") {
+    lines = read_lines(o.dir);
+    kept.class_line = [&lines](int64_t row) -> const std::string* {
+      auto it = std::lower_bound(lines.begin(), lines.end(), row, [](const auto& l, int64_t v) { return l.first < v; });
+      return it != lines.end() && it->first == row ? &it->second : nullptr;
     };
-    for (int t = 0; t < std::max(o.threads, 1); ++t) pool.emplace_back(str("export-", t), body);
-    std::exception_ptr first_error;
-    for (auto& t : pool) {
-      std::exception_ptr e = t.join_noexcept();
-      if (e && !first_error) first_error = e;
-    }
-    if (first_error) std::rethrow_exception(first_error);
   }
-  return written;
+  RunExportFolder folder(o.dir, o.rank);
+  Exporter e(spec, r, folder, std::move(kept));
+  try {
+    e.run();
+  } catch (const InputError& err) {
+    if (o.format != "embeddings") throw;
+    throw InputError(str(err.what(), " (the run itself is complete)"),
+                     str("`sluice export ", o.run_dir, " --what embeddings --dtype float32 --out DIR` writes them"));
+  }
+  for (const std::string& line : e.notes()) log_info("export: note: ", line);
+  for (const std::string& line : e.warnings()) log_warn("export: ", line);
+  if (rows) log_debug("export: ", rows->from_outputs_h5(), " block(s) read from outputs.h5, the rest from the ranks' records");
+  if (records || o.format == "classes") {
+    // The files are in place: the ranks' records have served.
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(o.dir, ec))
+      if (is_lines_file(entry.path().filename().string(), o.format)) fs::remove(entry.path(), ec);
+  }
+  return folder.written();
 }
 
 }  // namespace sluice

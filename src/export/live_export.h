@@ -6,9 +6,10 @@
 // LiveExport wraps a rank's file (it is a RankFile itself, between the pipeline's writer and the
 // rank file): append() passes each batch on and keeps a copy of the exported output's rows with
 // their keys and status; commit() passes the record on and, once the file has committed it, hands
-// those rows to the export threads, which write each good row's file under a temporary name in its
-// folder and rename it into place.  The ledger is the truth: rows appended but never committed (a
-// stop's last batches, a failure's) are dropped with their copy.
+// those rows to the export threads, which write each good row's file (export/exporter.h,
+// write_row_file) under a temporary name in its folder and rename it into place (export/files.h,
+// RunExportFolder).  The ledger is the truth: rows appended but never committed (a stop's last
+// batches, a failure's) are dropped with their copy.
 //
 // Restartable with the run: a file already under its final name is not written again, and no file
 // is ever under its final name half-written, so a kill at any moment leaves whole files and
@@ -16,43 +17,26 @@
 // whose files were not written yet are written by finish_live_export() when the job completes,
 // from outputs.h5.  The one-table format (classes) works the same way, by lines: the export
 // threads compute each committed row's line and append it to the rank's line file
-// (.classes.rN.sluice-lines); finish_live_export() puts the table together in sample order,
-// computing from outputs.h5 only the lines a kill kept from being written.  The whole-file formats
-// (embeddings: embeddings.npy and embeddings.keys.txt; detections: detections.json, detections.csv
-// and images.json) keep each committed row's stored bytes in such records instead
-// (.<format>.rN.sluice-lines), and finish_live_export() writes the files from them through the
-// writers `sluice export` uses (export/detections.h), reading from outputs.h5 the blocks with a row
-// a kill kept from being recorded.
-//
-// Formats plug in as RowFormat (one file per row) or as a table at the end; make_row_format() and
-// live_export_source() name the existing ones.
+// (.classes.rN.sluice-lines); finish_live_export() has the exporter put the table together in
+// sample order, computing from outputs.h5 only the lines a kill kept from being written.  The
+// whole-file formats (embeddings: embeddings.npy and embeddings.keys.txt; detections:
+// detections.json, detections.csv and images.json) keep each committed row's stored bytes in such
+// records instead (.<format>.rN.sluice-lines), and finish_live_export() has the exporter write the
+// files from them, reading from outputs.h5 the blocks with a row a kill kept from being recorded.
+// The files are the exporter's, as `sluice export` of the finished run writes them by default.
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "export/run_outputs.h"
 #include "io/rank_file.h"
 
 namespace sluice {
 
-// One file per row.
-class RowFormat {
- public:
-  virtual ~RowFormat() = default;
-  virtual std::string name() const = 0;       // as --export says it
-  virtual std::string extension() const = 0;  // ".png"
-  // Writes the file of one row (`row`: one row of `output`, its stored type) to `path`.
-  virtual void write(const std::string& path, const StoredOutput& output, const void* row) const = 0;
-};
-
-// "masks" (palette PNGs, export/masks.h) and "npy" (one .npy per row); null for a table or
-// whole-file format ("classes", "embeddings", "detections") or a name it does not know.
-std::unique_ptr<RowFormat> make_row_format(const std::string& format);
-
 // The stored output `format` exports, by `sluice export`'s choice among `outputs` (the job's
-// dataset names): masks argmax, softmax, logits; npy logits, softmax, else the first; classes
-// topk_probs, softmax, logits, topk; embeddings embedding; detections detections.  InputError naming what is there when none fits.
+// dataset names; export/exporter.h default_source): masks argmax, softmax, logits; npy logits,
+// softmax, else the first; classes topk_probs, softmax, logits, topk; embeddings embedding;
+// detections detections.  UsageError naming what is there when none fits.
 std::string live_export_source(const std::string& format, const std::vector<std::string>& outputs);
 
 struct LiveExportOptions {

@@ -16,6 +16,7 @@
 #include "core/timer.h"
 
 #include "io/rank_file_format.h"
+#include "io/sample_keys.h"
 
 namespace sluice {
 namespace rankfile {
@@ -399,25 +400,7 @@ std::size_t sound_records(hid_t file, const RankFileInfo& info) {
 std::vector<std::string> read_sample_keys(const std::string& path, int64_t first_row, int64_t count) {
   h5::quiet_errors();
   rankfile::ReadHandle h = rankfile::open_for_reading(path);
-  std::vector<std::string> keys;
-  if (!h5::exists(h.file, rankfile::kSampleKey)) return keys;
-  h5::Dataset d(H5_CHECK(H5Dopen2(h.file, rankfile::kSampleKey, H5P_DEFAULT)));
-  const int64_t rows = static_cast<int64_t>(h5::dims_of(d).at(0));
-  first_row = std::clamp<int64_t>(first_row, 0, rows);
-  count = std::clamp<int64_t>(count, 0, rows - first_row);
-  if (count == 0) return keys;
-  h5::Type type(H5_CHECK(H5Dget_type(d)));
-  const std::size_t width = H5Tget_size(type);
-  h5::Type mem = rankfile::key_type(width);
-  std::vector<char> buf(static_cast<std::size_t>(count) * width);
-  h5::Space fspace = h5::select_rows(d, first_row, count);
-  h5::Space mspace = h5::row_block_space(count, {});
-  H5_CHECK(H5Dread(d, mem, mspace, fspace, H5P_DEFAULT, buf.data()));
-  for (int64_t i = 0; i < count; ++i) {
-    const char* p = buf.data() + static_cast<std::size_t>(i) * width;
-    keys.emplace_back(p, strnlen(p, width));
-  }
-  return keys;
+  return SampleKeyReader(h.file, path).read(first_row, count);
 }
 
 std::vector<std::pair<int64_t, std::string>> read_bad_samples(const RankFileInfo& info) {

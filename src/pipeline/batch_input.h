@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "io/sample_keys.h"
 #include "io/source.h"
 
 namespace sluice {
@@ -33,7 +34,7 @@ enum RowStatus : uint8_t {
 
 // What a batch's rows carry beside the pixels.  Preallocated per slot; fill() resets it.
 struct BatchRows {
-  std::vector<char> keys;                               // per row key_bytes chars, NUL-padded (keyed sources)
+  std::vector<char> keys;                               // per row key_bytes chars, NUL-padded (io/sample_keys.h)
   std::size_t key_bytes = 0;
   std::vector<uint8_t> status;                          // per row (RowStatus)
   std::vector<int32_t> orig_hw;                         // per row: original height, width (images), else empty
@@ -52,17 +53,10 @@ struct BatchRows {
   void fill_keys(const Source& source, int64_t first, int64_t count) {
     if (key_bytes == 0) return;
     std::fill(keys.begin(), keys.end(), 0);
-    for (int64_t r = 0; r < count; ++r) {
-      const std::string k = source.key(first + r);
-      std::copy_n(k.data(), std::min(k.size(), key_bytes), keys.data() + static_cast<std::size_t>(r) * key_bytes);
-    }
+    for (int64_t r = 0; r < count; ++r) put_padded_key(keys.data(), key_bytes, r, source.key(first + r));
   }
   // Row `row`'s key ("" for a source without keys).
-  std::string key(int64_t row) const {
-    if (key_bytes == 0) return "";
-    const char* k = keys.data() + static_cast<std::size_t>(row) * key_bytes;
-    return std::string(k, std::find(k, k + key_bytes, '\0'));
-  }
+  std::string key(int64_t row) const { return key_bytes == 0 ? "" : padded_key(keys.data(), key_bytes, row); }
   void mark_bad(int64_t row, std::string reason) {
     status[static_cast<std::size_t>(row)] = kRowBad;
     bad.emplace_back(row, std::move(reason));

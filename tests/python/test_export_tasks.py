@@ -108,6 +108,67 @@ def test_a_preview_skips_a_box_that_is_not_finite(tmp_path):
         assert im.getpixel((8, 8)) == (128, 0, 0) and im.getpixel((0, 30)) == (10, 20, 30)
 
 
+def label_ink(im, x0, y0, x1, y1, background):
+    """The pixels of the rectangle [x0, x1) x [y0, y1) that are not `background`, as {(x, y): rgb}."""
+    return {(x, y): im.getpixel((x, y)) for y in range(y0, y1) for x in range(x0, x1)
+            if im.getpixel((x, y)) != background}
+
+
+def test_a_previews_boxes_carry_their_class_name_and_score(tmp_path):
+    """Issue 38, item 3: each box of a preview has its label written on it, the class's name from
+    --labels (else its id) and the score, in white on the box's colour, above the box (or inside it
+    below the outline where there is no room), in Sluice's 5 x 7 font one column apart."""
+    Image = pytest.importorskip("PIL.Image")
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    Image.new("RGB", (128, 128), (10, 20, 30)).save(photos / "1.png")
+    # Model-input pixels (64 x 64, a plain resize): the photo's are twice these.
+    dets = [[5, 20, 40, 50, 0.87, 1], [35, 20, 60, 50, 0.87, 1], [2, 1, 20, 15, 0.5, 0]]
+    labels = tmp_path / "labels.txt"
+    labels.write_text("person\ncat\n")
+    green, red, white = (0, 128, 0), (128, 0, 0), (255, 255, 255)
+    band = 9  # 7 rows of glyph and a margin of 1 above and below (scale 1 below 400 pixels)
+
+    def preview(name, *extra):
+        run = det_run(tmp_path / name, [b"1.png"], [dets], sizes=[[128, 128]])
+        (run / "report.json").write_text(json.dumps({"job_toml": f'input = "{photos}"\n'}))
+        sluice("export", run, "--draw", *extra)
+        im = Image.open(run / "export" / "draw" / "1.png")
+        assert im.mode == "RGB" and im.size == (128, 128)
+        return im.convert("RGB")
+
+    im = preview("cat", "--labels", labels)
+    width = lambda n: 6 * n - 1 + 2  # noqa: E731: n characters
+    # "CAT 0.87" above the first box (its top-left corner at (10, 40)): the band is the box's colour
+    # with white letters, the letters' extent that of 8 characters.
+    ink = label_ink(im, 10, 40 - band, 10 + width(8), 40, green)
+    assert ink and set(ink.values()) == {white}, set(ink.values())
+    xs = [x for x, _ in ink]
+    ys = [y for _, y in ink]
+    assert min(xs) == 11 and max(xs) == 11 + 6 * 7 + 4, (min(xs), max(xs))  # C's left stem to 7's right end
+    assert min(ys) == 40 - band + 1 and max(ys) == 40 - 2, (min(ys), max(ys))
+    assert im.getpixel((10 + width(8), 40 - band)) == (10, 20, 30)  # nothing past the label
+    assert im.getpixel((10, 40)) == green  # the box's corner is the box's
+    # The same label on the second box is the same pixels, shifted.
+    second = label_ink(im, 70, 40 - band, 70 + width(8), 40, green)
+    assert {(x - 60, y): v for (x, y), v in second.items()} == ink
+    # No room above the third box (top at y = 2): "PERSON 0.50" inside it, below the 2-pixel outline.
+    assert im.getpixel((4, 2)) == red and im.getpixel((4, 3)) == red
+    inside = label_ink(im, 4, 4, 4 + width(11), 4 + band, red)
+    assert inside and set(inside.values()) == {white}
+    assert max(x for x, _ in inside) == 5 + 6 * 10 + 4  # "0" ends the 11 characters
+
+    # Without --labels the class id stands for the name: "1 0.87", 6 characters; another name,
+    # other letters.
+    plain = preview("ids")
+    ink_id = label_ink(plain, 10, 40 - band, 10 + width(6), 40, green)
+    assert set(ink_id.values()) == {white} and max(x for x, _ in ink_id) == 11 + 6 * 5 + 4
+    assert plain.getpixel((10 + width(6), 40 - band)) == (10, 20, 30)
+    labels.write_text("person\ndog\n")
+    dog = preview("dog", "--labels", labels)
+    assert label_ink(dog, 10, 40 - band, 10 + width(8), 40, green) != ink
+
+
 # ---- 7: unique image ids, and the images they name ----------------------------------------------
 
 @pytest.mark.parametrize("keys,numbers", [

@@ -1,8 +1,8 @@
 #pragma once
-// Reading a finished run's outputs.h5 for `sluice export`: the stored outputs by rows, and the
-// per-row datasets beside them (/sample_key, /sample_status, /sample_size, /bad_samples; see
-// docs/file-formats.md).  Files of runs made before those datasets existed read as keys = the
-// decimal index, every row ok, no sizes.
+// Reading a finished run's outputs.h5 (`sluice export`, and `sluice run --export` once the job is
+// complete): the stored outputs by rows, and the per-row datasets beside them (/sample_key through
+// io/sample_keys.h, /sample_status, /sample_size, /bad_samples; see docs/file-formats.md).  Files of
+// runs made before those datasets existed read as keys = the decimal index, every row ok, no sizes.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -14,11 +14,20 @@
 
 namespace sluice {
 
+// The attribute of outputs.h5 that records the run's image geometry (a JSON object,
+// export/geometry.h writes and reads it).
+inline constexpr char kPreprocessAttr[] = "preprocess";
+
 struct StoredOutput {
   std::string name;  // under /outputs
   DType dtype = DType::Undefined;
   Shape row_shape;   // one row, without the leading sample axis
+  std::size_t row_bytes() const { return static_cast<std::size_t>(shape_numel(row_shape)) * dtype_size(dtype); }
 };
+
+// Rows of `output` read at once: as many as fit in 64 MiB, at least one.  Every reader of
+// outputs.h5 goes by such blocks.
+int64_t block_rows(const StoredOutput& output);
 
 class RunOutputs {
  public:
@@ -59,7 +68,7 @@ class RunOutputs {
   std::vector<int32_t> sizes_;  // [N * 2]
   std::map<int64_t, std::string> bad_reasons_;
   std::optional<std::string> preprocess_;
-  std::unique_ptr<Handles> h_;
+  std::unique_ptr<Handles> h_;  // the file, its /sample_key
 };
 
 }  // namespace sluice

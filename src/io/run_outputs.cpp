@@ -1,11 +1,12 @@
-#include "export/run_outputs.h"
+#include "io/run_outputs.h"
 
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
-#include "export/geometry.h"
 #include "io/hdf5_util.h"
+#include "io/rank_file_format.h"
+#include "io/sample_keys.h"
 
 namespace sluice {
 
@@ -20,7 +21,7 @@ herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* data) {
 
 std::vector<std::string> output_names(hid_t file) {
   std::vector<std::string> names;
-  h5::Group g(H5_CHECK(H5Gopen2(file, "/outputs", H5P_DEFAULT)));
+  h5::Group g(H5_CHECK(H5Gopen2(file, rankfile::kOutputsGroup, H5P_DEFAULT)));
   hsize_t idx = 0;
   if (H5Literate(g, H5_INDEX_CRT_ORDER, H5_ITER_INC, &idx, collect_name, &names) < 0) {
     h5::error_stack_text();  // no creation-order index (a file written by h5py): by name
@@ -47,11 +48,14 @@ std::vector<T> read_all(hid_t file, const char* name, hid_t mem_type, std::size_
 
 }  // namespace
 
+int64_t block_rows(const StoredOutput& output) {
+  constexpr std::size_t kBlockBytes = 64u << 20;
+  return static_cast<int64_t>(std::max<std::size_t>(1, kBlockBytes / std::max<std::size_t>(output.row_bytes(), 1)));
+}
+
 struct RunOutputs::Handles {
   h5::File file;
-  h5::Dataset keys;
-  h5::Type key_type;  // in-memory type of one key
-  bool variable_keys = false;
+  std::unique_ptr<SampleKeyReader> keys;
 };
 
 RunOutputs::RunOutputs(const std::string& run_dir) : h_(std::make_unique<Handles>()) {
@@ -66,11 +70,11 @@ RunOutputs::RunOutputs(const std::string& run_dir) : h_(std::make_unique<Handles
   h_->file = h5::File(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
   if (!h_->file.valid()) throw InputError(str("export: cannot open ", path_, ": ", h5::error_stack_text()));
   const hid_t f = h_->file;
-  if (!h5::exists(f, "/sample_index") || !h5::exists(f, "/outputs"))
+  if (!h5::exists(f, rankfile::kSampleIndex) || !h5::exists(f, rankfile::kOutputsGroup))
     throw InputError(str("export: ", path_, " has no /sample_index or /outputs: not a Sluice run's outputs.h5"));
 
   const std::vector<int64_t> index = [&] {
-    h5::Dataset d(H5_CHECK(H5Dopen2(f, "/sample_index", H5P_DEFAULT)));
+    h5::Dataset d(H5_CHECK(H5Dopen2(f, rankfile::kSampleIndex, H5P_DEFAULT)));
     const std::vector<hsize_t> dims = h5::dims_of(d);
     if (dims.size() != 1) throw InputError(str("export: ", path_, ": /sample_index is not one-dimensional"));
     total_ = static_cast<int64_t>(dims[0]);
@@ -99,41 +103,23 @@ RunOutputs::RunOutputs(const std::string& run_dir) : h_(std::make_unique<Handles
     outputs_.push_back(o);
   }
 
-  if (h5::exists(f, "/sample_status")) status_ = read_all<uint8_t>(f, "/sample_status", H5T_NATIVE_UINT8, 1, total_);
+  if (h5::exists(f, rankfile::kSampleStatus)) status_ = read_all<uint8_t>(f, rankfile::kSampleStatus, H5T_NATIVE_UINT8, 1, total_);
   else status_.assign(static_cast<std::size_t>(total_), 0);
-  if (h5::exists(f, "/sample_size")) sizes_ = read_all<int32_t>(f, "/sample_size", H5T_NATIVE_INT32, 2, total_);
-  if (h5::exists(f, "/bad_samples")) {
-    struct Bad {
-      int64_t index;
-      char reason[200];
-    };
-    h5::Type mem(H5_CHECK(H5Tcreate(H5T_COMPOUND, sizeof(Bad))));
-    h5::Type text(H5_CHECK(H5Tcopy(H5T_C_S1)));
-    H5_CHECK(H5Tset_size(text, sizeof(Bad::reason)));
-    H5_CHECK(H5Tset_strpad(text, H5T_STR_NULLPAD));  // a reason of all 200 bytes keeps its last one
-    H5_CHECK(H5Tinsert(mem, "index", HOFFSET(Bad, index), H5T_NATIVE_INT64));
-    H5_CHECK(H5Tinsert(mem, "reason", HOFFSET(Bad, reason), text));
-    h5::Dataset d(H5_CHECK(H5Dopen2(f, "/bad_samples", H5P_DEFAULT)));
+  if (h5::exists(f, rankfile::kSampleSize)) sizes_ = read_all<int32_t>(f, rankfile::kSampleSize, H5T_NATIVE_INT32, 2, total_);
+  if (h5::exists(f, rankfile::kBadSamples)) {
+    h5::Type mem = rankfile::bad_memory_type();
+    h5::Dataset d(H5_CHECK(H5Dopen2(f, rankfile::kBadSamples, H5P_DEFAULT)));
     const std::vector<hsize_t> dims = h5::dims_of(d);
-    std::vector<Bad> rows(dims.empty() ? 0 : static_cast<std::size_t>(dims[0]));
+    std::vector<rankfile::BadRecord> rows(dims.empty() ? 0 : static_cast<std::size_t>(dims[0]));
     if (!rows.empty()) H5_CHECK(H5Dread(d, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()));
-    for (const Bad& b : rows) bad_reasons_[b.index] = std::string(b.reason, strnlen(b.reason, sizeof b.reason));
+    for (const rankfile::BadRecord& b : rows)
+      bad_reasons_[b.index] = std::string(b.reason, strnlen(b.reason, sizeof b.reason));
   }
   preprocess_ = h5::read_attr_string(f, kPreprocessAttr);
-  if (h5::exists(f, "/sample_key")) {
-    h_->keys = h5::Dataset(H5_CHECK(H5Dopen2(f, "/sample_key", H5P_DEFAULT)));
-    const std::vector<hsize_t> dims = h5::dims_of(h_->keys);
-    if (dims.size() != 1 || static_cast<int64_t>(dims[0]) != total_)
-      throw InputError(str("export: ", path_, ": /sample_key does not have one key per row"));
-    h5::Type ft(H5_CHECK(H5Dget_type(h_->keys)));
-    if (H5Tget_class(ft) != H5T_STRING) throw InputError(str("export: ", path_, ": /sample_key is not a string dataset"));
-    h_->variable_keys = H5_CHECK(H5Tis_variable_str(ft)) > 0;
-    h_->key_type = h5::Type(H5_CHECK(H5Tcopy(H5T_C_S1)));
-    H5_CHECK(H5Tset_size(h_->key_type, h_->variable_keys ? H5T_VARIABLE : H5Tget_size(ft)));
-    H5_CHECK(H5Tset_cset(h_->key_type, H5Tget_cset(ft)));
-    if (!h_->variable_keys) H5_CHECK(H5Tset_strpad(h_->key_type, H5T_STR_NULLPAD));  // a key may fill its width
-    has_keys_ = true;
-  }
+  h_->keys = std::make_unique<SampleKeyReader>(f, str("export: ", path_));
+  if (h_->keys->has() && h_->keys->rows() != total_)
+    throw InputError(str("export: ", path_, ": /sample_key does not have one key per row"));
+  has_keys_ = h_->keys->has();
 }
 
 RunOutputs::~RunOutputs() = default;
@@ -160,29 +146,10 @@ Tensor RunOutputs::read_rows(const std::string& name, int64_t first, int64_t cou
 }
 
 std::vector<std::string> RunOutputs::keys(int64_t first, int64_t count) const {
+  if (has_keys_) return h_->keys->read(first, count);
   std::vector<std::string> out;
   out.reserve(static_cast<std::size_t>(count));
-  if (!has_keys_) {
-    for (int64_t i = first; i < first + count; ++i) out.push_back(std::to_string(i));
-    return out;
-  }
-  if (count == 0) return out;
-  h5::Space fs = h5::select_rows(h_->keys, first, count);
-  h5::Space ms = h5::row_block_space(count, {});
-  if (h_->variable_keys) {
-    std::vector<char*> v(static_cast<std::size_t>(count), nullptr);
-    H5_CHECK(H5Dread(h_->keys, h_->key_type, ms, fs, H5P_DEFAULT, v.data()));
-    for (char* s : v) out.emplace_back(s ? s : "");
-    H5_CHECK(H5Dvlen_reclaim(h_->key_type, ms, H5P_DEFAULT, v.data()));
-    return out;
-  }
-  const std::size_t width = H5Tget_size(h_->key_type);
-  std::vector<char> buf(width * static_cast<std::size_t>(count));
-  H5_CHECK(H5Dread(h_->keys, h_->key_type, ms, fs, H5P_DEFAULT, buf.data()));
-  for (int64_t i = 0; i < count; ++i) {
-    const char* s = buf.data() + width * static_cast<std::size_t>(i);
-    out.emplace_back(s, strnlen(s, width));
-  }
+  for (int64_t i = first; i < first + count; ++i) out.push_back(std::to_string(i));
   return out;
 }
 
