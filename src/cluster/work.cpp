@@ -26,6 +26,7 @@
 #include <deque>
 #include <mutex>
 
+#include "cluster/mpi_context.h"
 #include "core/log.h"
 #include "core/thread.h"
 #include "core/timer.h"

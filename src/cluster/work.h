@@ -10,10 +10,13 @@
 #include <optional>
 #include <vector>
 
-#include "cluster/mpi_context.h"
 #include "core/ranges.h"
 
 namespace sluice {
+
+// cluster/mpi_context.h: the distributor's MPI stays in work.cpp, so the pipeline and the report,
+// which hold a WorkDistributor, need no MPI headers.
+class MpiContext;
 
 // A contiguous run of samples [first, first + count), starting on a batch boundary.
 struct WorkItem {

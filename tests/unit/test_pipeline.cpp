@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "core/error.h"
 #include "io/source.h"
 #include "pipeline/pipeline.h"
 
