@@ -106,24 +106,48 @@ struct TextOptions {
 std::unique_ptr<Source> open_text_source(const std::string& path, const std::string& format,
                                          const TextOptions& options, int64_t limit = 0);
 
+// Parquet (io/parquet_source.cpp; built when CMake found the pyarrow wheel, cmake/Pyarrow.cmake):
+// one file, a folder of *.parquet files (recursive; names starting with '.' or '_' skipped), a
+// glob, or any of these as an s3:// URL (Arrow's S3 file system: credentials from the AWS variables
+// and profile files, the endpoint from AWS_ENDPOINT_URL).  Files in bytewise order, rows in file
+// order.  One column gives the samples:
+//  - images (an encoded source, as image files): a binary column, or a struct with a binary `bytes`
+//    child (the {bytes, path} of Hugging Face's Image feature);
+//  - arrays (a tensor source): a fixed-size list of float32 or uint8 (nested: more axes) or an
+//    arrow.fixed_shape_tensor column;
+//  - text (text() true: the samples a JSONL source gives): the string column `text.field`.
+// `image_field` (--image-field) names the image or array column; "" takes the table's one image or
+// array column, or text when it has none.  Keys: `text.key_field` (a string column, values of at
+// most 256 bytes, or an integer column; "image.path" names a struct's child), else the row index.
+// Opening reads the footers only; row groups are the unit of reading (a rank's contiguous share
+// of rows decodes its own row groups).  A null value, a row group that does not decode, a value
+// over --max-record-bytes (text) are bad samples with their reason; a file without a readable
+// footer, or without the column, is an InputError naming it.
+std::unique_ptr<Source> open_parquet_source(const std::string& path, const std::string& image_field,
+                                            const TextOptions& text, int64_t limit = 0);
+// Whether this build reads Parquet (false: open_parquet_source says how to enable it).
+bool parquet_available();
+
 // What --input and its companions ask for (app/job.h).
 struct InputOptions {
   std::string path = "synthetic";   // --input
-  std::string kind = "auto";        // --input-kind: auto or one of kInputKinds
+  std::string kind = "auto";        // --input-kind: auto, one of kInputKinds or kTextInputKinds, parquet
   std::string dataset = "/images";  // --input-dataset (HDF5)
   std::string keys;                 // --input-keys (HDF5)
   int64_t samples = 0;              // --samples: the first N (0: all; synthetic: 512)
   Shape sample_shape;               // synthetic
   DType dtype = DType::F32;         // synthetic
   uint64_t seed = 0;                // synthetic
-  TextOptions text;                 // jsonl, csv, tsv, text
+  TextOptions text;                 // jsonl, csv, tsv, text; parquet (--text-field, --key-field)
+  std::string image_field;          // --image-field (parquet): the column of images or arrays
 };
 inline constexpr const char* kInputKinds = "synthetic, hdf5, npy, folder, glob, list, tar";
 inline constexpr const char* kTextInputKinds = "jsonl, csv, tsv, text";  // text corpora (open_text_source)
 // The kind `path` names by what it is: "synthetic", a folder, a .tar file or brace pattern, glob
 // characters (a glob of .tar files is "tar"), .txt/.lst, .npy, .h5/.hdf5 (or such a file's magic
 // bytes), .jsonl/.ndjson, .csv, .tsv (also followed by .gz, .zst, .xz, .bz2: the source then says
-// how to decompress); "" when it is none of them.  Plain text ("text") is never detected: a .txt
+// how to decompress), .parquet (a file, a glob, a folder whose first data file found is one, an
+// s3:// URL); "" when it is none of them.  Plain text ("text") is never detected: a .txt
 // file is a list of image paths; --input-kind text reads it as passages.
 std::string detect_input_kind(const std::string& path);
 // Opens the input (io/open_input.cpp).  UsageError or InputError naming the kinds when the path is
