@@ -33,6 +33,8 @@ std::string list_text(const std::vector<float>& v) {
 // What the file says, in Sluice's terms, before the given options are kept.
 struct Settings {
   std::string resize, center_crop, interpolation;
+  int resize_shortest = 0, max_size = 0, size_multiple = 0;  // DETR's and YOLOS's resize
+  bool pad_mean = false;
   float scale = 1.0f;
   std::vector<float> mean, stddev;
 };
@@ -83,9 +85,10 @@ std::string size_text(const std::string& file, const json& s, const char* key, b
     return std::to_string(s.get<int>());
   }
   if (!s.is_object()) refuse(file, str(key, " is ", s.dump()), "give --resize and --center-crop yourself");
-  if (s.contains("longest_edge"))
-    refuse(file, str(key, " = ", s.dump(), ": a longest edge (the DETR-style resize, padded per batch) is not offered"),
-           "export the model at a fixed input size and pass --resize HxW (or --letterbox)");
+  if (s.contains("longest_edge") || s.contains("max_height"))
+    refuse(file, str(key, " = ", s.dump(), ": Sluice follows a longest edge with a shortest one only (DETR's "
+                     "{\"shortest_edge\": N, \"longest_edge\": M})"),
+           "pass --resize-shortest N --max-size M, or --letterbox, yourself");
   if (s.contains("height") && s.contains("width"))
     return str(s.at("height").get<int>(), "x", s.at("width").get<int>());
   if (s.contains("shortest_edge")) {
@@ -96,11 +99,54 @@ std::string size_text(const std::string& file, const json& s, const char* key, b
          "give --resize and --center-crop yourself");
 }
 
+std::string text_of(const json& j, const char* key) {
+  return j.contains(key) && j.at(key).is_string() ? j.at(key).get<std::string>() : std::string();
+}
+
+int positive_int(const std::string& file, const json& j, const char* key) {
+  const json& v = j.at(key);
+  if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 65535)
+    refuse(file, str(key, " = ", v.dump(), ": expected a size in pixels"), "give the resize options yourself");
+  return v.get<int>();
+}
+
+// DETR's family (DETR, Conditional and Deformable DETR, DETA, YOLOS): {"shortest_edge": N,
+// "longest_edge": M}, or an older file's bare size N with max_size M (1333 where absent, the
+// processors' default), then a pad of each batch to its largest image; YOLOS rounds the sides down
+// to multiples of 16.  False for any other size.
+bool detr_resize(const std::string& file, const json& j, Settings* s) {
+  const std::string type = text_of(j, "image_processor_type") + text_of(j, "feature_extractor_type");
+  const bool detr_family = type.find("Detr") != std::string::npos || type.find("Deta") != std::string::npos ||
+                           type.find("Yolos") != std::string::npos;
+  const json& size = j.at("size");
+  if (size.is_object() && size.contains("shortest_edge") && size.contains("longest_edge")) {
+    s->resize_shortest = positive_int(file, size, "shortest_edge");
+    s->max_size = positive_int(file, size, "longest_edge");
+  } else if (size.is_number_integer() && (detr_family || j.contains("max_size"))) {
+    s->resize_shortest = positive_int(file, j, "size");
+    s->max_size = j.contains("max_size") && !j.at("max_size").is_null() ? positive_int(file, j, "max_size") : 1333;
+  } else {
+    return false;
+  }
+  if (type.find("Yolos") != std::string::npos) s->size_multiple = 16;
+  // The processor pads after normalizing, with zeros: the colour the normalization takes to 0.
+  s->pad_mean = true;
+  return true;
+}
+
 // Hugging Face's preprocessor_config.json.
 Settings from_hf(const std::string& file, const json& j) {
   Settings s;
   s.interpolation = pil_filter(file, j);
   const bool resize = j.value("do_resize", true);
+  if (resize && j.contains("size") && detr_resize(file, j, &s)) {
+    if (j.value("do_rescale", true)) s.scale = j.value("rescale_factor", 1.0 / 255.0);
+    if (j.value("do_normalize", true)) {
+      s.mean = floats(file, j, "image_mean");
+      s.stddev = floats(file, j, "image_std");
+    }
+    return s;
+  }
   bool shortest = false, crop_shortest = false;
   const std::string size = resize && j.contains("size") ? size_text(file, j.at("size"), "size", &shortest) : "";
   const bool crop = j.value("do_center_crop", false) && j.contains("crop_size");
@@ -210,8 +256,13 @@ PreprocessFrom apply_preprocess_from(JobConfig& job, const std::vector<std::stri
     assign();
     out.chosen.emplace_back(name, text);
   };
+  const auto count = [](int v) { return v > 0 ? std::to_string(v) : std::string(); };
   set("resize", s.resize, [&] { job.resize = s.resize; });
   set("center-crop", s.center_crop, [&] { job.center_crop = s.center_crop; });
+  set("resize-shortest", count(s.resize_shortest), [&] { job.resize_shortest = s.resize_shortest; });
+  set("max-size", count(s.max_size), [&] { job.max_size = s.max_size; });
+  set("size-multiple", count(s.size_multiple), [&] { job.size_multiple = s.size_multiple; });
+  set("pad-mean", s.pad_mean ? "true" : "", [&] { job.pad_mean = s.pad_mean; });
   set("interpolation", s.interpolation, [&] { job.interpolation = s.interpolation; });
   set("scale", number_text(s.scale), [&] { job.scale = s.scale; });
   set("mean", list_text(s.mean), [&] { job.mean = s.mean; });
@@ -222,7 +273,7 @@ PreprocessFrom apply_preprocess_from(JobConfig& job, const std::vector<std::stri
 std::string preprocess_from_summary(const PreprocessFrom& p) {
   std::string line;
   for (const auto& [name, value] : p.chosen)
-    if (!value.empty()) line += str(line.empty() ? "" : " ", "--", name, " ", value);
+    if (!value.empty()) line += str(line.empty() ? "" : " ", "--", name, value == "true" ? "" : " " + value);  // a flag alone
   if (!p.kept.empty()) {
     line += " (kept as given:";
     for (const auto& [name, value] : p.kept) line += str(" --", name);

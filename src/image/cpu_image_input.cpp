@@ -53,7 +53,8 @@ class CpuImageInput final : public BatchInput {
       if (reason.empty()) {
         ScopedTime busy(decode_time_);
         int h = 0, w = 0;
-        if (decode_image_rgb(s.bytes.data() + e.offset, e.size, s.rgb, &h, &w, &reason)) {
+        if (decode_image_rgb(s.bytes.data() + e.offset, e.size, s.rgb, &h, &w, &reason) &&
+            (reason = resize_misfit(h, w, spec_)).empty()) {
           preprocess_rgb(s.rgb.data(), plan_resize(h, w, spec_), dst, s.resize);
           rows.orig_hw[static_cast<std::size_t>(2 * k)] = h;
           rows.orig_hw[static_cast<std::size_t>(2 * k + 1)] = w;

@@ -1,7 +1,7 @@
 #pragma once
 // Image files as the engine's input: the BatchInput that turns an encoded source's samples
 // (JPEG/PNG bytes) into the model input uint8 [B, 3, H, W], and the job options that say how
-// (--resize, --center-crop, --letterbox, --pad-value, --on-bad-sample).
+// (--resize, --center-crop, --letterbox, --resize-shortest, --pad-value, --on-bad-sample).
 //
 //  - CPU path (image/cpu_image_input.cpp): reader threads read the files into a private buffer,
 //    decode (TurboJPEG, libspng) and preprocess (image/preprocess.cpp) straight into the in-slot,
@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/device.h"
 #include "core/dtype.h"
@@ -48,8 +49,19 @@ struct ImageJobOptions {
   std::string center_crop;   // --center-crop: "" | "S" | "HxW"
   std::string interpolation = "bilinear";  // --interpolation: nearest | bilinear | bicubic
   bool letterbox = false;    // --letterbox: keep the aspect, pad to the model's input (or --resize HxW)
+  int resize_shortest = 0;   // --resize-shortest N: DETR's resize, padded bottom and right (0: off)
+  int max_size = 0;          // --max-size M: its longest edge (0: none)
+  int size_multiple = 0;     // --size-multiple D: its sides rounded down to multiples of D (YOLOS: 16; 0: none)
   int pad_value = 0;         // --pad-value: 0..255
+  // --pad-mean: pad with the colour the job's normalization makes 0, round(mean[c] / scale) (the
+  // job's --mean and --scale, copied here), as Hugging Face's processors pad after normalizing.
+  bool pad_mean = false;
+  float scale = 1.0f;
+  std::vector<float> mean;
   std::string on_bad_sample = "skip";  // skip | fail
+
+  // Whether any option says how images become the model's input (they apply to image inputs only).
+  bool sets_geometry() const { return !resize.empty() || !center_crop.empty() || letterbox || resize_shortest > 0; }
 };
 
 // Checks the options alone (syntax, combinations); throws UsageError with a hint.

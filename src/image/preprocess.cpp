@@ -1,27 +1,17 @@
-// The geometry of preprocessing (where an image lands in the model input) and the CPU resize: a
-// separable triangle filter, widened by the downscale factor so that shrinking averages every
+// The CPU resize (where the image lands: core/image_geometry.cpp): a separable triangle filter, widened by the downscale factor so that shrinking averages every
 // input pixel (antialiasing), as torch's interpolate(mode="bilinear", antialias=True) computes it
 // for torchvision's Resize.  Float32 throughout, the horizontal pass first, one rounding at the
 // end; only the part of the resized image that survives the crop is computed.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "image/image.h"
 
 namespace sluice {
 
 namespace {
-
-// Python's round(n / 2) for an integer n >= 0: halves go to the even neighbour (torchvision's
-// center crop uses it for the crop's top-left corner).
-int half_to_even(int n) {
-  const int q = n / 2;
-  return (n % 2 == 0 || q % 2 == 0) ? q : q + 1;
-}
-
-// Where a crop of `crop` pixels starts in an axis of `size` pixels (negative: padded before).
-int crop_offset(int size, int crop) { return crop <= size ? half_to_even(size - crop) : -((crop - size) / 2); }
 
 // The filters at distance x (in input pixels over the filter's scale): the triangle, and Keys'
 // cubic with a = -0.5 (PIL's and torch's antialiased bicubic), each zero from `filter_support` on.
@@ -101,72 +91,6 @@ inline uint8_t round_u8(float v) {
 
 }  // namespace
 
-ResizePlan plan_resize(int in_h, int in_w, const PreprocessSpec& s) {
-  ResizePlan p;
-  p.in_h = in_h;
-  p.in_w = in_w;
-  p.out_h = s.out_h;
-  p.out_w = s.out_w;
-  p.pad_value = s.pad_value;
-  p.interpolation = s.interpolation;
-  const int64_t h = in_h, w = in_w;
-  switch (s.mode) {
-    case PreprocessSpec::Resize::Exact:
-      p.resized_h = s.resize_h > 0 ? s.resize_h : s.out_h;
-      p.resized_w = s.resize_w > 0 ? s.resize_w : s.out_w;
-      break;
-    case PreprocessSpec::Resize::None:
-      p.resized_h = in_h;
-      p.resized_w = in_w;
-      break;
-    case PreprocessSpec::Resize::ShorterSide: {
-      // Integer arithmetic gives torchvision's int(S * long / short): the float quotient of small
-      // integers is never within rounding error of an integer unless it is one.
-      const int64_t S = s.resize_short;
-      if (h <= w) {
-        p.resized_h = static_cast<int>(S);
-        p.resized_w = static_cast<int>(S * w / h);
-      } else {
-        p.resized_w = static_cast<int>(S);
-        p.resized_h = static_cast<int>(S * h / w);
-      }
-      break;
-    }
-    case PreprocessSpec::Resize::Letterbox: {
-      const int64_t H = s.out_h, W = s.out_w;
-      // The side that limits the scale fills the output exactly; the other is rounded (half up).
-      if (H * w <= W * h) {
-        p.resized_h = static_cast<int>(H);
-        p.resized_w = static_cast<int>((2 * w * H + h) / (2 * h));
-      } else {
-        p.resized_w = static_cast<int>(W);
-        p.resized_h = static_cast<int>((2 * h * W + w) / (2 * w));
-      }
-      p.resized_h = std::max(p.resized_h, 1);
-      p.resized_w = std::max(p.resized_w, 1);
-      p.offset_y = -((s.out_h - p.resized_h) / 2);
-      p.offset_x = -((s.out_w - p.resized_w) / 2);
-      return p;
-    }
-  }
-  p.resized_h = std::max(p.resized_h, 1);
-  p.resized_w = std::max(p.resized_w, 1);
-  // Center crop to the output (a crop of the output's size when none was asked for: then the
-  // resized image already has that size and the offsets are 0).
-  p.offset_y = crop_offset(p.resized_h, s.crop_h > 0 ? s.crop_h : s.out_h);
-  p.offset_x = crop_offset(p.resized_w, s.crop_w > 0 ? s.crop_w : s.out_w);
-  return p;
-}
-
-const char* interpolation_name(Interpolation f) {
-  switch (f) {
-    case Interpolation::Nearest: return "nearest";
-    case Interpolation::Bicubic: return "bicubic";
-    case Interpolation::Bilinear: break;
-  }
-  return "bilinear";
-}
-
 AxisTaps axis_taps(int in, int out, Interpolation filter) {
   AxisTaps t;
   taps_range(in, out, 0, out, t, filter);
@@ -183,7 +107,8 @@ void preprocess_rgb(const uint8_t* rgb, const ResizePlan& p, uint8_t* out, Resiz
   // The output rows and columns that show the resized image; the rest is padding.
   const int y0 = std::max(0, -p.offset_y), y1 = std::min(p.out_h, p.resized_h - p.offset_y);
   const int x0 = std::max(0, -p.offset_x), x1 = std::min(p.out_w, p.resized_w - p.offset_x);
-  if (y0 > 0 || x0 > 0 || y1 < p.out_h || x1 < p.out_w) std::memset(out, p.pad_value, plane * 3);
+  if (y0 > 0 || x0 > 0 || y1 < p.out_h || x1 < p.out_w)
+    for (int c = 0; c < 3; ++c) std::memset(out + static_cast<std::size_t>(c) * plane, p.pad[static_cast<std::size_t>(c)], plane);
   if (y0 >= y1 || x0 >= x1) return;
   const int ncols = x1 - x0, nrows = y1 - y0;
   taps_range(p.in_w, p.resized_w, x0 + p.offset_x, x1 + p.offset_x, sc.cols, p.interpolation);

@@ -234,6 +234,7 @@ nlohmann::json JobReport::to_json() const {
   j["finished"] = finished;
   j["weights_broadcast"] = {{"transport", weights_transport}, {"mb", weights_mb}, {"seconds", weights_s}};
   j["model_load_s"] = model_load_s;
+  if (!batch_note.empty()) j["batch_note"] = batch_note;
   j["job_toml"] = job_text;
   nlohmann::json job;
   job["total_samples"] = total_samples;
@@ -332,6 +333,7 @@ std::string format_setup_line(const JobReport& r) {
        << (p.autotune == "off" ? " by cuDNN's first choice, " : " measured, ") << p.algos_cached << " cached)";
   if (p.capture_s > 0) os << ", graph capture " << p.capture_s << " s";
   os << ", other " << rr->setup_other_s() << " s; then the first batch " << rr->stats.first_batch_s << " s\n";
+  if (!r.batch_note.empty()) os << "slow: " << r.batch_note << "\n";
   return os.str();
 }
 

@@ -72,6 +72,7 @@ struct JobReport {
   std::string weights_transport;  // how rank 0's weights reached the other ranks: nccl, mpi, or none
   double weights_mb = 0, weights_s = 0;
   double model_load_s = 0;        // rank 0 reading and parsing the model file (what each rank would pay without the broadcast)
+  std::string batch_note;         // the model ran as sub-batches: why, the cost, the export that avoids it (Graph::batch_note)
   std::string job_text;           // the resolved job (TOML), as echoed at the start
   std::vector<RankReport> ranks;
   std::vector<AttemptRecord> attempts;   // every attempt of the job so far, this one last
@@ -88,7 +89,8 @@ struct JobReport {
 
 // The table printed at the end of a run (stdout).
 std::string format_report_table(const JobReport& r);
-// Its "set-up:" line: the parts of the longest set-up among the ranks ("" without ranks).
+// Its "set-up:" line: the parts of the longest set-up among the ranks ("" without ranks), and a
+// "slow:" line after it when the model ran as sub-batches (batch_note).
 std::string format_setup_line(const JobReport& r);
 // `sluice run --resume --output DIR`, the command that finishes the run of `r`.
 std::string resume_command(const JobReport& r);

@@ -35,7 +35,7 @@ std::vector<Case> random_cases(int n, uint32_t seed) {
   for (int i = 0; i < n; ++i) {
     Case c;
     PreprocessSpec& s = c.spec;
-    switch (i % 3) {
+    switch (i % 4) {
       case 0:
         s.mode = PreprocessSpec::Resize::Exact;
         s.out_h = pick(1, 260);
@@ -44,23 +44,34 @@ std::vector<Case> random_cases(int n, uint32_t seed) {
       case 1:
         s.mode = PreprocessSpec::Resize::ShorterSide;
         s.resize_short = pick(4, 300);
-        // Mostly smaller than the resized image; sometimes larger (padded with pad_value).
+        // Mostly smaller than the resized image; sometimes larger (padded).
         s.crop_h = s.crop_w = pick(2, s.resize_short + (i % 4 == 1 ? 40 : 0));
         if (i % 5 == 0) s.crop_w = pick(2, s.resize_short);
         s.out_h = s.crop_h;
         s.out_w = s.crop_w;
-        s.pad_value = static_cast<uint8_t>(pick(0, 255));
+        s.pad = {static_cast<uint8_t>(pick(0, 255)), static_cast<uint8_t>(pick(0, 255)), static_cast<uint8_t>(pick(0, 255))};
+        break;
+      case 3:
+        // DETR's and YOLOS's resize: top left, padded bottom and right (a larger image is cut here;
+        // the inputs make it a bad sample before any plan).
+        s.mode = PreprocessSpec::Resize::ShortestEdge;
+        s.resize_short = pick(4, 300);
+        s.max_size = i % 8 == 3 ? 0 : pick(s.resize_short, 400);
+        s.size_multiple = i % 3 == 0 ? 16 : 0;
+        s.out_h = pick(2, 300);
+        s.out_w = pick(2, 300);
+        s.pad = {static_cast<uint8_t>(pick(0, 255)), static_cast<uint8_t>(pick(0, 255)), static_cast<uint8_t>(pick(0, 255))};
         break;
       default:
         s.mode = PreprocessSpec::Resize::Letterbox;
         s.out_h = pick(2, 260);
         s.out_w = pick(2, 260);
-        s.pad_value = static_cast<uint8_t>(pick(0, 255));
+        s.pad = {static_cast<uint8_t>(pick(0, 255)), static_cast<uint8_t>(pick(0, 255)), static_cast<uint8_t>(pick(0, 255))};
         break;
     }
     // Every filter in every mode: bilinear, bicubic (each pass rounded), nearest.
     const Interpolation filters[] = {Interpolation::Bilinear, Interpolation::Bicubic, Interpolation::Nearest};
-    s.interpolation = filters[(i / 3) % 3];
+    s.interpolation = filters[(i / 4) % 3];
     const int rows = pick(1, 4);
     for (int r = 0; r < rows; ++r) c.sizes.push_back({pick(1, 700), pick(1, 700)});
     cases.push_back(c);
@@ -131,7 +142,7 @@ TEST(GpuPreprocessMath, HostSideOfTheKernelMatchesPreprocessRgb) {
       for (int y = 0; y < c.spec.out_h; ++y)
         for (int x = 0; x < c.spec.out_w; ++x) {
           uint8_t rgb[3];
-          preprocess_pixel(p.plans[r], p.spans.data(), p.weights.data(), p.images[r].data(), y, x, c.spec.pad_value, rgb);
+          preprocess_pixel(p.plans[r], p.spans.data(), p.weights.data(), p.images[r].data(), y, x, c.spec.pad.data(), rgb);
           for (int ch = 0; ch < 3; ++ch) {
             const int d = std::abs(rgb[ch] - ref[static_cast<std::size_t>(ch * plane + y * c.spec.out_w + x)]);
             worst = std::max(worst, d);
@@ -180,7 +191,7 @@ TEST(GpuPreprocess, KernelMatchesPreprocessRgbWithinOneLevel) {
     L.batch = batch;
     L.out_h = c.spec.out_h;
     L.out_w = c.spec.out_w;
-    L.pad_value = c.spec.pad_value;
+    for (int ch = 0; ch < 3; ++ch) L.pad[ch] = c.spec.pad[static_cast<std::size_t>(ch)];
     launch_image_preprocess(L, stream);
     std::vector<uint8_t> got(d_out.bytes());
     CUDA_CHECK(cudaMemcpyAsync(got.data(), d_out.get(), got.size(), cudaMemcpyDeviceToHost, stream));

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "image/image.h"
 #include "test_image_util.h"
@@ -65,7 +67,7 @@ void expect_matches_reference(const Bytes& rgb, const ResizePlan& p) {
         const int ry = y + p.offset_y, rx = x + p.offset_x;
         const int got = out[(static_cast<std::size_t>(c) * p.out_h + y) * p.out_w + x];
         if (ry < 0 || rx < 0 || ry >= p.resized_h || rx >= p.resized_w) {
-          ASSERT_EQ(got, p.pad_value) << "pad at " << y << "," << x;
+          ASSERT_EQ(got, p.pad[static_cast<std::size_t>(c)]) << "pad at c" << c << " " << y << "," << x;
           continue;
         }
         const double want = ref[(static_cast<std::size_t>(ry) * p.resized_w + rx) * 3 + c];
@@ -185,13 +187,13 @@ TEST(ImagePlan, LetterboxKeepsTheAspect) {
   PreprocessSpec s;
   s.mode = PreprocessSpec::Resize::Letterbox;
   s.out_h = s.out_w = 640;
-  s.pad_value = 114;
+  s.pad = {114, 114, 114};
   ResizePlan p = plan_resize(375, 500, s);
   EXPECT_EQ(p.resized_w, 640);
   EXPECT_EQ(p.resized_h, 480);
   EXPECT_EQ(p.offset_y, -80);
   EXPECT_EQ(p.offset_x, 0);
-  EXPECT_EQ(p.pad_value, 114);
+  EXPECT_EQ(p.pad, (PadColour{114, 114, 114}));
   p = plan_resize(3, 1000, s);  // a thin strip: 640 x 1.92 -> 2 rows
   EXPECT_EQ(p.resized_h, 2);
   EXPECT_EQ(p.offset_y, -319);
@@ -248,9 +250,17 @@ TEST(ImageResize, MatchesTheFilterEvaluatedDirectly) {
   PreprocessSpec box;
   box.mode = PreprocessSpec::Resize::Letterbox;
   box.out_h = box.out_w = 48;
-  box.pad_value = 114;
+  box.pad = {114, 20, 250};
   cases.push_back({37, 80, box});
   cases.push_back({80, 37, box});
+  PreprocessSpec detr;                                    // top left, padded bottom and right
+  detr.mode = PreprocessSpec::Resize::ShortestEdge;
+  detr.resize_short = 40;
+  detr.max_size = 64;
+  detr.out_h = detr.out_w = 64;
+  detr.pad = {124, 116, 104};
+  cases.push_back({75, 100, detr});
+  cases.push_back({100, 30, detr});                       // capped by the longest edge
   unsigned seed = 10;
   for (const Case& c : cases) {
     SCOPED_TRACE(testing::Message() << c.h << "x" << c.w << " -> " << c.spec.out_h << "x" << c.spec.out_w);
@@ -258,4 +268,60 @@ TEST(ImageResize, MatchesTheFilterEvaluatedDirectly) {
     expect_matches_reference(random_image(c.h, c.w, seed++), plan_resize(c.h, c.w, c.spec));
     expect_matches_reference(test_picture(c.h, c.w), plan_resize(c.h, c.w, c.spec));
   }
+}
+
+namespace {
+
+std::pair<int, int> shortest(int h, int w, int n, int m, int multiple = 0) {
+  PreprocessSpec s;
+  s.mode = PreprocessSpec::Resize::ShortestEdge;
+  s.resize_short = n;
+  s.max_size = m;
+  s.size_multiple = multiple;
+  int oh = 0, ow = 0;
+  shortest_edge_size(h, w, s, &oh, &ow);
+  return {oh, ow};
+}
+
+}  // namespace
+
+// transformers' get_size_with_aspect_ratio worked by hand (DETR: shortest_edge 800, longest_edge 1333).
+TEST(ImagePlan, ShortestEdgeFollowsDetrsProcessor) {
+  using P = std::pair<int, int>;
+  EXPECT_EQ(shortest(480, 640, 800, 1333), P(800, 1066));   // int(800 * 640 / 480)
+  EXPECT_EQ(shortest(640, 480, 800, 1333), P(1066, 800));
+  EXPECT_EQ(shortest(800, 1000, 800, 1333), P(800, 1000));  // already there: kept
+  // 2000 / 500 * 800 passes 1333: the shorter side is round(1333 * 500 / 2000 = 333.25), the longer
+  // int(333.25 * 2000 / 500).
+  EXPECT_EQ(shortest(500, 2000, 800, 1333), P(333, 1333));
+  // 1333 * 1000 / 2000 = 666.5 rounds to even (Python's round), not up.
+  EXPECT_EQ(shortest(1000, 2000, 800, 1333), P(666, 1333));
+  // round(1333 * 600 / 1334) = 600 is the width already: DETR keeps the image, 1334 rows and all.
+  EXPECT_EQ(shortest(1334, 600, 800, 1333), P(1334, 600));
+  EXPECT_EQ(shortest(300, 7000, 800, 0), P(800, 18666));    // no longest edge
+  // YOLOS: the same rule, the width tested first, then multiples of 16.
+  EXPECT_EQ(shortest(480, 640, 512, 1333, 16), P(512, 672));
+  EXPECT_EQ(shortest(500, 2000, 800, 1333, 16), P(320, 1328));
+  EXPECT_EQ(shortest(1334, 600, 800, 1333, 16), P(1328, 592));
+  EXPECT_EQ(shortest(1, 4000, 800, 1333, 16), P(1, 1328));   // never 0
+}
+
+TEST(ImagePlan, ShortestEdgeSitsTopLeftAndTooLargeIsAMisfit) {
+  PreprocessSpec s;
+  s.mode = PreprocessSpec::Resize::ShortestEdge;
+  s.resize_short = 800;
+  s.max_size = 1333;
+  s.out_h = 800;
+  s.out_w = 1066;  // a model exported at a 4:3 landscape photo's size
+  const ResizePlan p = plan_resize(480, 640, s);
+  EXPECT_EQ(p.resized_h, 800);
+  EXPECT_EQ(p.resized_w, 1066);
+  EXPECT_EQ(p.offset_y, 0);
+  EXPECT_EQ(p.offset_x, 0);
+  EXPECT_EQ(resize_misfit(480, 640, s), "");
+  EXPECT_NE(resize_misfit(600, 900, s), "");  // 800 x 1200 does not fit
+  const std::string why = resize_misfit(640, 480, s);
+  EXPECT_NE(why.find("1066x800, larger than the model's input 800x1066"), std::string::npos) << why;
+  s.mode = PreprocessSpec::Resize::ShorterSide;
+  EXPECT_EQ(resize_misfit(640, 480, s), "");  // other modes crop
 }

@@ -300,6 +300,10 @@ void GpuImageInput::fill(int64_t first, int64_t count, void* slot, BatchRows& ro
       mark_bad(rows, k, first + k, error);
       continue;
     }
+    if (!(error = resize_misfit(ih.height, ih.width, spec_)).empty()) {
+      mark_bad(rows, k, first + k, error);
+      continue;
+    }
     rows.orig_hw[static_cast<std::size_t>(2 * k)] = ih.height;
     rows.orig_hw[static_cast<std::size_t>(2 * k + 1)] = ih.width;
     if (plan_gpu_row(slot, k, ih, e, tables)) continue;
@@ -596,7 +600,7 @@ void GpuImageInput::enqueue_decode(void* slot, BatchRows& rows, void* engine_inp
   L.batch = static_cast<int>(batch_);
   L.out_h = spec_.out_h;
   L.out_w = spec_.out_w;
-  L.pad_value = spec_.pad_value;
+  for (int c = 0; c < 3; ++c) L.pad[c] = spec_.pad[static_cast<std::size_t>(c)];
   launch_image_preprocess(L, copy);
 }
 

@@ -27,7 +27,7 @@ __global__ void image_preprocess_kernel(PreprocessLaunch p) {
   const int y = static_cast<int>(i / p.out_w);
   const int x = static_cast<int>(i - static_cast<int64_t>(y) * p.out_w);
   uint8_t rgb[3];
-  preprocess_pixel(r, p.spans, p.weights, p.arena + r.arena_offset, y, x, p.pad_value, rgb);
+  preprocess_pixel(r, p.spans, p.weights, p.arena + r.arena_offset, y, x, p.pad, rgb);
   out[0] = rgb[0];
   out[plane] = rgb[1];
   out[2 * plane] = rgb[2];

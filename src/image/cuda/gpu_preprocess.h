@@ -46,7 +46,7 @@ struct PreprocessLaunch {
   const uint8_t* arena = nullptr;    // device: decoded images
   uint8_t* out = nullptr;            // device: uint8 [batch, 3, out_h, out_w]
   int batch = 0, out_h = 0, out_w = 0;
-  uint8_t pad_value = 0;
+  uint8_t pad[3] = {0, 0, 0};        // the padding's colour, per channel (travels with the launch)
 };
 
 // One kernel for the whole batch, on `stream`.
@@ -104,14 +104,16 @@ SLUICE_HD void resample_pixel(const uint8_t* src, int64_t pitch, TapSpan ys, con
   rgb[2] = to_u8(a2);
 }
 
-// Everything the kernel does for output pixel (y, x) of one decoded row: the pad value outside the
+// Everything the kernel does for output pixel (y, x) of one decoded row: the pad colour outside the
 // resized image, the resampled pixel inside.
 SLUICE_HD void preprocess_pixel(const GpuRowPlan& r, const TapSpan* spans, const float* weights, const uint8_t* image,
-                                int y, int x, uint8_t pad, uint8_t rgb[3]) {
+                                int y, int x, const uint8_t pad[3], uint8_t rgb[3]) {
   const TapSpan ys = spans[r.y_span + y];
   const TapSpan xs = spans[r.x_span + x];
   if (ys.count == 0 || xs.count == 0) {
-    rgb[0] = rgb[1] = rgb[2] = pad;
+    rgb[0] = pad[0];
+    rgb[1] = pad[1];
+    rgb[2] = pad[2];
     return;
   }
   resample_pixel(image, static_cast<int64_t>(r.in_w) * 3, ys, weights + ys.weight, xs, weights + xs.weight,
