@@ -7,7 +7,7 @@
 //
 // The verdict for an engine comes from preparing the model the way a job does (its own input shape,
 // at its own batch) and building that engine on it: the CPU engine always (it needs no device), the
-// CUDA engine when a GPU is visible; without one, the CUDA engine's op table decides.  Exit status
+// CUDA engine when a GPU is visible; without one, the CUDA engine's op registry decides.  Exit status
 // 0 when the model runs on an engine of this build (--device picks one), 3 when it is refused.
 #include <CLI/CLI.hpp>
 
@@ -25,15 +25,12 @@
 #include "model/canonicalize.h"
 #include "model/graph_util.h"
 #include "model/onnx_loader.h"
+#include "model/op_arity.h"
 #include "model/prepare.h"
 #include "pipeline/gpu_count.h"
 
 #ifdef SLUICE_HAVE_CUDA
-namespace sluice::cuda {
-// The op keys the CUDA engine lowers ("Conv", "sluice.FusedConv"), defined by engine/cuda when it
-// publishes its table; weak, so that a CUDA build without one still links and says so.
-std::vector<std::string> implemented_ops() __attribute__((weak));
-}  // namespace sluice::cuda
+#include "engine/cuda/cuda_engine.h"
 #endif
 
 namespace sluice {
@@ -65,38 +62,32 @@ std::string ops_with_nodes(const std::map<std::string, std::vector<std::string>>
   return s;
 }
 
-std::string key_of(const Node& n) { return n.domain.empty() ? n.op : n.domain + "." + n.op; }
+// The keys of an engine's op registry ("Conv", "sluice.FusedConv"; engine/cpu/registry.cpp,
+// engine/cuda/builder.cpp).
+std::set<std::string> engine_registry(const std::string& engine) {
+  std::vector<std::string> keys;
+  if (engine == "cpu") keys = cpu::cpu_kernel_ops();
+#ifdef SLUICE_HAVE_CUDA
+  if (engine == "cuda") keys = cuda::implemented_ops();
+#endif
+  return {keys.begin(), keys.end()};
+}
 
-// The prepared graph's ops that an engine's table lacks.
-std::map<std::string, std::vector<std::string>> lacking(const Graph& g, const std::set<std::string>& table) {
+// The prepared graph's ops that an engine's registry lacks.
+std::map<std::string, std::vector<std::string>> lacking(const Graph& g, const std::set<std::string>& registry) {
   std::map<std::string, std::vector<std::string>> out;
-  for (const Node& n : g.nodes)
-    if (!table.count(key_of(n))) out[key_of(n)].push_back(n.name);
+  for (const Node& n : g.nodes) {
+    const std::string key = op_key(n.domain, n.op);
+    if (!registry.count(key)) out[key].push_back(n.name);
+  }
   return out;
 }
 
 Verdict engine_verdict(const std::string& engine, const Graph& g, int64_t opset, bool build) {
-  std::set<std::string> table;
-  bool have_table = true;
-  if (engine == "cpu") {
-    for (const auto& op : cpu::cpu_kernel_ops()) table.insert(op);
-  } else {
-#ifdef SLUICE_HAVE_CUDA
-    if (cuda::implemented_ops) {
-      for (const auto& op : cuda::implemented_ops()) table.insert(op);
-    } else {
-      have_table = false;
-    }
-#endif
-  }
-  if (have_table) {
-    const auto missing = lacking(g, table);
-    if (!missing.empty())
-      return {false, str("refused: the ", engine, " engine lacks ", ops_with_nodes(missing), " (opset ", opset, ")")};
-  }
-  if (!build)
-    return have_table ? Verdict{true, "runs (every op is in the engine's table; no GPU here to build it on)"}
-                      : Verdict{false, "unknown: no GPU here, and this build's CUDA engine lists no op table"};
+  const auto missing = lacking(g, engine_registry(engine));
+  if (!missing.empty())
+    return {false, str("refused: the ", engine, " engine lacks ", ops_with_nodes(missing), " (opset ", opset, ")")};
+  if (!build) return {true, "runs (every op is in the engine's registry; no GPU here to build it on)"};
   try {
     EngineOptions eo;
     eo.io_sets = 1;
@@ -170,22 +161,38 @@ int check_command(const CheckOptions& o) {
     std::string why;
     Graph g;
     try {
-      if (ops.inputs.size() != 1) throw InputError(str("the model has ", ops.inputs.size(), " runtime inputs; Sluice feeds exactly one"));
+      // A text model: every input one of the token inputs the text input fills (model/prepare.h).
+      bool text = !ops.inputs.empty();
+      for (const ValueInfo& v : ops.inputs)
+        text = text && std::find(std::begin(kTokenPlanes), std::end(kTokenPlanes), v.name) != std::end(kTokenPlanes);
+      if (ops.inputs.size() != 1 && !text)
+        throw InputError(str("the model has ", ops.inputs.size(), " runtime inputs; Sluice feeds exactly one (or the token "
+                             "inputs of a text model: input_ids, attention_mask, token_type_ids, position_ids)"));
       const ValueInfo& in = ops.inputs[0];
       PrepareOptions po;
-      po.batch_size = !in.shape.empty() && in.shape[0] > 0 ? in.shape[0] : 1;
-      po.sample_shape = o.sample_shape;
-      if (po.sample_shape.empty()) {
-        for (std::size_t i = 1; i < in.shape.size(); ++i) {
-          if (in.shape[i] < 1)
-            throw UsageError(str("the model's input has a dynamic dimension ", i, "; give --sample-shape"));
-          po.sample_shape.push_back(in.shape[i]);
+      if (text) {
+        // Checked at the model's own length, or 128 tokens when it is dynamic.
+        po.tokens.enabled = true;
+        po.tokens.length = in.shape.size() == 2 && in.shape[1] > 0 ? 0 : 128;
+        po.batch_size = in.shape.size() == 2 && in.shape[0] > 0 ? in.shape[0] : 1;
+        g = prepare_graph(load_onnx(o.model), po);
+        std::printf("text   token inputs bound by name; checked at %lld tokens a passage\n",
+                    static_cast<long long>(g.inputs.at(0).shape.at(2)));
+      } else {
+        po.batch_size = !in.shape.empty() && in.shape[0] > 0 ? in.shape[0] : 1;
+        po.sample_shape = o.sample_shape;
+        if (po.sample_shape.empty()) {
+          for (std::size_t i = 1; i < in.shape.size(); ++i) {
+            if (in.shape[i] < 1)
+              throw UsageError(str("the model's input has a dynamic dimension ", i, "; give --sample-shape"));
+            po.sample_shape.push_back(in.shape[i]);
+          }
         }
+        po.input_dtype = in.dtype == DType::U8 ? DType::U8 : DType::F32;
+        Graph model = load_onnx(o.model);
+        g = prepare_graph(model, po);
+        if (!in.shape.empty() && in.shape[0] > 0) batch_line = static_batch_line(std::move(model), po);
       }
-      po.input_dtype = in.dtype == DType::U8 ? DType::U8 : DType::F32;
-      Graph model = load_onnx(o.model);
-      g = prepare_graph(model, po);
-      if (!in.shape.empty() && in.shape[0] > 0) batch_line = static_batch_line(std::move(model), po);
     } catch (const UsageError&) {
       throw;
     } catch (const Error& e) {

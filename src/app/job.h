@@ -19,7 +19,13 @@ struct JobConfig {
   std::string input_keys;                  // HDF5: a string dataset [N] of sample keys ("" : the index)
   std::string text_field = "text";         // text inputs: the JSONL field or CSV/TSV column holding the passage
   std::string key_field;                   // text inputs: the field or column holding each key ("" : the record index)
+  std::string image_field;                 // Parquet inputs: the column of images or arrays ("" : the table's one such column)
   int64_t max_record_bytes = 1 << 20;      // text inputs: a longer record is a bad sample, never read
+  std::string tokenizer;                   // text inputs: tokenizer.json or a folder holding one ("" : the model folder's)
+  int64_t max_length = 0;                  // text inputs: tokens per passage, special tokens included (0: from the model)
+  std::vector<std::string> pooling;        // text embeddings: cls, mean, max, lasttoken, weightedmean, mean_sqrt_len_tokens
+  std::string prompt;                      // text inputs: put in front of every passage
+  std::string prompt_name;                 // text inputs: config_sentence_transformers.json's prompt of that name
   int64_t samples = 0;                     // the first N samples only (0: all; synthetic: 512)
   std::vector<int64_t> sample_shape = {3, 64, 64};  // synthetic: one sample's shape
   std::string input_dtype = "float32";     // float32 | uint8
@@ -66,7 +72,11 @@ struct JobConfig {
   std::string interpolation = "bilinear";  // the resize filter: nearest | bilinear | bicubic
   std::string preprocess_from;             // a model folder's preprocessor_config.json (or timm's config.json) to read the above from
   bool letterbox = false;                  // keep the aspect, pad to the input size
+  int resize_shortest = 0;                 // DETR's resize: the shorter side to N (0: off), padded bottom/right
+  int max_size = 0;                        // with resize_shortest: the longest edge at most M (0: none)
+  int size_multiple = 0;                   // with resize_shortest: sides rounded down to multiples (YOLOS: 16)
   int pad_value = 0;                       // letterbox padding, 0..255
+  bool pad_mean = false;                   // pad with the colour the normalization makes 0 (HF processors)
   std::string on_bad_sample = "skip";      // skip (recorded, zeros fed) | fail (exit 3)
   bool cuda_graphs = true;
   std::string algo_cache;                  // cuDNN algorithm cache folder ("": $XDG_CACHE_HOME/sluice or ~/.cache/sluice)

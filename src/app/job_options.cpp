@@ -63,17 +63,36 @@ void visit_job(JobConfig& j, V& v) {
     "for any depth), a list of paths (.txt, .lst), or WebDataset tar shards ('shards/train-{000000..000099}.tar')",
     none);
   v("input-kind", j.input_kind, "What --input is, when its path does not show it: auto | synthetic | hdf5 | npy | folder "
-    "| glob | list | tar | jsonl | csv | tsv | text (plain text, one passage a line: never detected, .txt is a list)",
-    one_of({"auto", "synthetic", "hdf5", "npy", "folder", "glob", "list", "tar", "jsonl", "csv", "tsv", "text"}));
+    "| glob | list | tar | jsonl | csv | tsv | text (plain text, one passage a line: never detected, .txt is a list) "
+    "| parquet",
+    one_of({"auto", "synthetic", "hdf5", "npy", "folder", "glob", "list", "tar", "jsonl", "csv", "tsv", "text", "parquet"}));
   v("input-dataset", j.input_dataset, "Dataset in the HDF5 input file", none);
   v("input-keys", j.input_keys, "HDF5 input: a string dataset [N] holding each sample's key (default: its index)", none);
   v("text-field", j.text_field, "Text inputs: the JSONL field (a string) or CSV/TSV column holding each passage", none);
   v("key-field", j.key_field,
     "Text inputs: the JSONL field (a string or number) or CSV/TSV column holding each sample's key (default: the record's "
     "index)", none);
+  v("image-field", j.image_field,
+    "Parquet inputs: the column of images (binary, or Hugging Face's {bytes, path}) or arrays (fixed-size lists); "
+    "default: the table's one such column", none);
   v("max-record-bytes", j.max_record_bytes,
     "Text inputs: a record (line) longer than this is a bad sample, never read (at most 1073741824)",
     CLI::Range(int64_t{1}, int64_t{1} << 30));
+  v("tokenizer", j.tokenizer,
+    "Text inputs: the tokenizer.json (or a folder holding one) that turns passages into the model's token ids "
+    "(default: the model folder's)", none);
+  v("max-length", j.max_length,
+    "Text inputs: tokens a passage may have, special tokens included; longer ones are truncated, shorter ones padded "
+    "(0: the model folder's sentence-transformers max_seq_length, else the model's own)", at_least(0));
+  v("pooling", j.pooling,
+    "Text embeddings: how the token vectors become one: mean (over the attention mask), cls (the first token), max, "
+    "lasttoken, weightedmean, mean_sqrt_len_tokens; several are concatenated (default: the model folder's "
+    "sentence-transformers Pooling module, else mean) (comma list)",
+    one_of({"cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"}));
+  v("prompt", j.prompt, "Text inputs: put in front of every passage before tokenizing (e.g. \"query: \")", none);
+  v("prompt-name", j.prompt_name,
+    "Text inputs: the prompt of that name in the model folder's config_sentence_transformers.json (default: its "
+    "default_prompt_name)", none);
   v("samples", j.samples, "Process the first N samples of the input only (0: all; synthetic input: N, default 512)",
     at_least(0));
   v("sample-shape", j.sample_shape, "Synthetic input: shape of one sample, e.g. 3,512,512", at_least(1));
@@ -149,11 +168,25 @@ void visit_job(JobConfig& j, V& v) {
     CLI::IsMember({"nearest", "bilinear", "bicubic"}));
   v("preprocess-from", j.preprocess_from,
     "Image inputs: a model folder (or its file) whose preprocessor_config.json (Hugging Face) or config.json "
-    "(timm's pretrained_cfg) sets --resize, --center-crop, --interpolation, --scale, --mean and --std; options "
-    "given here or in the job file win",
+    "(timm's pretrained_cfg) sets --resize, --center-crop, --interpolation, --scale, --mean and --std (DETR's and "
+    "YOLOS's: --resize-shortest, --max-size, --size-multiple, --pad-mean); options given here or in the job file win",
     none);
   v("letterbox", j.letterbox, "Image inputs: fit the whole image into the model's input, keeping its aspect, padded", none);
+  v("resize-shortest", j.resize_shortest,
+    "Image inputs: DETR's resize: the shorter side to N unless the longer would pass --max-size, aspect kept, the "
+    "image top left and padded bottom and right to the model's input (--max-size on both sides where the model's "
+    "is dynamic); an image that comes out larger than the model's input is a bad sample (0: off)",
+    CLI::Range(0, 65535));
+  v("max-size", j.max_size, "Image inputs: with --resize-shortest, the longest edge at most M (0: none)", CLI::Range(0, 65535));
+  v("size-multiple", j.size_multiple,
+    "Image inputs: with --resize-shortest, both sides rounded down to a multiple of D, as YOLOS's processor (16) "
+    "(0: none)",
+    CLI::Range(0, 65535));
   v("pad-value", j.pad_value, "Image inputs: the padding of --letterbox and of crops larger than the image", CLI::Range(0, 255));
+  v("pad-mean", j.pad_mean,
+    "Image inputs: pad with the colour that --scale, --mean and --std turn into 0 (round(mean / scale) per channel) "
+    "instead of --pad-value, as Hugging Face's processors pad after normalizing",
+    none);
   v("on-bad-sample", j.on_bad_sample,
     "Image inputs: skip (record the file and its reason, feed zeros, go on) | fail (exit 3 naming it)",
     one_of({"skip", "fail"}));
@@ -213,7 +246,7 @@ struct CliBinder {
 }  // namespace
 
 std::string clean_path(const std::string& p) {
-  if (p.empty() || p == "synthetic") return p;
+  if (p.empty() || p == "synthetic" || p.find("://") != std::string::npos) return p;  // a URL (s3://) as given
   std::vector<std::string> parts;
   std::stringstream ss(p);
   std::string part;
@@ -225,14 +258,15 @@ std::string clean_path(const std::string& p) {
 }
 
 void clean_job_paths(JobConfig& job) {
-  for (std::string* p : {&job.model, &job.input, &job.output, &job.algo_cache, &job.export_dir, &job.preprocess_from})
+  for (std::string* p : {&job.model, &job.input, &job.output, &job.algo_cache, &job.export_dir, &job.preprocess_from,
+                        &job.tokenizer})
     *p = clean_path(*p);
 }
 
 std::string saved_job_path(const std::string& output_dir) { return output_dir + "/job.toml"; }
 
 std::string absolute_path(const std::string& p) {
-  if (p.empty() || p == "synthetic") return p;
+  if (p.empty() || p == "synthetic" || p.find("://") != std::string::npos) return p;
   char cwd[4096] = "";
   if (p[0] != '/' && !getcwd(cwd, sizeof cwd)) return p;
   // Lexically: "a/b/../c" -> "a/c", "./" dropped.
@@ -381,11 +415,11 @@ std::vector<std::string> typed_inputs(const JobEntry& e, const FieldType& t, con
 
 bool is_path_key(const std::string& key) {
   return key == "model" || key == "input" || key == "output" || key == "algo-cache" || key == "export-dir" ||
-         key == "preprocess-from";
+         key == "preprocess-from" || key == "tokenizer";
 }
 
 std::string job_file_path(const std::string& job_file, const std::string& key, const std::string& value) {
-  if (!is_path_key(key) || value.empty() || value[0] == '/' || value == "synthetic" ||
+  if (!is_path_key(key) || value.empty() || value[0] == '/' || value == "synthetic" || value.find("://") != std::string::npos ||
       (key == "algo-cache" && value == "none"))
     return value;
   const std::size_t slash = job_file.rfind('/');
@@ -524,7 +558,13 @@ ImageJobOptions image_options(const JobConfig& j) {
   o.center_crop = j.center_crop;
   o.interpolation = j.interpolation;
   o.letterbox = j.letterbox;
+  o.resize_shortest = j.resize_shortest;
+  o.max_size = j.max_size;
+  o.size_multiple = j.size_multiple;
   o.pad_value = j.pad_value;
+  o.pad_mean = j.pad_mean;
+  o.scale = j.scale;
+  o.mean = j.mean;
   o.on_bad_sample = j.on_bad_sample;
   return o;
 }

@@ -52,6 +52,7 @@ std::vector<OutputSpec> output_specs(const JobConfig& job) {
       s.kind = OutputSpec::Kind::Embedding;
       s.dtype = float_out;
       s.normalize = job.normalize;
+      s.pooling = job.pooling;  // a text model's (app/text_model.h fills it for text inputs)
     } else if (name == "detections") {
       s.kind = OutputSpec::Kind::Detections;
       s.dtype = DType::F32;
@@ -95,6 +96,7 @@ JobPlan plan_job(const JobConfig& job, int rank) {
   p.input.keys = job.input_keys;
   p.input.text.field = job.text_field;
   p.input.text.key_field = job.key_field;
+  p.input.image_field = job.image_field;
   p.input.text.max_record_bytes = static_cast<uint64_t>(job.max_record_bytes);
   p.input.samples = job.samples;
   p.input.sample_shape = job.sample_shape;
@@ -136,25 +138,35 @@ JobPlan plan_job(const JobConfig& job, int rank) {
   p.image_input.fail_on_bad = job.on_bad_sample == "fail";
   p.on_nan = job.on_nan == "fail" ? NonFinite::Fail : NonFinite::Warn;
   p.deflate = job.compression;
+  p.max_length = job.max_length;
+  p.tokenizer = job.tokenizer;
+  p.prompt = job.prompt;
   return p;
 }
 
 void JobPlan::set_model_input(const Source& source, const Shape& model_input) {
   prepare.sample_shape = source.sample_shape();
   prepare.input_dtype = source.dtype();
-  if (source.text())
-    throw UsageError(str("the input is text (", source.describe(), "); text inputs need a text model (a tokenizer in "
-                         "front of a model taking token ids): not yet supported by sluice run"),
-                     "the input was opened and its records counted (the input: line); running text models comes "
-                     "with the tokenizer step");
+  if (source.text()) {
+    // A text model: token-id planes, bound to the model's inputs by name (model/prepare.h).
+    if (images.sets_geometry())
+      throw UsageError(str("--resize, --center-crop, --letterbox and --resize-shortest apply to image inputs; ",
+                           source.describe(), " is text"));
+    prepare.tokens.enabled = true;
+    prepare.tokens.length = max_length;
+    prepare.input_dtype = DType::I64;
+    prepare.sample_shape = {};
+    prepare.normalize = false;
+    return;
+  }
   if (source.encoded()) {
     // Image files: the model takes uint8 [B, 3, H, W]; scale/mean/std run in the graph.
     const PreprocessSpec spec = resolve_preprocess(images, model_input, model);
     prepare.sample_shape = {3, spec.out_h, spec.out_w};
     prepare.input_dtype = DType::U8;
-  } else if (!images.resize.empty() || !images.center_crop.empty() || images.letterbox) {
-    throw UsageError(str("--resize, --center-crop and --letterbox apply to image inputs; ", source.describe(),
-                         " is a tensor input"));
+  } else if (images.sets_geometry()) {
+    throw UsageError(str("--resize, --center-crop, --letterbox and --resize-shortest apply to image inputs; ",
+                         source.describe(), " is a tensor input"));
   }
 }
 

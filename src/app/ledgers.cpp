@@ -116,9 +116,12 @@ std::map<std::string, std::string> job_keys(const std::string& toml) {
 std::vector<std::string> keys_that_must_match(const JobConfig& job) {
   std::vector<std::string> keys = {"input", "input-dataset", "batch-size", "scale", "mean", "std",
                                    "resize", "center-crop", "interpolation", "letterbox", "pad-value",
+                                   "resize-shortest", "max-size", "size-multiple", "pad-mean",
                                    "precision"};
   if (job.input == "synthetic") keys.insert(keys.end(), {"sample-shape", "input-dtype", "seed"});
   keys.push_back("model-output");
+  // Text inputs: what the passages become (the tokenizer file's path, not its contents).
+  keys.insert(keys.end(), {"text-field", "tokenizer", "max-length", "prompt", "pooling"});
   const auto asks = [&](const char* o) { return std::find(job.outputs.begin(), job.outputs.end(), o) != job.outputs.end(); };
   if (asks("embedding")) keys.push_back("normalize");
   if (asks("detections")) keys.insert(keys.end(), {"detection-format", "score-threshold", "iou-threshold"});

@@ -19,6 +19,8 @@
 #include "core/json_text.h"
 #include "core/log.h"
 #include "core/sha256.h"
+#include "text/text_input.h"
+#include "text/tokenizer.h"
 #include "core/timer.h"
 #include "export/geometry.h"
 #include "io/hdf5_util.h"
@@ -298,7 +300,17 @@ void RunContext::build() {
                              e.exit_code(), "the engine's memory grows with --batch-size: try a smaller one");
                }
              });
-  if (source_->encoded()) {
+  if (source_->text()) {
+    // Every rank tokenizes its own passages, into the planes the prepared graph names.
+    TextInputOptions to;
+    to.tokenizer = text::Tokenizer::load(job_plan_.tokenizer);
+    to.planes = graph_.input_planes;
+    to.length = graph_.inputs.at(0).shape.at(2);
+    to.prompt = job_plan_.prompt;
+    to.pad_id = to.tokenizer->pad_id().value_or(0);
+    input_ = make_text_input(*source_, job_.batch_size, to);
+    if (mpi_.rank() == 0) log_info("text: ", input_->describe());
+  } else if (source_->encoded()) {
     // Every rank resolves the same spec from the prepared graph's input [B, 3, H, W].
     const PreprocessSpec spec = job_plan_.image_spec(graph_);
     preprocess_ = spec;
@@ -496,6 +508,7 @@ void RunContext::report_now() {
   r.weights_mb = static_cast<double>(weights_.bytes) / 1e6;
   r.weights_s = weights_.seconds;
   r.model_load_s = t_model_load_;
+  r.batch_note = graph_.batch_note;
   r.job_text = job_toml_;
   for (const auto& s : all) r.ranks.push_back(RankReport::from_json(nlohmann::json::parse(s)));
   if (!attempts_.empty()) {

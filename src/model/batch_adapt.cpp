@@ -22,13 +22,17 @@ namespace sluice {
 
 namespace {
 
-// The flat tensor a Gather reads: data 1-D of N elements, indices a constant integer tensor, every
-// index in [-N, N) (made non-negative here).  False when the Gather is not such a read.
-bool flat_gather(const Graph& g, const Node& n, int64_t& length, Shape& shape, std::vector<int64_t>& idx) {
+// The flat tensor a Gather reads: data of N elements on axis 0 (1-D, or [N, 1, ..., 1]: `ones` trailing
+// axes of 1, as Flatten(x, axis=rank) writes it), indices a constant integer tensor, every index in
+// [-N, N) (made non-negative here).  False when the Gather is not such a read.
+bool flat_gather(const Graph& g, const Node& n, int64_t& length, Shape& shape, std::vector<int64_t>& idx, std::size_t& ones) {
   if (n.op != "Gather" || !n.domain.empty() || n.inputs.size() != 2 || n.outputs.size() != 1) return false;
   const Shape* ds = static_shape(g, n.input(0));
   const Tensor* it = g.constant(n.input(1));
-  if (!ds || ds->size() != 1 || !it || (it->dtype != DType::I64 && it->dtype != DType::I32)) return false;
+  if (!ds || ds->empty() || !it || (it->dtype != DType::I64 && it->dtype != DType::I32)) return false;
+  for (std::size_t i = 1; i < ds->size(); ++i)
+    if ((*ds)[i] != 1) return false;
+  ones = ds->size() - 1;
   if (n.get_int("axis", 0) != 0 && n.get_int("axis", 0) != -1) return false;
   length = (*ds)[0];
   shape = it->shape;
@@ -75,14 +79,19 @@ std::string trace_summary(const Graph& g, const BatchTrace& t) {
 //   per row   x [b, ...] of P = N / b elements per row, S = [b, S'...], and offsets(s, i) = s x P + o(i)
 //             with every o(i) in [0, P): row s of the output reads row s of x only, at the same
 //             offsets o for every row: Reshape(x, [b, P]), then Gather(axis 1, o [S'...]).
-// Either way the result has shape S.
+// Either way the result has shape S (S then the trailing ones of the flat tensor [N, 1, ..., 1]: transformers
+// 5's attention masks, `mask[batch_idx, kv_idx]`, written by the TorchScript exporter as a Gather of
+// Flatten(mask, 2)).
 int respell_flat_gathers(Graph& g) {
   int done = 0;
   for (std::size_t k = 0; k < g.nodes.size(); ++k) {
     int64_t length = 0;
     Shape s;
     std::vector<int64_t> idx;
-    if (!flat_gather(g, g.nodes[k], length, s, idx)) continue;
+    std::size_t ones = 0;
+    if (!flat_gather(g, g.nodes[k], length, s, idx, ones)) continue;
+    Shape full = s;  // the Gather's output shape
+    full.insert(full.end(), ones, 1);
     const Node gather = g.nodes[k];
     // The tensor before the flattening Reshape (or Flatten), when there is one with a static shape.
     const int p = g.producer(gather.input(0));
@@ -97,7 +106,7 @@ int respell_flat_gathers(Graph& g) {
     r.name = unique_tensor_name(g, gather.name + "_view");
     r.attrs["allowzero"] = Attribute::of_int(0);
     if (identity && !s.empty()) {
-      r.inputs = {x, add_int64_constant(g, gather.name + "_shape", s)};
+      r.inputs = {x, add_int64_constant(g, gather.name + "_shape", full)};
       r.outputs = gather.outputs;
       g.nodes[k] = std::move(r);
       ++done;
@@ -121,9 +130,19 @@ int respell_flat_gathers(Graph& g) {
     sel.attrs["axis"] = Attribute::of_int(1);
     g.constants[sel.inputs[1]] = Tensor::from(DType::I64, Shape(s.begin() + 1, s.end()),
                                               std::vector<int64_t>(idx.begin(), idx.begin() + static_cast<long>(per)));
+    Node tail;  // the trailing ones back
+    if (ones) {
+      sel.outputs = {unique_tensor_name(g, gather.outputs[0] + "_selected")};
+      tail.op = "Reshape";
+      tail.name = unique_tensor_name(g, gather.name + "_ones");
+      tail.attrs["allowzero"] = Attribute::of_int(0);
+      tail.inputs = {sel.outputs[0], add_int64_constant(g, gather.name + "_full", full)};
+      tail.outputs = gather.outputs;
+    }
     g.nodes[k] = std::move(sel);
+    if (ones) g.nodes.insert(g.nodes.begin() + static_cast<long>(k) + 1, std::move(tail));
     g.nodes.insert(g.nodes.begin() + static_cast<long>(k), std::move(r));
-    ++k;
+    k += ones ? 2 : 1;
     ++done;
   }
   if (done) {
@@ -321,6 +340,9 @@ BatchAdaptation adapt_batch(Graph& g, int64_t model_batch, int64_t batch, Static
   unroll_batch(g, model_batch, batch);
   r.how = BatchAdaptation::How::SubBatched;
   r.why_not_respecialized = why;
+  g.batch_note = str("the model's batch is fixed at ", model_batch, "; each batch of ", batch, " ran as ",
+                     batch / model_batch, " sub-batches of ", model_batch, " (not re-specialized: ", why, "); ",
+                     sub_batch_cost(model_batch, batch), "; ", dynamic_batch_export_hint());
   if (mode == StaticBatch::SubBatch)
     log_info(g.source, ": the model's batch is fixed at ", model_batch, "; each batch of ", batch, " runs as ",
              batch / model_batch, " sub-batches of ", model_batch, " (not re-specialized: ", why, ")");

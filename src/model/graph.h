@@ -86,7 +86,13 @@ struct Graph {
                                       // (load_onnx rewrites old op spellings and raises it to at least
                                       // 18: see model/canonicalize.h)
   std::vector<ValueInfo> inputs;      // runtime inputs (not initializers), in model order
+  // A prepared text model (model/prepare.h, TokenInputs): what each plane of its one input
+  // [B, planes, L] holds ("input_ids", "attention_mask", ...); empty for any other graph.
+  std::vector<std::string> input_planes;
   std::vector<ValueInfo> outputs;     // graph outputs, in model order
+  // A prepared model that runs each batch as sub-batches (model/batch_adapt.h): how many, why, what
+  // it costs and the export that avoids it, for the run's summary; "" otherwise.
+  std::string batch_note;
   std::vector<Node> nodes;            // kept in topological order by every pass
   std::unordered_map<std::string, Tensor> constants;   // initializers, Constant nodes, folded values
   std::unordered_map<std::string, ValueInfo> values;   // every tensor's inferred type and shape

@@ -1,9 +1,11 @@
 #pragma once
 // How many inputs and outputs each op takes, in the canonical spellings of model/canonicalize.h.
-// The loader checks every node against this table before any pass reads a node's inputs by
+// The loader checks every node against these counts before any pass reads a node's inputs by
 // position, so a crafted model (an Add with no inputs, a Where with one) is an InputError naming
-// the node instead of a read past the end of a vector.
+// the node instead of a read past the end of a vector.  The counts are a column of the model
+// layer's op table, each op's row beside its shape rule (model/shape_inference.cpp).
 #include <cstddef>
+#include <string>
 
 #include "model/graph.h"
 
@@ -16,7 +18,11 @@ struct OpArity {
 
 constexpr std::size_t kVariadic = static_cast<std::size_t>(-1);
 
-// The table entry of a default-domain op or a sluice op; nullptr for an op Sluice does not know.
+// An op's key in the op tables of the model layer and the engines: "Conv" for the default domain
+// ("" or "ai.onnx"), "sluice.FusedConv" for the others.
+std::string op_key(const std::string& domain, const std::string& op);
+
+// The counts of an op in the op table; nullptr for an op Sluice does not know (any other domain's).
 const OpArity* op_arity(const std::string& domain, const std::string& op);
 
 // InputError naming the node when its inputs or outputs do not fit its op.  Ops without an entry

@@ -12,6 +12,7 @@
 #include "model/detections.h"
 #include "model/graph_util.h"
 #include "model/passes.h"
+#include "model/shape_inference.h"
 
 namespace sluice {
 
@@ -117,6 +118,191 @@ int64_t bind_input(Graph& g, const PrepareOptions& o) {
   return job[0];
 }
 
+// A text model: its token inputs become planes of one int64 input [B, planes, L], each model input
+// a Gather of its plane (and a Cast where the model takes another integer type).  Returns the batch
+// it was bound at, as bind_input.
+int64_t bind_token_inputs(Graph& g, const PrepareOptions& o, bool pooling_mask) {
+  if (g.inputs.empty()) throw InputError(str(g.source, ": the model has no runtime inputs"));
+  const std::string known = "input_ids, attention_mask, token_type_ids, position_ids";
+  std::vector<ValueInfo> model_ins = g.inputs;
+  std::vector<std::string> planes;
+  int64_t length = o.tokens.length, batch = o.batch_size;
+  bool static_batch = false;
+  for (const ValueInfo& in : model_ins) {
+    if (std::find(std::begin(kTokenPlanes), std::end(kTokenPlanes), in.name) == std::end(kTokenPlanes))
+      throw InputError(str(g.source, ": the model's input '", in.name, "' is none that Sluice fills from text (it feeds ", known, ")"),
+                       "re-export the encoder with inputs of those names (the transformers names), or with only the ones it needs");
+    if (std::find(planes.begin(), planes.end(), in.name) != planes.end())
+      throw InputError(str(g.source, ": the model has two inputs named '", in.name, "'"));
+    if (!in.shape.empty() && in.shape.size() != 2)
+      throw InputError(str(g.source, ": the model's token input '", in.name, "' has shape ", shape_str(in.shape),
+                           "; token inputs are [batch, length]"));
+    if (in.dtype != DType::Undefined && in.dtype != DType::I64 && in.dtype != DType::I32 && in.dtype != DType::F32 &&
+        in.dtype != DType::Bool)
+      throw InputError(str(g.source, ": the model's token input '", in.name, "' is ", dtype_name(in.dtype),
+                           "; Sluice feeds int64, int32, float32 or bool token inputs"));
+    if (in.shape.size() == 2 && in.shape[1] > 0) {
+      if (length > 0 && length != in.shape[1])
+        throw InputError(str(g.source, ": the model fixes the sequence length of '", in.name, "' at ", in.shape[1],
+                             " tokens and the job asks for ", length),
+                         str("drop --max-length (or give ", in.shape[1], "), or re-export the model with a dynamic length"));
+      length = in.shape[1];
+    }
+    if (in.shape.size() == 2 && in.shape[0] > 0 && in.shape[0] != o.batch_size) {
+      if (static_batch && batch != in.shape[0])
+        throw InputError(str(g.source, ": the model's token inputs fix different batch sizes (", batch, ", ", in.shape[0], ")"));
+      static_batch = true;
+      batch = in.shape[0];
+    }
+    planes.push_back(in.name);
+  }
+  if (length < 1)
+    throw UsageError(str(g.source, ": the model's sequence length is dynamic; the job must say how many tokens a passage "
+                                   "may have"),
+                     "give --max-length N (the model folder's sentence_bert_config.json max_seq_length sets it when present)");
+  if (pooling_mask && std::find(planes.begin(), planes.end(), "attention_mask") == planes.end())
+    planes.push_back("attention_mask");
+  for (const ValueInfo& in : model_ins)
+    if (in.name == "input") {
+      claim_name(g, "input");
+      break;
+    }
+  // The model's inputs were renamed if one was called "input": look them up by their new names.
+  std::vector<std::string> current;
+  for (const ValueInfo& in : g.inputs) current.push_back(in.name);
+  const Shape shape = {batch, static_cast<int64_t>(planes.size()), length};
+  g.inputs = {ValueInfo{"input", DType::I64, shape}};
+  g.input_planes = planes;
+  std::vector<Node> front;
+  for (std::size_t k = 0; k < model_ins.size(); ++k) {
+    const ValueInfo& in = model_ins[k];
+    const DType want = in.dtype == DType::Undefined ? DType::I64 : in.dtype;
+    const std::string idx = add_int64_constant(g, "sluice_plane_" + in.name, {static_cast<int64_t>(k)}, true);
+    const std::string gathered = want == DType::I64 ? current[k] : unique_tensor_name(g, in.name + "_i64");
+    Node n = make_node(g, "Gather", "", {"input", idx}, {gathered});
+    n.attrs["axis"] = Attribute::of_int(1);
+    front.push_back(std::move(n));
+    if (want != DType::I64) {
+      Node c = make_node(g, "Cast", "", {gathered}, {current[k]});
+      c.attrs["to"] = Attribute::of_int(dtype_to_onnx(want));
+      front.push_back(std::move(c));
+    }
+  }
+  g.nodes.insert(g.nodes.begin(), std::make_move_iterator(front.begin()), std::make_move_iterator(front.end()));
+  return batch;
+}
+
+// The attention mask plane of a text model as float32 [B, L, 1], for pooling.
+std::string pooling_mask(Graph& g, const std::string& base) {
+  const auto& planes = g.input_planes;
+  const auto it = std::find(planes.begin(), planes.end(), "attention_mask");
+  if (it == planes.end()) SLUICE_THROW("pooling without an attention_mask plane");
+  const std::string idx = add_int64_constant(g, base + "_mask_plane", {static_cast<int64_t>(it - planes.begin())}, true);
+  const std::string m64 = unique_tensor_name(g, base + "_mask_i64");
+  Node n = make_node(g, "Gather", "", {"input", idx}, {m64});
+  n.attrs["axis"] = Attribute::of_int(1);
+  g.nodes.push_back(std::move(n));
+  const std::string mf = unique_tensor_name(g, base + "_mask_f32");
+  Node c = make_node(g, "Cast", "", {m64}, {mf});
+  c.attrs["to"] = Attribute::of_int(dtype_to_onnx(DType::F32));
+  g.nodes.push_back(std::move(c));
+  const std::string m3 = unique_tensor_name(g, base + "_mask");
+  g.nodes.push_back(make_node(g, "Unsqueeze", "", {mf, add_int64_constant(g, base + "_mask_axis", {2})}, {m3}));
+  return m3;
+}
+
+// A reduction over axis 1 (keepdims as given), its axes an input from opset 18 (13 for ReduceSum).
+std::string reduce_axis1(Graph& g, const std::string& op, const std::string& x, bool keepdims, const std::string& base) {
+  const std::string y = unique_tensor_name(g, base);
+  Node r = make_node(g, op, "", {x}, {y});
+  r.attrs["keepdims"] = Attribute::of_int(keepdims ? 1 : 0);
+  if (g.opset >= (op == "ReduceSum" ? 13 : 18)) r.inputs.push_back(add_int64_constant(g, base + "_axes", {1}));
+  else r.attrs["axes"] = Attribute::of_ints({1});
+  g.nodes.push_back(std::move(r));
+  return y;
+}
+
+std::string binary(Graph& g, const std::string& op, const std::string& a, const std::string& b, const std::string& base) {
+  const std::string y = unique_tensor_name(g, base);
+  g.nodes.push_back(make_node(g, op, "", {a, b}, {y}));
+  return y;
+}
+
+// Tokens [B, L, D] (float32) pooled over the attention mask the sentence-transformers way
+// (OutputSpec::pooling): [B, D * modes].
+std::string pool_tokens(Graph& g, const std::string& y, const Shape& shape, const OutputSpec& s) {
+  static const char* order[] = {"cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"};
+  for (const auto& m : s.pooling)
+    if (std::find_if(std::begin(order), std::end(order), [&](const char* o) { return m == o; }) == std::end(order))
+      throw UsageError(str("pooling '", m, "' is not one of cls, max, mean, mean_sqrt_len_tokens, weightedmean, lasttoken"));
+  const std::string base = s.name + "_pool";
+  const std::string m = pooling_mask(g, base);  // [B, L, 1]
+  const int64_t length = shape[1];
+  std::string sum, count;  // the masked sum [B, D] and the token count [B, 1], shared by the means
+  auto masked_sum = [&]() {
+    if (sum.empty()) sum = reduce_axis1(g, "ReduceSum", binary(g, "Mul", y, m, base + "_masked"), false, base + "_sum");
+    if (count.empty())
+      count = binary(g, "Max", reduce_axis1(g, "ReduceSum", m, false, base + "_count"),
+                     add_float_constant(g, base + "_min_count", {1e-9f}, true), base + "_count_safe");
+  };
+  std::vector<std::string> parts;
+  for (const char* mode : order) {
+    if (std::find(s.pooling.begin(), s.pooling.end(), mode) == s.pooling.end()) continue;
+    const std::string name(mode);
+    if (name == "cls") {
+      const std::string v = unique_tensor_name(g, base + "_cls");
+      Node n = make_node(g, "Gather", "", {y, add_int64_constant(g, base + "_first", {0}, true)}, {v});
+      n.attrs["axis"] = Attribute::of_int(1);
+      g.nodes.push_back(std::move(n));
+      parts.push_back(v);
+    } else if (name == "max") {
+      // Masked tokens become -1e9 exactly (y * 0 + (0 - 1) * 1e9), kept ones y exactly.
+      const std::string off = binary(g, "Mul", binary(g, "Sub", m, add_float_constant(g, base + "_one", {1.f}, true), base + "_m1"),
+                                     add_float_constant(g, base + "_big", {1e9f}, true), base + "_off");
+      parts.push_back(reduce_axis1(g, "ReduceMax", binary(g, "Add", binary(g, "Mul", y, m, base + "_ym"), off, base + "_ymax"),
+                                   false, base + "_max"));
+    } else if (name == "mean") {
+      masked_sum();
+      parts.push_back(binary(g, "Div", sum, count, base + "_mean"));
+    } else if (name == "mean_sqrt_len_tokens") {
+      masked_sum();
+      const std::string root = unique_tensor_name(g, base + "_sqrt_count");
+      g.nodes.push_back(make_node(g, "Sqrt", "", {count}, {root}));
+      parts.push_back(binary(g, "Div", sum, root, base + "_mean_sqrt"));
+    } else if (name == "weightedmean") {
+      std::vector<float> w(static_cast<std::size_t>(length));
+      for (int64_t i = 0; i < length; ++i) w[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
+      const std::string wt = add_float_constant(g, base + "_weights", w);
+      const std::string wt3 = unique_tensor_name(g, base + "_weights_3d");
+      g.nodes.push_back(make_node(g, "Reshape", "", {wt, add_int64_constant(g, base + "_weights_shape", {1, length, 1})}, {wt3}));
+      const std::string mw = binary(g, "Mul", m, wt3, base + "_mw");
+      const std::string wsum = reduce_axis1(g, "ReduceSum", binary(g, "Mul", y, mw, base + "_wy"), false, base + "_wsum");
+      const std::string wcount = binary(g, "Max", reduce_axis1(g, "ReduceSum", mw, false, base + "_wcount"),
+                                        add_float_constant(g, base + "_min_wcount", {1e-9f}, true), base + "_wcount_safe");
+      parts.push_back(binary(g, "Div", wsum, wcount, base + "_weighted"));
+    } else {  // lasttoken: the last position whose mask is set (0 when none), picked by a one-hot
+      std::vector<float> pos(static_cast<std::size_t>(length));
+      for (int64_t i = 0; i < length; ++i) pos[static_cast<std::size_t>(i)] = static_cast<float>(i);
+      const std::string p = unique_tensor_name(g, base + "_positions_3d");
+      g.nodes.push_back(make_node(g, "Reshape", "", {add_float_constant(g, base + "_positions", pos),
+                                                     add_int64_constant(g, base + "_positions_shape", {1, length, 1})}, {p}));
+      const std::string last = reduce_axis1(g, "ReduceMax", binary(g, "Mul", m, p, base + "_mp"), true, base + "_last");
+      const std::string hit = binary(g, "Equal", p, last, base + "_is_last");
+      const std::string onehot = unique_tensor_name(g, base + "_onehot");
+      Node c = make_node(g, "Cast", "", {hit}, {onehot});
+      c.attrs["to"] = Attribute::of_int(dtype_to_onnx(DType::F32));
+      g.nodes.push_back(std::move(c));
+      parts.push_back(reduce_axis1(g, "ReduceSum", binary(g, "Mul", y, onehot, base + "_ylast"), false, base + "_lasttoken"));
+    }
+  }
+  if (parts.size() == 1) return parts[0];
+  const std::string v = unique_tensor_name(g, base + "_concat");
+  Node n = make_node(g, "Concat", "", parts, {v});
+  n.attrs["axis"] = Attribute::of_int(1);
+  g.nodes.push_back(std::move(n));
+  return v;
+}
+
 std::string cast_to(Graph& g, const std::string& x, DType to, const std::string& out) {
   Node c = make_node(g, "Cast", "", {x}, {out});
   c.attrs["to"] = Attribute::of_int(dtype_to_onnx(to));
@@ -160,7 +346,20 @@ Shape known_shape(const Graph& g, const std::string& name, const char* head) {
 std::string add_embedding(Graph& g, const std::string& y, const OutputSpec& s, const std::string& out_f32) {
   const Shape shape = known_shape(g, y, "embedding");
   std::string v = y;
-  if (shape.size() == 3) {
+  if (shape.size() == 3 && !s.pooling.empty()) {
+    if (g.input_planes.empty())
+      throw UsageError(str("--pooling pools a text model's tokens; '", y, "' of ", g.source, " is not a text model's output"),
+                       "leave --pooling out (the first token is taken)");
+    std::string t = y;
+    const ValueInfo* info = g.value(y);
+    if (info && info->dtype != DType::F32 && info->dtype != DType::Undefined) {
+      t = unique_tensor_name(g, s.name + "_tokens_f32");
+      Node c = make_node(g, "Cast", "", {y}, {t});
+      c.attrs["to"] = Attribute::of_int(dtype_to_onnx(DType::F32));
+      g.nodes.push_back(std::move(c));
+    }
+    v = pool_tokens(g, t, shape, s);
+  } else if (shape.size() == 3) {
     v = unique_tensor_name(g, s.name + "_token0");
     const std::string zero = add_int64_constant(g, s.name + "_first", {0}, true);
     Node n = make_node(g, "Gather", "", {y, zero}, {v});
@@ -365,33 +564,33 @@ std::vector<std::string> head_datasets(const OutputSpec& spec) {
 }
 
 const std::vector<std::string>& supported_ops() {
-  static const std::vector<std::string> ops = {
-      "Conv", "ConvTranspose", "BatchNormalization", "Relu", "LeakyRelu", "Sigmoid", "Clip", "HardSigmoid",
-      "HardSwish", "Add", "Sub", "Mul", "Div", "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean",
-      "Concat", "Resize", "Gemm", "MatMul", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Softmax",
-      "ArgMax", "TopK", "Pad", "Identity", "Constant", "Shape", "Gather", "Slice", "Cast",
-      // transformer-era models
-      "LayerNormalization", "GroupNormalization", "InstanceNormalization", "Gelu", "Erf", "Tanh", "Split", "GatherND",
-      "ScatterND", "Einsum", "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or",
-      "Xor", "IsNaN", "IsInf", "Cos", "Sin", "CumSum", "Expand", "Tile", "ConstantOfShape", "ReduceSum", "ReduceMax",
-      "ReduceMin", "ReduceProd", "ReduceL2", "Trilu", "Sign", "Mod", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal",
-      "Floor", "Ceil", "Pow", "Min", "Max", "Softplus", "Elu", "LogSoftmax", "GlobalMaxPool", "ArgMin", "Round", "Col2Im",
-      "DepthToSpace", "SpaceToDepth", "GatherElements", "ScatterElements", "GridSample",
-      // domain "sluice" (model/graph.h)
-      "FusedConv", "Normalize", "ArgMaxCast", "Attention", "Detections"};
+  // The model layer's op table (model/shape_inference.h) less the ops that only fold, sluice ones
+  // by their bare names.
+  static const std::vector<std::string> ops = [] {
+    std::vector<std::string> v;
+    for (const std::string& key : shape_rule_ops()) {
+      const std::string op = key.rfind("sluice.", 0) == 0 ? key.substr(7) : key;
+      if (!is_fold_only_op(op)) v.push_back(op);
+    }
+    return v;
+  }();
   return ops;
 }
 
 Graph prepare_graph(Graph g, const PrepareOptions& o) {
   if (o.batch_size < 1) throw UsageError(str("batch size must be at least 1, got ", o.batch_size));
-  if (o.sample_shape.empty()) throw UsageError("the sample shape is empty");
-  for (int64_t d : o.sample_shape)
-    if (d < 1) throw UsageError(str("the sample shape ", shape_str(o.sample_shape), " has a dimension below 1"));
-  if (o.input_dtype != DType::F32 && o.input_dtype != DType::U8)
-    throw UsageError(str("the input data type must be float32 or uint8, not ", dtype_name(o.input_dtype)));
+  if (!o.tokens.enabled) {
+    if (o.sample_shape.empty()) throw UsageError("the sample shape is empty");
+    for (int64_t d : o.sample_shape)
+      if (d < 1) throw UsageError(str("the sample shape ", shape_str(o.sample_shape), " has a dimension below 1"));
+    if (o.input_dtype != DType::F32 && o.input_dtype != DType::U8)
+      throw UsageError(str("the input data type must be float32 or uint8, not ", dtype_name(o.input_dtype)));
+  }
   if (g.outputs.empty()) throw InputError(str(g.source, ": the model has no outputs"));
 
-  const int64_t bound_batch = bind_input(g, o);
+  bool pools = false;
+  for (const auto& s : o.outputs) pools = pools || (s.kind == OutputSpec::Kind::Embedding && !s.pooling.empty());
+  const int64_t bound_batch = o.tokens.enabled ? bind_token_inputs(g, o, pools) : bind_input(g, o);
   g.topo_sort();
   // Folding first: the heads need the model output's shape (the class count picks argmax's type).
   fold_constants(g);

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/error.h"
 #include "model/canonicalize.h"
 #include "model/detections.h"
 #include "model/einsum.h"
 #include "model/graph_util.h"
+#include "model/op_arity.h"
 #include "model/shape_math.h"
 
 namespace sluice {
@@ -450,139 +452,183 @@ bool infer_attention(Ctx& c) {
   return true;
 }
 
-bool infer_misc(Ctx& c) {
+bool infer_constant(Ctx& c) {
+  const Tensor t = constant_node_value(c.g, c.n);
+  c.set(0, t.dtype, t.shape);
+  return true;
+}
+
+bool infer_concat(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "data");
+  const int64_t r = rank_of(x);
+  const int64_t axis = normalize_axis(c.n.get_int("axis", 0), r, c.g, c.n);
+  Shape out = x->shape;
+  for (std::size_t i = 1; i < c.n.inputs.size(); ++i) {
+    const ValueInfo* v = c.input(i);
+    if (!v) return c.missing(i, "operand");
+    bool ok = v->dtype == x->dtype && rank_of(v) == r;
+    for (int64_t d = 0; ok && d < r; ++d) ok = d == axis || v->shape[d] == x->shape[d];
+    if (!ok) c.fail(str("cannot concatenate ", shape_str(x->shape), " ", dtype_name(x->dtype), " and ",
+                        shape_str(v->shape), " ", dtype_name(v->dtype), " along axis ", axis));
+    out[axis] = checked_add(out[axis], v->shape[axis], "Concat");
+  }
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+bool infer_transpose(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "data");
+  std::vector<int64_t> perm = c.n.get_ints("perm");
+  if (perm.empty()) for (int64_t i = rank_of(x) - 1; i >= 0; --i) perm.push_back(i);
+  if (static_cast<int64_t>(perm.size()) != rank_of(x)) c.fail("perm has the wrong length");
+  Shape out;
+  std::vector<bool> seen(perm.size(), false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank_of(x) || seen[p]) c.fail("perm is not a permutation");
+    seen[p] = true;
+    out.push_back(x->shape[p]);
+  }
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+bool infer_pad(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "data");
+  if (!c.value(1)) return c.n.input(1).empty() ? (c.fail("pads is required"), false) : c.not_constant(1, "pads");
+  const std::vector<int64_t> pads = c.value(1)->as_int64();
+  const int64_t r = rank_of(x);
+  std::vector<int64_t> axes;
+  if (!c.n.input(3).empty()) {
+    if (!c.value(3)) return c.not_constant(3, "axes");
+    for (int64_t a : c.value(3)->as_int64()) axes.push_back(normalize_axis(a, r, c.g, c.n));
+  } else {
+    for (int64_t i = 0; i < r; ++i) axes.push_back(i);
+  }
+  if (pads.size() != 2 * axes.size()) c.fail(str("pads has ", pads.size(), " values for ", axes.size(), " axes"));
+  Shape out = x->shape;
+  for (std::size_t i = 0; i < axes.size(); ++i)
+    out[axes[i]] = checked_add(out[axes[i]], checked_add(pads[i], pads[i + axes.size()], "Pad"), "Pad");
+  for (int64_t d : out) if (d < 0) c.fail("negative pads remove more than the input holds");
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+bool infer_shape(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "data");
+  const int64_t r = rank_of(x);
+  int64_t b = c.n.get_int("start", 0), e = c.n.get_int("end", r);
+  if (b < 0) b += r;
+  if (e < 0) e += r;
+  b = std::clamp<int64_t>(b, 0, r);
+  e = std::clamp<int64_t>(e, b, r);
+  c.set(0, DType::I64, {e - b});
+  return true;
+}
+
+bool infer_size(Ctx& c) {
+  if (!c.input(0)) return c.missing(0, "data");
+  c.set(0, DType::I64, {});
+  return true;
+}
+
+bool infer_gather(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "data");
+  const ValueInfo* idx = c.input(1);
+  if (!idx) return c.missing(1, "indices");
+  const int64_t axis = normalize_axis(c.n.get_int("axis", 0), rank_of(x), c.g, c.n);
+  Shape out(x->shape.begin(), x->shape.begin() + axis);
+  out.insert(out.end(), idx->shape.begin(), idx->shape.end());
+  out.insert(out.end(), x->shape.begin() + axis + 1, x->shape.end());
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+bool infer_slice(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "data");
+  for (std::size_t i = 1; i < c.n.inputs.size(); ++i)
+    if (!c.n.input(i).empty() && !c.value(i)) return c.not_constant(i, "starts/ends/axes/steps");
+  if (!c.value(1) || !c.value(2)) c.fail("starts and ends are required");
+  const std::vector<int64_t> starts = c.value(1)->as_int64(), ends = c.value(2)->as_int64();
+  std::vector<int64_t> axes, steps;
+  if (c.value(3)) axes = c.value(3)->as_int64();
+  else for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  steps = c.value(4) ? c.value(4)->as_int64() : std::vector<int64_t>(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    c.fail("starts, ends, axes and steps differ in length");
+  Shape out = x->shape;
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const int64_t a = normalize_axis(axes[i], rank_of(x), c.g, c.n);
+    if (steps[i] == 0) c.fail("step 0");
+    int64_t b = starts[i];
+    out[a] = slice_length(x->shape[a], b, ends[i], steps[i]);
+  }
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+bool infer_cast(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "data");
+  const DType to = dtype_from_onnx(static_cast<int>(c.n.get_int("to", 0)));
+  if (to == DType::Undefined) c.fail(str("Cast to an unsupported type ", c.n.get_int("to", 0)));
+  c.set(0, to, x->shape);
+  return true;
+}
+
+bool infer_normalize(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "data");
+  if (x->shape.size() < 2) c.fail("input needs a channel axis");
+  c.set(0, DType::F32, x->shape);
+  return true;
+}
+
+bool infer_batchnorm(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "data");
+  if (x->shape.size() < 2) c.fail("input needs a channel axis");
+  for (std::size_t i = 1; i < 5; ++i) check_channel_operand(c, i, "scale, bias, mean and variance", x->shape[1]);
+  c.set(0, x->dtype, x->shape);
+  for (std::size_t k = 1; k < c.out.size(); ++k) c.set(k, x->dtype, {x->shape[1]});
+  return true;
+}
+
+// ConstantOfShape, Expand and Tile: the output shape is a constant input.
+bool infer_expand_like(Ctx& c) {
   const std::string& op = c.n.op;
   const ValueInfo* x = c.input(0);
-  if (op == "Constant") {
-    const Tensor t = constant_node_value(c.g, c.n);
-    c.set(0, t.dtype, t.shape);
-    return true;
-  }
-  if (!x && op != "Range") return c.missing(0, "data");
-  if (op == "Concat") {
-    const int64_t r = rank_of(x);
-    const int64_t axis = normalize_axis(c.n.get_int("axis", 0), r, c.g, c.n);
-    Shape out = x->shape;
-    for (std::size_t i = 1; i < c.n.inputs.size(); ++i) {
-      const ValueInfo* v = c.input(i);
-      if (!v) return c.missing(i, "operand");
-      bool ok = v->dtype == x->dtype && rank_of(v) == r;
-      for (int64_t d = 0; ok && d < r; ++d) ok = d == axis || v->shape[d] == x->shape[d];
-      if (!ok) c.fail(str("cannot concatenate ", shape_str(x->shape), " ", dtype_name(x->dtype), " and ",
-                          shape_str(v->shape), " ", dtype_name(v->dtype), " along axis ", axis));
-      out[axis] = checked_add(out[axis], v->shape[axis], "Concat");
-    }
-    c.set(0, x->dtype, out);
-  } else if (op == "Transpose") {
-    std::vector<int64_t> perm = c.n.get_ints("perm");
-    if (perm.empty()) for (int64_t i = rank_of(x) - 1; i >= 0; --i) perm.push_back(i);
-    if (static_cast<int64_t>(perm.size()) != rank_of(x)) c.fail("perm has the wrong length");
-    Shape out;
-    std::vector<bool> seen(perm.size(), false);
-    for (int64_t p : perm) {
-      if (p < 0 || p >= rank_of(x) || seen[p]) c.fail("perm is not a permutation");
-      seen[p] = true;
-      out.push_back(x->shape[p]);
-    }
-    c.set(0, x->dtype, out);
-  } else if (op == "Pad") {
-    if (!c.value(1)) return c.n.input(1).empty() ? (c.fail("pads is required"), false) : c.not_constant(1, "pads");
-    const std::vector<int64_t> pads = c.value(1)->as_int64();
-    const int64_t r = rank_of(x);
-    std::vector<int64_t> axes;
-    if (!c.n.input(3).empty()) {
-      if (!c.value(3)) return c.not_constant(3, "axes");
-      for (int64_t a : c.value(3)->as_int64()) axes.push_back(normalize_axis(a, r, c.g, c.n));
-    } else {
-      for (int64_t i = 0; i < r; ++i) axes.push_back(i);
-    }
-    if (pads.size() != 2 * axes.size()) c.fail(str("pads has ", pads.size(), " values for ", axes.size(), " axes"));
-    Shape out = x->shape;
-    for (std::size_t i = 0; i < axes.size(); ++i)
-      out[axes[i]] = checked_add(out[axes[i]], checked_add(pads[i], pads[i + axes.size()], "Pad"), "Pad");
-    for (int64_t d : out) if (d < 0) c.fail("negative pads remove more than the input holds");
-    c.set(0, x->dtype, out);
-  } else if (op == "Shape") {
-    const int64_t r = rank_of(x);
-    int64_t b = c.n.get_int("start", 0), e = c.n.get_int("end", r);
-    if (b < 0) b += r;
-    if (e < 0) e += r;
-    b = std::clamp<int64_t>(b, 0, r);
-    e = std::clamp<int64_t>(e, b, r);
-    c.set(0, DType::I64, {e - b});
-  } else if (op == "Size") {
-    c.set(0, DType::I64, {});
-  } else if (op == "Gather") {
-    const ValueInfo* idx = c.input(1);
-    if (!idx) return c.missing(1, "indices");
-    const int64_t axis = normalize_axis(c.n.get_int("axis", 0), rank_of(x), c.g, c.n);
-    Shape out(x->shape.begin(), x->shape.begin() + axis);
-    out.insert(out.end(), idx->shape.begin(), idx->shape.end());
-    out.insert(out.end(), x->shape.begin() + axis + 1, x->shape.end());
-    c.set(0, x->dtype, out);
-  } else if (op == "Slice") {
-    for (std::size_t i = 1; i < c.n.inputs.size(); ++i)
-      if (!c.n.input(i).empty() && !c.value(i)) return c.not_constant(i, "starts/ends/axes/steps");
-    if (!c.value(1) || !c.value(2)) c.fail("starts and ends are required");
-    const std::vector<int64_t> starts = c.value(1)->as_int64(), ends = c.value(2)->as_int64();
-    std::vector<int64_t> axes, steps;
-    if (c.value(3)) axes = c.value(3)->as_int64();
-    else for (std::size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-    steps = c.value(4) ? c.value(4)->as_int64() : std::vector<int64_t>(starts.size(), 1);
-    if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
-      c.fail("starts, ends, axes and steps differ in length");
-    Shape out = x->shape;
-    for (std::size_t i = 0; i < starts.size(); ++i) {
-      const int64_t a = normalize_axis(axes[i], rank_of(x), c.g, c.n);
-      if (steps[i] == 0) c.fail("step 0");
-      int64_t b = starts[i];
-      out[a] = slice_length(x->shape[a], b, ends[i], steps[i]);
-    }
-    c.set(0, x->dtype, out);
-  } else if (op == "Cast") {
-    const DType to = dtype_from_onnx(static_cast<int>(c.n.get_int("to", 0)));
-    if (to == DType::Undefined) c.fail(str("Cast to an unsupported type ", c.n.get_int("to", 0)));
-    c.set(0, to, x->shape);
-  } else if (op == "GlobalAveragePool") {
-    Shape out = x->shape;
-    if (out.size() < 3) c.fail(str("input ", shape_str(out), " has no spatial dimensions"));
-    std::fill(out.begin() + 2, out.end(), 1);
-    c.set(0, x->dtype, out);
-  } else if (op == "Normalize") {
-    if (x->shape.size() < 2) c.fail("input needs a channel axis");
-    c.set(0, DType::F32, x->shape);
-  } else if (op == "BatchNormalization") {
-    if (x->shape.size() < 2) c.fail("input needs a channel axis");
-    for (std::size_t i = 1; i < 5; ++i) check_channel_operand(c, i, "scale, bias, mean and variance", x->shape[1]);
-    c.set(0, x->dtype, x->shape);
-    for (std::size_t k = 1; k < c.out.size(); ++k) c.set(k, x->dtype, {x->shape[1]});
-  } else if (op == "ConstantOfShape" || op == "Expand" || op == "Tile") {
-    const std::size_t si = op == "ConstantOfShape" ? 0 : 1;
-    if (!c.value(si)) return c.not_constant(si, "shape");
-    const std::vector<int64_t> v = c.value(si)->as_int64();
-    if (op == "ConstantOfShape") {
-      const Attribute* a = c.n.has("value") ? &c.n.attrs.at("value") : nullptr;
-      c.set(0, a && a->t ? a->t->dtype : DType::F32, v);
-    } else if (op == "Expand") {
-      c.set(0, x->dtype, broadcast_shapes(x->shape, v, c.g, c.n));
-    } else {
-      Shape out = x->shape;
-      if (v.size() != out.size()) c.fail("repeats has the wrong length");
-      for (std::size_t i = 0; i < out.size(); ++i) {
-        if (v[i] < 0) c.fail(str("repeats ", shape_str(v), " has a negative value"));
-        out[i] = checked_mul(out[i], v[i], "Tile repeats");
-      }
-      c.set(0, x->dtype, out);
-    }
-  } else if (op == "Range") {
-    for (std::size_t i = 0; i < 3; ++i) if (!c.value(i)) return c.not_constant(i, "start/limit/delta");
-    const int64_t count = range_length(c.g, c.n, *c.value(0), *c.value(1), *c.value(2));
-    if (count < 0) { c.why = "the range is too long to fold"; return false; }
-    c.set(0, c.value(0)->dtype, {count});
+  if (!x) return c.missing(0, "data");
+  const std::size_t si = op == "ConstantOfShape" ? 0 : 1;
+  if (!c.value(si)) return c.not_constant(si, "shape");
+  const std::vector<int64_t> v = c.value(si)->as_int64();
+  if (op == "ConstantOfShape") {
+    const Attribute* a = c.n.has("value") ? &c.n.attrs.at("value") : nullptr;
+    c.set(0, a && a->t ? a->t->dtype : DType::F32, v);
+  } else if (op == "Expand") {
+    c.set(0, x->dtype, broadcast_shapes(x->shape, v, c.g, c.n));
   } else {
-    c.why = str("Sluice cannot infer the shape of op ", op);
-    return false;
+    Shape out = x->shape;
+    if (v.size() != out.size()) c.fail("repeats has the wrong length");
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (v[i] < 0) c.fail(str("repeats ", shape_str(v), " has a negative value"));
+      out[i] = checked_mul(out[i], v[i], "Tile repeats");
+    }
+    c.set(0, x->dtype, out);
   }
+  return true;
+}
+
+bool infer_range(Ctx& c) {
+  for (std::size_t i = 0; i < 3; ++i) if (!c.value(i)) return c.not_constant(i, "start/limit/delta");
+  const int64_t count = range_length(c.g, c.n, *c.value(0), *c.value(1), *c.value(2));
+  if (count < 0) { c.why = "the range is too long to fold"; return false; }
+  c.set(0, c.value(0)->dtype, {count});
   return true;
 }
 
@@ -627,273 +673,389 @@ bool split_sizes(Ctx& c, int64_t dim, std::vector<int64_t>& sizes) {
   return true;
 }
 
-// Ops of transformer-era models: normalizations, Split, GatherND, ScatterND, Einsum, CumSum, Trilu.
-// Returns -1 when `op` is not one of them.
-int infer_transformer_ops(Ctx& c) {
+bool infer_layer_norm(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "X");
+  const int64_t r = rank_of(x);
+  const int64_t axis = normalize_axis(c.n.get_int("axis", -1), r, c.g, c.n);
+  const Shape norm(x->shape.begin() + axis, x->shape.end());
+  for (std::size_t i = 1; i < 3; ++i)
+    if (const ValueInfo* p = c.input(i))
+      if (broadcast_shapes(norm, p->shape, c.g, c.n) != norm)
+        c.fail(str("scale and bias ", shape_str(p->shape), " must broadcast to the normalized axes ", shape_str(norm)));
+  c.set(0, x->dtype, x->shape);
+  Shape stats = x->shape;
+  std::fill(stats.begin() + axis, stats.end(), 1);
+  c.set(1, DType::F32, stats);
+  c.set(2, DType::F32, stats);
+  return true;
+}
+
+// GroupNormalization and InstanceNormalization.
+bool infer_group_norm(Ctx& c) {
   const std::string& op = c.n.op;
   const ValueInfo* x = c.input(0);
-  if (op == "LayerNormalization") {
-    if (!x) return c.missing(0, "X");
-    const int64_t r = rank_of(x);
-    const int64_t axis = normalize_axis(c.n.get_int("axis", -1), r, c.g, c.n);
-    const Shape norm(x->shape.begin() + axis, x->shape.end());
+  if (!x) return c.missing(0, "X");
+  if (x->shape.size() < 2) c.fail("input needs a channel axis");
+  const int64_t ch = x->shape[1];
+  if (op == "GroupNormalization") {
+    const int64_t groups = c.n.get_int("num_groups", 0);
+    if (groups < 1 || ch % groups != 0) c.fail(str("num_groups ", groups, " does not divide the ", ch, " channels"));
+    // Opset 18 has one scale per group, opset 21 one per channel.
+    const int64_t per = c.g.opset >= 21 ? ch : groups;
     for (std::size_t i = 1; i < 3; ++i)
-      if (const ValueInfo* p = c.input(i))
-        if (broadcast_shapes(norm, p->shape, c.g, c.n) != norm)
-          c.fail(str("scale and bias ", shape_str(p->shape), " must broadcast to the normalized axes ", shape_str(norm)));
-    c.set(0, x->dtype, x->shape);
-    Shape stats = x->shape;
-    std::fill(stats.begin() + axis, stats.end(), 1);
-    c.set(1, DType::F32, stats);
-    c.set(2, DType::F32, stats);
-    return 1;
+      if (c.input(i) && shape_numel(c.input(i)->shape) != per && shape_numel(c.input(i)->shape) != ch)
+        c.fail(str("scale and bias must hold ", per, " values"));
+  } else {
+    for (std::size_t i = 1; i < 3; ++i) check_channel_operand(c, i, "scale and bias", ch);
   }
-  if (op == "GroupNormalization" || op == "InstanceNormalization") {
-    if (!x) return c.missing(0, "X");
-    if (x->shape.size() < 2) c.fail("input needs a channel axis");
-    const int64_t ch = x->shape[1];
-    if (op == "GroupNormalization") {
-      const int64_t groups = c.n.get_int("num_groups", 0);
-      if (groups < 1 || ch % groups != 0) c.fail(str("num_groups ", groups, " does not divide the ", ch, " channels"));
-      // Opset 18 has one scale per group, opset 21 one per channel.
-      const int64_t per = c.g.opset >= 21 ? ch : groups;
-      for (std::size_t i = 1; i < 3; ++i)
-        if (c.input(i) && shape_numel(c.input(i)->shape) != per && shape_numel(c.input(i)->shape) != ch)
-          c.fail(str("scale and bias must hold ", per, " values"));
-    } else {
-      for (std::size_t i = 1; i < 3; ++i) check_channel_operand(c, i, "scale and bias", ch);
-    }
-    c.set(0, x->dtype, x->shape);
-    return 1;
+  c.set(0, x->dtype, x->shape);
+  return true;
+}
+
+bool infer_split(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "input");
+  const int64_t axis = normalize_axis(c.n.get_int("axis", 0), rank_of(x), c.g, c.n);
+  std::vector<int64_t> sizes;
+  if (!split_sizes(c, x->shape[axis], sizes)) return false;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    Shape s = x->shape;
+    s[axis] = sizes[k];
+    c.set(k, x->dtype, s);
   }
-  if (op == "Split") {
-    if (!x) return c.missing(0, "input");
-    const int64_t axis = normalize_axis(c.n.get_int("axis", 0), rank_of(x), c.g, c.n);
-    std::vector<int64_t> sizes;
-    if (!split_sizes(c, x->shape[axis], sizes)) return 0;
-    for (std::size_t k = 0; k < sizes.size(); ++k) {
-      Shape s = x->shape;
-      s[axis] = sizes[k];
-      c.set(k, x->dtype, s);
-    }
-    return 1;
+  return true;
+}
+
+bool infer_gather_nd(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  const ValueInfo* idx = c.input(1);
+  if (!x) return c.missing(0, "data");
+  if (!idx) return c.missing(1, "indices");
+  const int64_t b = c.n.get_int("batch_dims", 0), r = rank_of(x), q = rank_of(idx);
+  if (q < 1) c.fail("indices must have rank 1 or more");
+  const int64_t k = idx->shape.back();
+  if (b < 0 || b >= std::min(r, q) || k < 1 || b + k > r)
+    c.fail(str("indices ", shape_str(idx->shape), " with batch_dims ", b, " do not fit data ", shape_str(x->shape)));
+  for (int64_t i = 0; i < b; ++i)
+    if (idx->shape[i] != x->shape[i]) c.fail("the batch dimensions of data and indices differ");
+  Shape out(x->shape.begin(), x->shape.begin() + b);
+  out.insert(out.end(), idx->shape.begin() + b, idx->shape.end() - 1);
+  out.insert(out.end(), x->shape.begin() + b + k, x->shape.end());
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+bool infer_scatter_nd(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  const ValueInfo *idx = c.input(1), *upd = c.input(2);
+  if (!x) return c.missing(0, "data");
+  if (!idx) return c.missing(1, "indices");
+  if (!upd) return c.missing(2, "updates");
+  const int64_t r = rank_of(x), q = rank_of(idx);
+  if (q < 1) c.fail("indices must have rank 1 or more");
+  const int64_t k = idx->shape.back();
+  if (k < 1 || k > r) c.fail(str("indices ", shape_str(idx->shape), " do not fit data ", shape_str(x->shape)));
+  Shape want(idx->shape.begin(), idx->shape.end() - 1);
+  want.insert(want.end(), x->shape.begin() + k, x->shape.end());
+  if (upd->shape != want) c.fail(str("updates ", shape_str(upd->shape), " should have shape ", shape_str(want)));
+  if (upd->dtype != x->dtype) c.fail("updates and data differ in type");
+  const std::string red = c.n.get_string("reduction", "none");
+  if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
+    c.fail(str("reduction '", red, "' is not supported"));
+  c.set(0, x->dtype, x->shape);
+  return true;
+}
+
+// DepthToSpace and SpaceToDepth.
+bool infer_depth_space(Ctx& c) {
+  const std::string& op = c.n.op;
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "input");
+  const int64_t b = c.n.get_int("blocksize", 0);
+  if (x->shape.size() != 4) c.fail(str("input ", shape_str(x->shape), " is not 4-D [N, C, H, W]"));
+  if (b < 1 || b > 4096) c.fail(str("blocksize ", b, " must be from 1 to 4096"));
+  const std::string mode = c.n.get_string("mode", "DCR");
+  if (op == "DepthToSpace" && mode != "DCR" && mode != "CRD") c.fail(str("mode '", mode, "' is not DCR or CRD"));
+  Shape out = x->shape;
+  if (op == "DepthToSpace") {
+    if (out[1] % (b * b) != 0) c.fail(str("channels ", out[1], " are not a multiple of blocksize^2 = ", b * b));
+    out[1] /= b * b;
+    out[2] = checked_mul(out[2], b, "DepthToSpace");
+    out[3] = checked_mul(out[3], b, "DepthToSpace");
+  } else {
+    if (out[2] % b != 0 || out[3] % b != 0) c.fail(str("input ", shape_str(out), " is not a multiple of blocksize ", b));
+    out[1] = checked_mul(out[1], b * b, "SpaceToDepth");
+    out[2] /= b;
+    out[3] /= b;
   }
-  if (op == "GatherND") {
-    const ValueInfo* idx = c.input(1);
-    if (!x) return c.missing(0, "data");
-    if (!idx) return c.missing(1, "indices");
-    const int64_t b = c.n.get_int("batch_dims", 0), r = rank_of(x), q = rank_of(idx);
-    if (q < 1) c.fail("indices must have rank 1 or more");
-    const int64_t k = idx->shape.back();
-    if (b < 0 || b >= std::min(r, q) || k < 1 || b + k > r)
-      c.fail(str("indices ", shape_str(idx->shape), " with batch_dims ", b, " do not fit data ", shape_str(x->shape)));
-    for (int64_t i = 0; i < b; ++i)
-      if (idx->shape[i] != x->shape[i]) c.fail("the batch dimensions of data and indices differ");
-    Shape out(x->shape.begin(), x->shape.begin() + b);
-    out.insert(out.end(), idx->shape.begin() + b, idx->shape.end() - 1);
-    out.insert(out.end(), x->shape.begin() + b + k, x->shape.end());
-    c.set(0, x->dtype, out);
-    return 1;
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+// GatherElements and ScatterElements.
+bool infer_elements(Ctx& c) {
+  const std::string& op = c.n.op;
+  const ValueInfo* x = c.input(0);
+  const ValueInfo* idx = c.input(1);
+  if (!x) return c.missing(0, "data");
+  if (!idx) return c.missing(1, "indices");
+  if (idx->dtype != DType::I64 && idx->dtype != DType::I32) c.fail("indices must be int64 or int32");
+  const int64_t r = rank_of(x);
+  if (r < 1 || rank_of(idx) != r) c.fail(str("indices ", shape_str(idx->shape), " and data ", shape_str(x->shape), " differ in rank"));
+  const int64_t axis = normalize_axis(c.n.get_int("axis", 0), r, c.g, c.n);
+  for (int64_t d = 0; d < r; ++d)
+    if (d != axis && idx->shape[static_cast<std::size_t>(d)] > x->shape[static_cast<std::size_t>(d)])
+      c.fail(str("indices ", shape_str(idx->shape), " are larger than data ", shape_str(x->shape), " on axis ", d));
+  if (op == "GatherElements") {
+    c.set(0, x->dtype, idx->shape);
+    return true;
   }
-  if (op == "ScatterND") {
-    const ValueInfo *idx = c.input(1), *upd = c.input(2);
-    if (!x) return c.missing(0, "data");
-    if (!idx) return c.missing(1, "indices");
-    if (!upd) return c.missing(2, "updates");
-    const int64_t r = rank_of(x), q = rank_of(idx);
-    if (q < 1) c.fail("indices must have rank 1 or more");
-    const int64_t k = idx->shape.back();
-    if (k < 1 || k > r) c.fail(str("indices ", shape_str(idx->shape), " do not fit data ", shape_str(x->shape)));
-    Shape want(idx->shape.begin(), idx->shape.end() - 1);
-    want.insert(want.end(), x->shape.begin() + k, x->shape.end());
-    if (upd->shape != want) c.fail(str("updates ", shape_str(upd->shape), " should have shape ", shape_str(want)));
-    if (upd->dtype != x->dtype) c.fail("updates and data differ in type");
-    const std::string red = c.n.get_string("reduction", "none");
-    if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
-      c.fail(str("reduction '", red, "' is not supported"));
-    c.set(0, x->dtype, x->shape);
-    return 1;
+  const ValueInfo* upd = c.input(2);
+  if (!upd) return c.missing(2, "updates");
+  if (upd->shape != idx->shape) c.fail(str("updates ", shape_str(upd->shape), " should have the indices' shape ", shape_str(idx->shape)));
+  if (upd->dtype != x->dtype) c.fail("updates and data differ in type");
+  const std::string red = c.n.get_string("reduction", "none");
+  if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
+    c.fail(str("reduction '", red, "' is not supported"));
+  c.set(0, x->dtype, x->shape);
+  return true;
+}
+
+bool infer_grid_sample(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  const ValueInfo* grid = c.input(1);
+  if (!x) return c.missing(0, "X");
+  if (!grid) return c.missing(1, "grid");
+  if (x->shape.size() != 4 || grid->shape.size() != 4 || grid->shape[3] != 2 || grid->shape[0] != x->shape[0])
+    c.fail(str("input ", shape_str(x->shape), " and grid ", shape_str(grid->shape),
+               " are not a 2-D GridSample's [N, C, H, W] and [N, Ho, Wo, 2] (Sluice samples 2-D images only)"));
+  c.set(0, x->dtype, {x->shape[0], x->shape[1], grid->shape[1], grid->shape[2]});
+  return true;
+}
+
+bool infer_einsum(Ctx& c) {
+  std::vector<Shape> shapes;
+  for (std::size_t i = 0; i < c.n.inputs.size(); ++i) {
+    if (!c.input(i)) return c.missing(i, "operand");
+    if (c.input(i)->dtype != c.input(0)->dtype) c.fail("operands differ in type");
+    shapes.push_back(c.input(i)->shape);
   }
-  if (op == "DepthToSpace" || op == "SpaceToDepth") {
-    if (!x) return c.missing(0, "input");
-    const int64_t b = c.n.get_int("blocksize", 0);
-    if (x->shape.size() != 4) c.fail(str("input ", shape_str(x->shape), " is not 4-D [N, C, H, W]"));
-    if (b < 1 || b > 4096) c.fail(str("blocksize ", b, " must be from 1 to 4096"));
-    const std::string mode = c.n.get_string("mode", "DCR");
-    if (op == "DepthToSpace" && mode != "DCR" && mode != "CRD") c.fail(str("mode '", mode, "' is not DCR or CRD"));
-    Shape out = x->shape;
-    if (op == "DepthToSpace") {
-      if (out[1] % (b * b) != 0) c.fail(str("channels ", out[1], " are not a multiple of blocksize^2 = ", b * b));
-      out[1] /= b * b;
-      out[2] = checked_mul(out[2], b, "DepthToSpace");
-      out[3] = checked_mul(out[3], b, "DepthToSpace");
-    } else {
-      if (out[2] % b != 0 || out[3] % b != 0) c.fail(str("input ", shape_str(out), " is not a multiple of blocksize ", b));
-      out[1] = checked_mul(out[1], b * b, "SpaceToDepth");
-      out[2] /= b;
-      out[3] /= b;
-    }
-    c.set(0, x->dtype, out);
-    return 1;
+  if (shapes.empty()) c.fail("Einsum needs an operand");
+  const EinsumSpec spec = parse_einsum(c.n.get_string("equation", ""), shapes, node_context(c.g, c.n));
+  Shape out;
+  for (int l : spec.output) out.push_back(spec.sizes[static_cast<std::size_t>(l)]);
+  c.set(0, c.input(0)->dtype, out);
+  return true;
+}
+
+bool infer_cumsum(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "x");
+  if (!c.value(1)) return c.not_constant(1, "axis");
+  if (c.value(1)->numel() != 1) c.fail("axis must be a scalar");
+  normalize_axis(c.value(1)->as_int64()[0], rank_of(x), c.g, c.n);
+  c.set(0, x->dtype, x->shape);
+  return true;
+}
+
+bool infer_trilu(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "input");
+  if (rank_of(x) < 2) c.fail("input must have rank 2 or more");
+  if (!c.n.input(1).empty() && !c.value(1)) return c.not_constant(1, "k");
+  c.set(0, x->dtype, x->shape);
+  return true;
+}
+
+bool infer_col2im(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "input");
+  if (!c.value(1)) return c.not_constant(1, "image_shape");
+  if (!c.value(2)) return c.not_constant(2, "block_shape");
+  const std::vector<int64_t> image = c.value(1)->as_int64(), block = c.value(2)->as_int64();
+  if (x->shape.size() != 3 || image.size() != block.size() || image.empty())
+    c.fail(str("input ", shape_str(x->shape), ", image_shape ", shape_str(image), " and block_shape ", shape_str(block),
+               " do not fit Col2Im"));
+  check_window(c, "image_shape", image, 1);
+  check_window(c, "block_shape", block, 1);
+  const int64_t kb = shape_numel(block);
+  if (x->shape[1] % kb != 0) c.fail(str("input channels ", x->shape[1], " are not a multiple of the block's ", kb));
+  Shape out = {x->shape[0], x->shape[1] / kb};
+  out.insert(out.end(), image.begin(), image.end());
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+// GlobalAveragePool and GlobalMaxPool.
+bool infer_global_pool(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "X");
+  Shape out = x->shape;
+  if (out.size() < 3) c.fail(str("input ", shape_str(out), " has no spatial dimensions"));
+  std::fill(out.begin() + 2, out.end(), 1);
+  c.set(0, x->dtype, out);
+  return true;
+}
+
+// Element by element on input 0, same type and shape (Clip's bounds and Softmax's axis checked).
+bool infer_unary(Ctx& c) {
+  const ValueInfo* x = c.input(0);
+  if (!x) return c.missing(0, "X");
+  if (c.n.op == "Softmax" || c.n.op == "LogSoftmax") normalize_axis(c.n.get_int("axis", -1), rank_of(x), c.g, c.n);
+  if (c.n.op == "Clip")
+    for (std::size_t i = 1; i < 3; ++i)
+      if (c.input(i) && shape_numel(c.input(i)->shape) != 1) c.fail("min and max must be scalars");
+  c.set(0, x->dtype, x->shape);
+  return true;
+}
+
+// Not, IsNaN, IsInf: a bool per element.
+bool infer_predicate(Ctx& c) {
+  if (!c.input(0)) return c.missing(0, "X");
+  c.set(0, DType::Bool, c.input(0)->shape);
+  return true;
+}
+
+bool infer_argmin(Ctx& c) {
+  Node m = c.n;  // ArgMax's rule, axis and keepdims alike
+  m.op = "ArgMax";
+  Ctx c2{c.g, m, c.in, c.out, c.why};
+  return infer_topk_argmax(c2);
+}
+
+bool infer_detections(Ctx& c) {
+  std::vector<Shape> in;
+  for (std::size_t i = 0; i < c.n.inputs.size(); ++i) {
+    if (!c.input(i)) return c.missing(i, i == 0 ? "scores" : "boxes");
+    in.push_back(c.input(i)->shape);
   }
-  if (op == "GatherElements" || op == "ScatterElements") {
-    const ValueInfo* idx = c.input(1);
-    if (!x) return c.missing(0, "data");
-    if (!idx) return c.missing(1, "indices");
-    if (idx->dtype != DType::I64 && idx->dtype != DType::I32) c.fail("indices must be int64 or int32");
-    const int64_t r = rank_of(x);
-    if (r < 1 || rank_of(idx) != r) c.fail(str("indices ", shape_str(idx->shape), " and data ", shape_str(x->shape), " differ in rank"));
-    const int64_t axis = normalize_axis(c.n.get_int("axis", 0), r, c.g, c.n);
-    for (int64_t d = 0; d < r; ++d)
-      if (d != axis && idx->shape[static_cast<std::size_t>(d)] > x->shape[static_cast<std::size_t>(d)])
-        c.fail(str("indices ", shape_str(idx->shape), " are larger than data ", shape_str(x->shape), " on axis ", d));
-    if (op == "GatherElements") {
-      c.set(0, x->dtype, idx->shape);
-      return 1;
-    }
-    const ValueInfo* upd = c.input(2);
-    if (!upd) return c.missing(2, "updates");
-    if (upd->shape != idx->shape) c.fail(str("updates ", shape_str(upd->shape), " should have the indices' shape ", shape_str(idx->shape)));
-    if (upd->dtype != x->dtype) c.fail("updates and data differ in type");
-    const std::string red = c.n.get_string("reduction", "none");
-    if (red != "none" && red != "add" && red != "mul" && red != "max" && red != "min")
-      c.fail(str("reduction '", red, "' is not supported"));
-    c.set(0, x->dtype, x->shape);
-    return 1;
-  }
-  if (op == "GridSample") {
-    const ValueInfo* grid = c.input(1);
-    if (!x) return c.missing(0, "X");
-    if (!grid) return c.missing(1, "grid");
-    if (x->shape.size() != 4 || grid->shape.size() != 4 || grid->shape[3] != 2 || grid->shape[0] != x->shape[0])
-      c.fail(str("input ", shape_str(x->shape), " and grid ", shape_str(grid->shape),
-                 " are not a 2-D GridSample's [N, C, H, W] and [N, Ho, Wo, 2] (Sluice samples 2-D images only)"));
-    c.set(0, x->dtype, {x->shape[0], x->shape[1], grid->shape[1], grid->shape[2]});
-    return 1;
-  }
-  if (op == "Einsum") {
-    std::vector<Shape> shapes;
-    for (std::size_t i = 0; i < c.n.inputs.size(); ++i) {
-      if (!c.input(i)) return c.missing(i, "operand");
-      if (c.input(i)->dtype != c.input(0)->dtype) c.fail("operands differ in type");
-      shapes.push_back(c.input(i)->shape);
-    }
-    if (shapes.empty()) c.fail("Einsum needs an operand");
-    const EinsumSpec spec = parse_einsum(c.n.get_string("equation", ""), shapes, node_context(c.g, c.n));
-    Shape out;
-    for (int l : spec.output) out.push_back(spec.sizes[static_cast<std::size_t>(l)]);
-    c.set(0, c.input(0)->dtype, out);
-    return 1;
-  }
-  if (op == "CumSum") {
-    if (!x) return c.missing(0, "x");
-    if (!c.value(1)) return c.not_constant(1, "axis");
-    if (c.value(1)->numel() != 1) c.fail("axis must be a scalar");
-    normalize_axis(c.value(1)->as_int64()[0], rank_of(x), c.g, c.n);
-    c.set(0, x->dtype, x->shape);
-    return 1;
-  }
-  if (op == "Trilu") {
-    if (!x) return c.missing(0, "input");
-    if (rank_of(x) < 2) c.fail("input must have rank 2 or more");
-    if (!c.n.input(1).empty() && !c.value(1)) return c.not_constant(1, "k");
-    c.set(0, x->dtype, x->shape);
-    return 1;
-  }
-  if (op == "Col2Im") {
-    if (!x) return c.missing(0, "input");
-    if (!c.value(1)) return c.not_constant(1, "image_shape");
-    if (!c.value(2)) return c.not_constant(2, "block_shape");
-    const std::vector<int64_t> image = c.value(1)->as_int64(), block = c.value(2)->as_int64();
-    if (x->shape.size() != 3 || image.size() != block.size() || image.empty())
-      c.fail(str("input ", shape_str(x->shape), ", image_shape ", shape_str(image), " and block_shape ", shape_str(block),
-                 " do not fit Col2Im"));
-    check_window(c, "image_shape", image, 1);
-    check_window(c, "block_shape", block, 1);
-    const int64_t kb = shape_numel(block);
-    if (x->shape[1] % kb != 0) c.fail(str("input channels ", x->shape[1], " are not a multiple of the block's ", kb));
-    Shape out = {x->shape[0], x->shape[1] / kb};
-    out.insert(out.end(), image.begin(), image.end());
-    c.set(0, x->dtype, out);
-    return 1;
-  }
-  if (op == "GlobalMaxPool") {
-    if (!x) return c.missing(0, "X");
-    Shape out = x->shape;
-    if (out.size() < 3) c.fail(str("input ", shape_str(out), " has no spatial dimensions"));
-    std::fill(out.begin() + 2, out.end(), 1);
-    c.set(0, x->dtype, out);
-    return 1;
-  }
-  return -1;
+  const DetectionLayout l = detection_layout(c.n.get_string("format", "auto"), in);
+  const int64_t k = c.n.get_int("max_detections", 100);
+  if (k < 1) c.fail("max_detections must be at least 1");
+  c.set(0, DType::F32, {l.batch, k, 6});
+  c.set(1, DType::I32, {l.batch});
+  return true;
+}
+
+bool infer_if(Ctx& c) {
+  c.why = "an If gives way to the branch it takes once its condition is a constant (model/fold_if.h)";
+  return false;
+}
+
+using ShapeRule = bool (*)(Ctx&);
+
+struct OpRow {
+  OpArity arity;
+  ShapeRule infer;
+};
+
+// The model layer's op table (shape_inference.h): every op Sluice knows, its input and output
+// counts {min_in, max_in, min_out, max_out} and its shape rule.  Adding an op adds its row here, its
+// kernels to the engines' registries (a CPU kernel file's add_*_kernels, engine/cuda/builder.cpp),
+// its batch-axis rule (model/batch_trace.cpp) and its tests; tests/unit/test_op_registry.cpp holds
+// the registries and this table to each other.
+const std::map<std::string, OpRow>& op_table() {
+  static const std::map<std::string, OpRow> table = [] {
+    std::map<std::string, OpRow> t;
+    auto add = [&t](ShapeRule infer, OpArity arity, std::initializer_list<const char*> keys) {
+      for (const char* key : keys)
+        if (!t.emplace(key, OpRow{arity, infer}).second) throw Error(str("op table: ", key, " has two rows"));
+    };
+    const OpArity one{1, 1, 1, 1}, two{2, 2, 1, 1}, some{1, kVariadic, 1, 1};
+    // Convolutions, pools, resizing
+    add(infer_conv, {2, 3, 1, 1}, {"Conv"});
+    add(infer_conv, {2, 4, 1, 1}, {"sluice.FusedConv"});  // x, w, bias, residual
+    add(infer_conv_transpose, {2, 3, 1, 1}, {"ConvTranspose"});
+    add(infer_pool, one, {"AveragePool"});
+    add(infer_pool, {1, 1, 1, 2}, {"MaxPool"});  // and its indices
+    add(infer_global_pool, one, {"GlobalAveragePool", "GlobalMaxPool"});
+    add(infer_resize, {1, 4, 1, 1}, {"Resize"});
+    add(infer_col2im, {3, 3, 1, 1}, {"Col2Im"});
+    add(infer_depth_space, one, {"DepthToSpace", "SpaceToDepth"});
+    add(infer_grid_sample, two, {"GridSample"});
+    // Products
+    add([](Ctx& c) { return infer_matmul(c, true); }, {2, 3, 1, 1}, {"Gemm"});
+    add([](Ctx& c) { return infer_matmul(c, false); }, two, {"MatMul"});
+    add(infer_einsum, some, {"Einsum"});
+    add(infer_attention, {3, 4, 1, 1}, {"sluice.Attention"});  // q, k, v, bias
+    // Element-wise
+    add(infer_unary, one, {"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Identity", "Floor", "Ceil", "Neg",
+                           "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Gelu", "Erf", "Tanh", "Sign", "Cos", "Sin",
+                           "Softplus", "Elu", "Round", "Softmax", "LogSoftmax"});
+    add(infer_unary, {1, 3, 1, 1}, {"Clip"});
+    add(infer_predicate, one, {"Not", "IsNaN", "IsInf"});
+    add([](Ctx& c) { return infer_elementwise(c, 0, DType::Undefined); }, two, {"Add", "Sub", "Mul", "Div", "Pow", "Mod"});
+    add([](Ctx& c) { return infer_elementwise(c, 0, DType::Undefined); }, some, {"Min", "Max"});
+    add([](Ctx& c) { return infer_elementwise(c, 0, DType::Bool); }, two,
+        {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"});
+    add([](Ctx& c) { return infer_elementwise(c, 1, DType::Undefined); }, {3, 3, 1, 1}, {"Where"});
+    add(infer_cast, one, {"Cast"});
+    // Normalizations
+    add(infer_batchnorm, {5, 5, 1, 5}, {"BatchNormalization"});  // training outputs (older opsets) must stay unused
+    add(infer_layer_norm, {2, 3, 1, 3}, {"LayerNormalization"});
+    add(infer_group_norm, {3, 3, 1, 1}, {"GroupNormalization", "InstanceNormalization"});
+    add(infer_normalize, one, {"sluice.Normalize"});
+    // Reductions and selections
+    add(infer_reduce, {1, 2, 1, 1},
+        {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1", "ReduceSumSquare"});
+    add(infer_topk_argmax, one, {"ArgMax", "sluice.ArgMaxCast"});
+    add(infer_argmin, one, {"ArgMin"});
+    add(infer_topk_argmax, {2, 2, 2, 2}, {"TopK"});
+    add(infer_cumsum, two, {"CumSum"});
+    add(infer_detections, {1, 2, 2, 2}, {"sluice.Detections"});  // scores[, boxes] -> detections, count
+    // Shapes, views and data movement
+    add(infer_reshape_like, two, {"Reshape"});
+    add(infer_reshape_like, one, {"Flatten"});
+    add(infer_reshape_like, {1, 2, 1, 1}, {"Squeeze", "Unsqueeze"});
+    add(infer_transpose, one, {"Transpose"});
+    add(infer_concat, some, {"Concat"});
+    add(infer_split, {1, 2, 1, kVariadic}, {"Split"});
+    add(infer_slice, {3, 5, 1, 1}, {"Slice"});
+    add(infer_pad, {1, 4, 1, 1}, {"Pad"});
+    add(infer_expand_like, two, {"Expand", "Tile"});
+    add(infer_gather, two, {"Gather"});
+    add(infer_gather_nd, two, {"GatherND"});
+    add(infer_scatter_nd, {3, 3, 1, 1}, {"ScatterND"});
+    add(infer_elements, two, {"GatherElements"});
+    add(infer_elements, {3, 3, 1, 1}, {"ScatterElements"});
+    add(infer_trilu, {1, 2, 1, 1}, {"Trilu"});
+    // Constants and shape arithmetic (Range, Size and If only fold: graph_util.h, is_fold_only_op)
+    add(infer_constant, {0, 0, 1, 1}, {"Constant"});
+    add(infer_expand_like, one, {"ConstantOfShape"});
+    add(infer_shape, one, {"Shape"});
+    add(infer_size, one, {"Size"});
+    add(infer_range, {3, 3, 1, 1}, {"Range"});
+    add(infer_if, {1, kVariadic, 1, kVariadic}, {"If"});  // the condition, then the outer values its branches read
+    return t;
+  }();
+  return table;
 }
 
 }  // namespace
+
+std::vector<std::string> shape_rule_ops() {
+  std::vector<std::string> keys;
+  for (const auto& kv : op_table()) keys.push_back(kv.first);
+  return keys;
+}
+
+const OpArity* shape_rule_arity(const std::string& key) {
+  const auto it = op_table().find(key);
+  return it == op_table().end() ? nullptr : &it->second.arity;
+}
 
 bool infer_node(const Graph& g, const Node& n, const std::vector<const ValueInfo*>& inputs,
                 std::vector<ValueInfo>& outputs, std::string& why) {
   outputs.assign(n.outputs.size(), ValueInfo{});
   for (std::size_t k = 0; k < n.outputs.size(); ++k) outputs[k].name = n.outputs[k];
+  const auto it = op_table().find(op_key(n.domain, n.op));
+  if (it == op_table().end()) {
+    why = str("Sluice cannot infer the shape of op ", n.op);
+    return false;
+  }
   Ctx c{g, n, inputs, outputs, why};
-  const std::string& op = n.op;
-  if (op == "Conv" || op == "FusedConv") return infer_conv(c);
-  if (op == "ConvTranspose") return infer_conv_transpose(c);
-  if (op == "MaxPool" || op == "AveragePool") return infer_pool(c);
-  if (op == "Resize") return infer_resize(c);
-  if (op == "Gemm" || op == "MatMul") return infer_matmul(c, op == "Gemm");
-  if (op == "Flatten" || op == "Reshape" || op == "Squeeze" || op == "Unsqueeze") return infer_reshape_like(c);
-  if (op == "ReduceMean" || op == "ReduceSum" || op == "ReduceMax" || op == "ReduceMin" || op == "ReduceProd" ||
-      op == "ReduceL2" || op == "ReduceL1" || op == "ReduceSumSquare" || op == "ReduceLogSumExp")
-    return infer_reduce(c);
-  if (op == "ArgMin") {
-    Node m = n;
-    m.op = "ArgMax";
-    Ctx c2{g, m, inputs, outputs, why};
-    return infer_topk_argmax(c2);
-  }
-  if (op == "ArgMax" || op == "ArgMaxCast" || op == "TopK") return infer_topk_argmax(c);
-  if (op == "Attention" && n.domain == "sluice") return infer_attention(c);
-  if (op == "Detections" && n.domain == "sluice") {
-    std::vector<Shape> in;
-    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
-      if (!c.input(i)) return c.missing(i, i == 0 ? "scores" : "boxes");
-      in.push_back(c.input(i)->shape);
-    }
-    const DetectionLayout l = detection_layout(n.get_string("format", "auto"), in);
-    const int64_t k = n.get_int("max_detections", 100);
-    if (k < 1) c.fail("max_detections must be at least 1");
-    c.set(0, DType::F32, {l.batch, k, 6});
-    c.set(1, DType::I32, {l.batch});
-    return true;
-  }
-  if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow" || op == "Mod" || op == "Min" || op == "Max")
-    return infer_elementwise(c, 0, DType::Undefined);
-  if (op == "Equal" || op == "Less" || op == "Greater" || op == "LessOrEqual" || op == "GreaterOrEqual" ||
-      op == "And" || op == "Or" || op == "Xor")
-    return infer_elementwise(c, 0, DType::Bool);
-  if (op == "Where") return infer_elementwise(c, 1, DType::Undefined);
-  static const char* unary[] = {"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Identity", "Softmax",
-                                "Floor", "Ceil", "Neg", "Abs", "Sqrt", "Exp", "Log", "Reciprocal", "Clip",
-                                "Gelu", "Erf", "Tanh", "Sign", "Cos", "Sin", "Softplus", "Elu", "LogSoftmax", "Round",
-                                "Selu", "Mish", "Softsign", "Tan", "Atan"};
-  for (const char* u : unary)
-    if (op == u) {
-      if (!c.input(0)) return c.missing(0, "X");
-      if (op == "Softmax" || op == "LogSoftmax") normalize_axis(n.get_int("axis", -1), rank_of(c.input(0)), g, n);
-      if (op == "Clip")
-        for (std::size_t i = 1; i < 3; ++i)
-          if (c.input(i) && shape_numel(c.input(i)->shape) != 1) c.fail("min and max must be scalars");
-      c.set(0, c.input(0)->dtype, c.input(0)->shape);
-      return true;
-    }
-  if (op == "Not" || op == "IsNaN" || op == "IsInf") {
-    if (!c.input(0)) return c.missing(0, "X");
-    c.set(0, DType::Bool, c.input(0)->shape);
-    return true;
-  }
-  const int t = infer_transformer_ops(c);
-  if (t >= 0) return t == 1;
-  return infer_misc(c);
+  return it->second.infer(c);
 }
 
 }  // namespace sluice

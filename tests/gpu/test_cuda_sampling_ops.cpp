@@ -1,5 +1,5 @@
-// DepthToSpace (DCR, CRD), SpaceToDepth, GatherElements, ScatterElements (none, add, mul, max, min)
-// and GridSample (bilinear, nearest; zeros, border, reflection; align_corners 0 and 1) on the CUDA
+// DepthToSpace (DCR, CRD), SpaceToDepth, GatherElements, ScatterElements (none, add, mul, max, min;
+// int64 and int32 indices) and GridSample (bilinear, nearest; zeros, border, reflection; align_corners 0 and 1) on the CUDA
 // engine, run with and without the CUDA graph, against the CPU engine (itself checked against ONNX
 // Runtime in tests/python/test_ops_sampling.py).
 //
@@ -166,6 +166,50 @@ TEST_P(SamplingOps, GatherElementsWithConstantAndNegativeIndices) {
     GraphBuilder b({3, 5, 7});
     b.constant_i("i", is, random_ints(static_cast<std::size_t>(shape_numel(is)), -dim, dim, 11));
     set_int(b.node("GatherElements", {"x", "i"}, {f32("y", is)}), "axis", axis);
+    b.output("y");
+    expect_sampling_matches(b.g, p);
+  }
+}
+
+TEST_P(SamplingOps, GatherAndScatterElementsTakeInt32Indices) {
+  const Precision p = GetParam();
+  {
+    const Shape is{3, 9, 7};
+    const std::vector<int64_t> v = random_ints(static_cast<std::size_t>(shape_numel(is)), -5, 5, 21);
+    GraphBuilder b({3, 5, 7});
+    b.constant("i", Tensor::from(DType::I32, is, std::vector<int32_t>(v.begin(), v.end())));
+    set_int(b.node("GatherElements", {"x", "i"}, {f32("y", is)}), "axis", 1);
+    b.output("y");
+    expect_sampling_matches(b.g, p);
+  }
+  {
+    // Indices computed at run time and cast to int32: TopK over scores 0.1 apart (no ties at bf16).
+    GraphBuilder b({3, 37, 6});
+    std::vector<float> ramp(37);
+    for (int i = 0; i < 37; ++i) ramp[static_cast<std::size_t>(i)] = 0.1f * static_cast<float>((i * 14) % 37) - 1.8f;
+    b.constant_i("axes", {1}, {2}).constant_i("k", {1}, {10}).constant_i("shape", {3}, {3, 10, 6});
+    b.constant_f("ramp", {1, 37, 1}, ramp).constant_f("small", {}, {0.01f});
+    set_int(b.node("ReduceMax", {"x", "axes"}, {f32("m", {3, 37, 1})}), "keepdims", 1);
+    b.node("Mul", {"m", "small"}, {f32("ms", {3, 37, 1})});
+    b.node("Add", {"ms", "ramp"}, {f32("score", {3, 37, 1})});
+    Node& t = b.node("TopK", {"score", "k"}, {f32("top", {3, 10, 1}), typed("at", DType::I64, {3, 10, 1})});
+    set_int(t, "axis", 1);
+    b.node("Expand", {"at", "shape"}, {typed("at6", DType::I64, {3, 10, 6})});
+    set_int(b.node("Cast", {"at6"}, {typed("at32", DType::I32, {3, 10, 6})}), "to", 6);
+    set_int(b.node("GatherElements", {"x", "at32"}, {f32("y", {3, 10, 6})}), "axis", 1);
+    b.output("y");
+    expect_sampling_matches(b.g, p);
+  }
+  {
+    // ScatterElements: a permutation of axis 1 in every column, one index negative.
+    std::vector<int32_t> idx(3 * 5 * 7);
+    for (int32_t n = 0; n < 3; ++n)
+      for (int32_t j = 0; j < 7; ++j)
+        for (int32_t i = 0; i < 5; ++i) idx[static_cast<std::size_t>((n * 5 + i) * 7 + j)] = (i * 2 + j + n) % 5 - (i == 3 ? 5 : 0);
+    GraphBuilder b({3, 5, 7});
+    b.constant("i", Tensor::from(DType::I32, {3, 5, 7}, idx));
+    b.node("Neg", {"x"}, {f32("u", {3, 5, 7})});
+    set_int(b.node("ScatterElements", {"x", "i", "u"}, {f32("y", {3, 5, 7})}), "axis", 1);
     b.output("y");
     expect_sampling_matches(b.g, p);
   }

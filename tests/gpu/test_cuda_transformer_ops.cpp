@@ -2,7 +2,8 @@
 // ONNX definitions: LayerNormalization, Gelu, GroupNormalization, InstanceNormalization, Softmax on
 // any axis, Einsum, batched MatMul of two computed tensors, comparisons, logic, Where, IsNaN/IsInf,
 // integer arithmetic, Gather with run-time indices, GatherND, ScatterND, CumSum, Trilu, Range, Sign,
-// ReduceL2 and Col2Im (against the CPU engine); a block of them in a captured CUDA graph; the op table.
+// ReduceL2, ReduceL1, ReduceSumSquare and Col2Im (against the CPU engine); a block of them in a
+// captured CUDA graph; the op table.
 // The references round the input and the float constants to the compute type the way the engine
 // does, so mask and index outputs must match exactly at every precision; float outputs are held to
 // the precision's tolerance (gpu_test_util.cpp).
@@ -196,6 +197,36 @@ TEST_P(TransformerOps, ReduceL2OverTheLastAxisMatchesTheDefinition) {
     }
     return std::vector<Tensor>{floats({4, 6, 1}, y)};
   });
+}
+
+// ReduceL1 and ReduceSumSquare: sum |x| and sum x^2, over the last axis and over the first and the
+// last (the loader accepts both ops: model/shape_inference.cpp's op table).
+TEST_P(TransformerOps, ReduceL1AndReduceSumSquareMatchTheDefinition) {
+  const Precision p = GetParam();
+  for (const std::string op : {"ReduceL1", "ReduceSumSquare"}) {
+    for (const bool both : {false, true}) {
+      SCOPED_TRACE(op + (both ? " over axes 0 and 2" : " over the last axis"));
+      GraphBuilder b({4, 6, 64});
+      if (both) b.constant_i("axes", {2}, {0, -1});
+      else b.constant_i("axes", {1}, {-1});
+      const Shape ys = both ? Shape{1, 6, 1} : Shape{4, 6, 1};
+      Node& n = b.node(op, {"x", "axes"}, {f32("y", ys)});
+      set_int(n, "keepdims", 1);
+      b.output("y");
+      expect_matches_reference(b.g, p, [&](const Tensor& x) {
+        const std::vector<float> v = seen(x, p);
+        std::vector<double> acc(24, 0.0);
+        for (std::size_t r = 0; r < 24; ++r)
+          for (std::size_t j = 0; j < 64; ++j) {
+            const double e = v[r * 64 + j];
+            acc[both ? r % 6 : r] += op == "ReduceL1" ? std::fabs(e) : e * e;
+          }
+        std::vector<float> y(static_cast<std::size_t>(shape_numel(ys)));
+        for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(acc[i]);
+        return std::vector<Tensor>{floats(ys, y)};
+      });
+    }
+  }
 }
 
 // ---- Einsum and batched products ---------------------------------------------------------------------

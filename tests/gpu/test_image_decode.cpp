@@ -305,6 +305,64 @@ TEST_P(GpuImageInputTest, UndecodableJpegAmongGoodOnesIsTheOnlyBadRow) {
   }
 }
 
+// DETR's resize (--resize-shortest N --max-size M): each image top left at the size the rule gives,
+// padded bottom and right with the pad colour; an image whose size passes the input is a bad row,
+// turned away from its header before any decoding.
+TEST_P(GpuImageInputTest, ShortestEdgePadsBottomRightAndTurnsAwayWhatDoesNotFit) {
+  GpuImageOptions opt;
+  opt.backend = GetParam();
+  spec_ = PreprocessSpec{};
+  spec_.mode = PreprocessSpec::Resize::ShortestEdge;
+  spec_.resize_short = 160;
+  spec_.max_size = 300;
+  spec_.out_h = spec_.out_w = 224;
+  spec_.pad = {124, 116, 104};
+  std::vector<MemorySource::File> files;
+  auto jpeg = [](int h, int w, uint32_t seed) { return encode_jpeg(natural_rgb(h, w, seed), h, w, Jpeg::S420); };
+  files.push_back({"landscape.jpg", jpeg(375, 500, 1), ""});           // 160 x 213
+  files.push_back({"portrait.jpg", jpeg(500, 375, 2), ""});            // 213 x 160
+  files.push_back({"strip.jpg", jpeg(100, 600, 3), ""});               // capped: 50 x 300, too wide
+  files.push_back({"small.png", encode_png(natural_rgb(90, 120, 4), 90, 120), ""});  // enlarged: 160 x 213
+  files.push_back({"wide.jpg", jpeg(200, 300, 5), ""});                // 160 x 240, too wide
+  MemorySource src(files);
+  BatchRows rows;
+  const int64_t count = static_cast<int64_t>(files.size());
+  const std::vector<uint8_t> out = run(src, opt, 6, count, rows);
+  std::set<int64_t> marked;
+  for (const auto& [row, reason] : rows.bad) {
+    marked.insert(row);
+    EXPECT_NE(reason.find("larger than the model's input 224x224"), std::string::npos) << reason;
+  }
+  EXPECT_EQ(marked, (std::set<int64_t>{2, 4}));
+  const std::size_t plane = 224 * 224, sample = 3 * plane;
+  for (int64_t r = 0; r < count; ++r) {
+    if (marked.count(r)) continue;
+    const std::string& key = files[static_cast<std::size_t>(r)].key;
+    const uint8_t* got = out.data() + static_cast<std::size_t>(r) * sample;
+    const std::vector<uint8_t> ref = reference(files[static_cast<std::size_t>(r)].bytes);
+    const DiffStats d = diff_stats(got, ref.data(), sample, kOverLevels);
+    std::printf("[ image input ] shortest edge %-14s vs CPU path: max %3d  mean %.3f\n", key.c_str(), d.max, d.mean);
+    EXPECT_LE(d.mean, kMeanBound) << key;
+    EXPECT_LE(d.over, kOverBound) << key;
+    ImageHeader ih;
+    std::string error;
+    ASSERT_TRUE(parse_image_header(files[static_cast<std::size_t>(r)].bytes.data(),
+                                   files[static_cast<std::size_t>(r)].bytes.size(), &ih, &error));
+    const ResizePlan p = plan_resize(ih.height, ih.width, spec_);
+    ASSERT_EQ(p.offset_y, 0);
+    ASSERT_EQ(p.offset_x, 0);
+    int wrong_pad = 0;
+    for (int c = 0; c < 3; ++c)
+      for (int y = 0; y < 224; ++y)
+        for (int x = 0; x < 224; ++x)
+          if ((y >= p.resized_h || x >= p.resized_w) &&
+              got[static_cast<std::size_t>(c) * plane + static_cast<std::size_t>(y) * 224 + static_cast<std::size_t>(x)] !=
+                  spec_.pad[static_cast<std::size_t>(c)])
+            ++wrong_pad;
+    EXPECT_EQ(wrong_pad, 0) << key;
+  }
+}
+
 TEST_P(GpuImageInputTest, FailOnBadNamesTheSample) {
   GpuImageOptions opt;
   opt.backend = GetParam();

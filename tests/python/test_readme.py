@@ -26,7 +26,7 @@ OFFLINE = {"masks": ("weights='DEFAULT'", "weights=None, weights_backbone=None")
 
 
 def test_the_readme_marks_its_worked_examples():
-    assert set(EXAMPLES) == {"masks", "classes", "resume"}, EXAMPLES.keys()
+    assert set(EXAMPLES) == {"masks", "classes", "resume", "text"}, EXAMPLES.keys()
     # The torch commands name the Python that has torch (Debian's), not the tools' python3.
     for name in ("masks", "classes"):
         assert EXAMPLES[name].startswith("/usr/bin/python3 -c"), EXAMPLES[name]
@@ -105,3 +105,20 @@ def test_the_resume_example_of_a_finished_run_changes_nothing(workdir):
     p = run_example(workdir, "resume")
     assert "nothing to do" in p.stderr, p.stderr
     assert report.read_bytes() == before
+
+
+def test_the_text_example_writes_one_vector_per_passage(tmp_path):
+    """No torch needed: the encoder is the repository's tiny sentence-transformers folder."""
+    import numpy as np
+    (tmp_path / "build").mkdir()
+    os.symlink(BIN, tmp_path / "build" / "sluice")
+    os.symlink(os.path.join(ROOT, "tests"), tmp_path / "tests")
+    p = subprocess.run(["bash", "-euo", "pipefail", "-c", EXAMPLES["text"]], cwd=tmp_path, env=MPI_ENV,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "pooling mean, L2-normalized, at most 64 tokens" in p.stderr, p.stderr
+    e = np.load(tmp_path / "runs" / "text" / "export" / "embeddings.npy")
+    assert e.shape == (2, 32) and e.dtype == np.float32
+    assert np.allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-6)
+    keys = (tmp_path / "runs" / "text" / "export" / "embeddings.keys.txt").read_text().split()
+    assert keys == ["q1", "d1"]

@@ -1,7 +1,10 @@
-// The table from op type to kernel factory, and the helpers of KernelInit.
+// The CPU engine's op registry (op key to kernel factory, filled by each kernel file's add_*_kernels;
+// `sluice check` reads its keys, tests/unit/test_op_registry.cpp holds them to the model layer's op
+// table), and the helpers of KernelInit.
 #include <algorithm>
 
 #include "engine/cpu/kernel.h"
+#include "model/op_arity.h"
 
 namespace sluice::cpu {
 
@@ -71,14 +74,10 @@ const KernelTable& table() {
   return t;
 }
 
-std::string key_of(const Node& n) {
-  if (n.domain.empty() || n.domain == "ai.onnx") return n.op;
-  return n.domain + "." + n.op;
-}
 }  // namespace
 
 std::unique_ptr<Kernel> make_kernel(const KernelInit& init) {
-  const auto it = table().find(key_of(init.node));
+  const auto it = table().find(op_key(init.node.domain, init.node.op));
   if (it == table().end())
     throw InputError(str("cpu engine: ", init.node.describe(), ": op ",
                          init.node.domain.empty() ? "" : init.node.domain + ".", init.node.op,

@@ -2,11 +2,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "core/cuda/cuda_check.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/residual_stream.h"
 #include "engine/cuda/kernels.h"
+#include "model/op_arity.h"
 
 namespace sluice::cuda {
 namespace {
@@ -442,33 +444,51 @@ bool Builder::is_graph_output(const std::string& name) const {
   return false;
 }
 
+namespace {
+
+using Lowering = bool (*)(Builder&, const Node&);
+
+// The engine's op registry: each op key (model/op_arity.h: "Conv", "sluice.FusedConv") and the
+// lowerings that take it, tried in order (an Add of integers falls through lower_elementwise to
+// lower_index).  An op without a row is refused by name; `sluice check` reads the keys
+// (implemented_ops), tests/unit/test_op_registry.cpp holds them to the model layer's op table and
+// the GPU tests hold every key to a lowering that takes it (test_cuda_transformer_ops.cpp).
+const std::map<std::string, std::vector<Lowering>>& registry() {
+  static const std::map<std::string, std::vector<Lowering>> table = [] {
+    std::map<std::string, std::vector<Lowering>> t;
+    auto add = [&t](Lowering f, std::initializer_list<const char*> ops) {
+      for (const char* op : ops) t[op].push_back(f);
+    };
+    add(lower_conv, {"Conv", "ConvTranspose", "sluice.FusedConv"});  // ops_conv.cpp
+    add(lower_gemm, {"Gemm", "MatMul", "Einsum"});  // ops_gemm.cpp
+    add(lower_elementwise, {  // ops_elementwise.cpp
+        "Relu", "Sigmoid", "Tanh", "HardSwish", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf", "Reciprocal", "Floor", "Ceil",
+        "Round", "Softplus", "Sin", "Cos", "LeakyRelu", "HardSigmoid", "Elu", "Gelu", "Sign", "Add", "Sub", "Mul", "Div",
+        "Pow", "Max", "Min", "Mod", "Clip", "Cast", "BatchNormalization", "LayerNormalization", "GroupNormalization",
+        "InstanceNormalization", "sluice.Normalize"});
+    add(lower_layout, {  // ops_layout.cpp, ops_resize.cpp
+        "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Transpose", "Concat", "Split", "Slice",
+        "Gather", "Pad", "Expand", "Tile", "Resize", "Upsample"});
+    add(lower_reduce, {  // ops_reduce.cpp
+        "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2",
+        "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax", "ArgMax", "ArgMin",
+        "TopK", "sluice.ArgMaxCast", "sluice.Detections"});
+    add(lower_index, {  // ops_index.cpp; integer Add, Sub, Mul, Div, Mod, Max, Min too
+        "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf",
+        "Where", "GatherND", "ScatterND", "CumSum", "Trilu", "Range", "Col2Im", "Add", "Sub", "Mul", "Div", "Mod", "Max",
+        "Min"});
+    add(lower_attention, {"sluice.Attention"});  // ops_attention.cpp
+    add(lower_sample, {"DepthToSpace", "SpaceToDepth", "GatherElements", "ScatterElements", "GridSample"});  // ops_sample.cpp
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
 std::vector<std::string> implemented_ops() {
-  // One entry per op the lower_* functions claim (ops_*.cpp); keep in step with them.
-  std::vector<std::string> ops = {
-      // ops_conv.cpp
-      "Conv", "ConvTranspose", "sluice.FusedConv",
-      // ops_gemm.cpp
-      "Gemm", "MatMul", "Einsum",
-      // ops_elementwise.cpp
-      "Relu", "Sigmoid", "Tanh", "HardSwish", "Exp", "Log", "Sqrt", "Neg", "Abs", "Erf", "Reciprocal", "Floor", "Ceil",
-      "Round", "Softplus", "Sin", "Cos", "LeakyRelu", "HardSigmoid", "Elu", "Selu", "Gelu", "Sign", "Add", "Sub", "Mul",
-      "Div", "Pow", "Max", "Min", "Sum", "Mean", "PRelu", "Mod", "Clip", "Cast", "BatchNormalization",
-      "LayerNormalization", "GroupNormalization", "InstanceNormalization", "sluice.Normalize",
-      // ops_layout.cpp, ops_resize.cpp
-      "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Transpose", "Concat", "Split", "Slice",
-      "Gather", "Pad", "Expand", "Tile", "Resize", "Upsample",
-      // ops_reduce.cpp
-      "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2",
-      "ReduceLogSumExp", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax",
-      "ArgMax", "ArgMin", "TopK", "sluice.ArgMaxCast", "sluice.Detections",
-      // ops_index.cpp
-      "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Where",
-      "GatherND", "ScatterND", "CumSum", "Trilu", "Range", "Col2Im",
-      // ops_attention.cpp
-      "sluice.Attention",
-      // ops_sample.cpp
-      "DepthToSpace", "SpaceToDepth", "GatherElements", "ScatterElements", "GridSample"};
-  std::sort(ops.begin(), ops.end());
+  std::vector<std::string> ops;
+  for (const auto& kv : registry()) ops.push_back(kv.first);
   return ops;
 }
 
@@ -476,11 +496,18 @@ void Builder::lower_node(const Node& n) {
   if (skipped_.count(&n)) return;
   current_ = &n;
   const std::size_t first = steps.size();
-  const bool known = lower_conv(*this, n) || lower_gemm(*this, n) || lower_elementwise(*this, n) ||
-                     lower_layout(*this, n) || lower_reduce(*this, n) || lower_index(*this, n) ||
-                     lower_attention(*this, n) || lower_sample(*this, n);
-  if (!known)
-    fail(n, "op ", n.domain.empty() ? "" : n.domain + ".", n.op, " is not implemented by the cuda engine");
+  const std::string key = op_key(n.domain, n.op);
+  const auto row = registry().find(key);
+  if (row == registry().end()) fail(n, "op ", key, " is not implemented by the cuda engine");
+  bool lowered = false;
+  for (Lowering lower : row->second)
+    if ((lowered = lower(*this, n))) break;
+  if (!lowered) {
+    std::string types;
+    for (const auto& in : n.inputs)
+      if (!in.empty()) types += str(types.empty() ? "" : ", ", graph.value(in) ? dtype_name(graph.value(in)->dtype) : "?");
+    fail(n, "op ", key, " is not implemented by the cuda engine for inputs of types ", types);
+  }
   // The node's FLOPs go to its main step: the first one named after it.
   for (std::size_t i = first; i < steps.size(); ++i) {
     if (steps[i]->label() != n.name) continue;

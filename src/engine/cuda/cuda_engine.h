@@ -38,9 +38,10 @@ const EngineStats* engine_stats(const Engine& e);
 // tensors (graph dtypes).  Blocks; works for the cpu engine too.  Not for the steady state.
 std::vector<Tensor> run_forward(Engine& e, const Tensor& input, int set = 0);
 
-// The ops the engine lowers, as "Op" or "domain.Op" keys, sorted: what `sluice check` holds a model
-// to when no GPU is visible.  The GPU tests hold every entry to the lowering and every op the model
-// layer accepts to this table.
+// The keys of the engine's op registry (builder.cpp), "Op" or "domain.Op", sorted: the ops the
+// builder dispatches to a lowering, and what `sluice check` holds a model to when no GPU is visible.
+// Needs no GPU.  tests/unit/test_op_registry.cpp holds them to the model layer's op table, the GPU
+// tests every key to a lowering that takes it.
 std::vector<std::string> implemented_ops();
 
 }  // namespace sluice::cuda

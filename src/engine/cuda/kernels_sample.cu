@@ -37,7 +37,8 @@ __global__ void depth_space_kernel(const U* x, U* y, int64_t total, DepthSpaceSh
   }
 }
 
-__global__ void element_tuples_kernel(const int64_t* idx, int64_t* tuples, ElementTuples s, int64_t axis_dim) {
+template <typename I>
+__global__ void element_tuples_kernel(const I* idx, int64_t* tuples, ElementTuples s, int64_t axis_dim) {
   SLUICE_GRID_STRIDE(p, s.count) {
     int64_t r = p;
     int64_t* t = tuples + p * s.rank;
@@ -46,7 +47,7 @@ __global__ void element_tuples_kernel(const int64_t* idx, int64_t* tuples, Eleme
       r /= s.dims[d];
       t[d] = k;
     }
-    int64_t v = idx[p];
+    int64_t v = static_cast<int64_t>(idx[p]);
     if (v < 0) v += axis_dim;  // out of range stays out of range: nd_offset clamps it
     t[s.axis] = v;
   }
@@ -76,9 +77,13 @@ void depth_space(std::size_t elem_size, const void* x, void* y, const DepthSpace
   CUDA_CHECK_LAUNCH();
 }
 
-void element_tuples(const int64_t* idx, int64_t* tuples, const ElementTuples& s, int64_t axis_dim, cudaStream_t st) {
+void element_tuples(DType index_type, const void* idx, int64_t* tuples, const ElementTuples& s, int64_t axis_dim,
+                    cudaStream_t st) {
   if (s.count <= 0) return;
-  element_tuples_kernel<<<grid_for(s.count), kThreads, 0, st>>>(idx, tuples, s, axis_dim);
+  if (index_type == DType::I32)
+    element_tuples_kernel<<<grid_for(s.count), kThreads, 0, st>>>(static_cast<const int32_t*>(idx), tuples, s, axis_dim);
+  else
+    element_tuples_kernel<<<grid_for(s.count), kThreads, 0, st>>>(static_cast<const int64_t*>(idx), tuples, s, axis_dim);
   CUDA_CHECK_LAUNCH();
 }
 

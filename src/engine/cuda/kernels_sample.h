@@ -23,13 +23,15 @@ void depth_space(std::size_t elem_size, const void* x, void* y, const DepthSpace
 
 // GatherElements / ScatterElements as GatherND / ScatterND over every axis: the index at each
 // position p of indices [rank dims] becomes the tuple (p's coordinates, with the one on `axis`
-// replaced by the index, negative ones counted from the end) in tuples [count, rank].
+// replaced by the index, negative ones counted from the end) in tuples [count, rank].  The indices
+// are int64 or int32 (index_type).
 struct ElementTuples {
   int rank = 0, axis = 0;
   int64_t dims[kMaxRank] = {};  // indices' shape
   int64_t count = 0;
 };
-void element_tuples(const int64_t* idx, int64_t* tuples, const ElementTuples& s, int64_t axis_dim, cudaStream_t st);
+void element_tuples(DType index_type, const void* idx, int64_t* tuples, const ElementTuples& s, int64_t axis_dim,
+                    cudaStream_t st);
 
 // GridSample of 2-D images (engine/grid_sample.h): x [n, c, h, w], grid [n, ho, wo, 2], y [n, c, ho, wo],
 // float types, computed in fp32.

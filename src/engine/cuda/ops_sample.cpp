@@ -3,7 +3,8 @@
 // align_corners either way) on NCHW-ordered tensors.  GatherElements and ScatterElements turn
 // their indices into GatherND / ScatterND tuples over every axis (a kernel of kernels_sample.cu),
 // then run those ops' kernels (kernels_index.cu), duplicates combined atomically for the
-// reductions.  All of it runs on the device, inside the captured CUDA graph.
+// reductions; the indices may be int64 or int32.  All of it runs on the device, inside the captured
+// CUDA graph.
 #include <map>
 
 #include "core/cuda/cuda_check.h"
@@ -41,6 +42,7 @@ void lower_depth_space(Builder& b, const Node& n) {
 // The tuples step of GatherElements / ScatterElements, and the IndexND over the data they address.
 struct ElementPlan {
   int idx = -1, tuples = -1;
+  DType index_type = DType::I64;
   ElementTuples t;
   IndexND nd;
   int64_t axis_dim = 0;
@@ -50,7 +52,9 @@ ElementPlan plan_elements(Builder& b, const Node& n, const Shape& data) {
   ElementPlan p;
   p.idx = b.input(n, 1);
   const Shape is = b.slot(p.idx).shape;
-  if (b.slot(p.idx).dtype != DType::I64) b.fail(n, "indices are ", dtype_name(b.slot(p.idx).dtype), ", not int64");
+  p.index_type = b.slot(p.idx).dtype;
+  if (p.index_type != DType::I64 && p.index_type != DType::I32)
+    b.fail(n, "indices are ", dtype_name(p.index_type), ", not int64 or int32");
   const int64_t r = static_cast<int64_t>(data.size());
   if (r < 1 || r > kMaxRank || static_cast<int64_t>(is.size()) != r)
     b.fail(n, "data ", shape_str(data), " and indices ", shape_str(is), " differ in rank or exceed rank ", kMaxRank);
@@ -85,7 +89,7 @@ void lower_gather_elements(Builder& b, const Node& n) {
   if (b.slot(y).shape != b.slot(p.idx).shape) b.fail(n, "output ", shape_str(b.slot(y).shape), " differs from the indices' shape");
   const std::size_t es = dtype_size(b.slot(x).dtype);
   b.add(n.name, {x, p.idx, p.tuples, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
-    element_tuples(bd.at<int64_t>(p.idx), bd.at<int64_t>(p.tuples), p.t, p.axis_dim, st);
+    element_tuples(p.index_type, bd.at(p.idx), bd.at<int64_t>(p.tuples), p.t, p.axis_dim, st);
     gather_nd(es, bd.at(x), bd.at<int64_t>(p.tuples), bd.at(y), p.nd, st);
   });
 }
@@ -108,7 +112,7 @@ void lower_scatter_elements(Builder& b, const Node& n) {
   const ScatterReduction r = reduce ? red->second : ScatterReduction::Add;
   b.add(n.name, {x, p.idx, p.tuples, u, y}, [=](Context&, const Bindings& bd, cudaStream_t st) {
     if (bd.at(y) != bd.at(x)) CUDA_CHECK(cudaMemcpyAsync(bd.at(y), bd.at(x), bytes, cudaMemcpyDeviceToDevice, st));
-    element_tuples(bd.at<int64_t>(p.idx), bd.at<int64_t>(p.tuples), p.t, p.axis_dim, st);
+    element_tuples(p.index_type, bd.at(p.idx), bd.at<int64_t>(p.tuples), p.t, p.axis_dim, st);
     if (reduce) scatter_nd_reduce(t, r, bd.at<int64_t>(p.tuples), bd.at(u), bd.at(y), p.nd, st);
     else scatter_nd(es, bd.at<int64_t>(p.tuples), bd.at(u), bd.at(y), p.nd, st);
   });
