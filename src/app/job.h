@@ -30,6 +30,7 @@ struct JobConfig {
   std::vector<int64_t> sample_shape = {3, 64, 64};  // synthetic: one sample's shape
   std::string input_dtype = "float32";     // float32 | uint8
   int64_t batch_size = 32;
+  int64_t max_tokens_per_batch = 0;        // text inputs: cut each batch by length into pieces of at most T tokens (0: off)
   std::string output = "sluice-out";       // output folder
   bool output_given = false;               // --output (or the job file's output) was given, not defaulted
   std::string saved_job;                   // --resume read the job from this OUTPUT/job.toml ("" : it did not)

@@ -14,6 +14,7 @@
 #include "model/batch_axis.h"
 #include "model/onnx_loader.h"
 #include "pipeline/gpu_count.h"
+#include "text/text_input.h"
 
 namespace sluice {
 
@@ -141,12 +142,16 @@ JobPlan plan_job(const JobConfig& job, int rank) {
   p.max_length = job.max_length;
   p.tokenizer = job.tokenizer;
   p.prompt = job.prompt;
+  p.max_tokens = job.max_tokens_per_batch;
   return p;
 }
 
 void JobPlan::set_model_input(const Source& source, const Shape& model_input) {
   prepare.sample_shape = source.sample_shape();
   prepare.input_dtype = source.dtype();
+  if (max_tokens > 0 && !source.text())
+    throw UsageError(str("--max-tokens-per-batch cuts batches of text by length; ", source.describe(), " is not text"),
+                     "drop --max-tokens-per-batch (it applies to text models reading passages)");
   if (source.text()) {
     // A text model: token-id planes, bound to the model's inputs by name (model/prepare.h).
     if (images.sets_geometry())
@@ -232,6 +237,82 @@ std::string choose_backend(const std::string& device) {
   return gpu_count() > 0 ? "cuda" : "cpu";
 }
 
+namespace {
+
+// The model prepared once per length bucket (PreparedModel::buckets) from `model` as loaded.  A
+// bucket's outputs must have the main graph's rows: a per-token output ([B, L, ...]) has another
+// shape per bucket, which one dataset cannot store.
+std::vector<BucketGraph> prepare_buckets(const Graph& model, const PrepareOptions& po, const Graph& main, int64_t max_tokens) {
+  const int64_t L = main.inputs.at(0).shape.at(2);
+  const TokenBuckets tb = plan_token_buckets(L, po.batch_size, max_tokens);
+  std::vector<BucketGraph> out;
+  for (std::size_t b = 0; b < tb.lengths.size(); ++b) {
+    PrepareOptions o = po;
+    o.batch_size = tb.caps[b];
+    o.tokens.length = tb.lengths[b];
+    BucketGraph g;
+    g.length = tb.lengths[b];
+    g.cap = tb.caps[b];
+    try {
+      g.graph = prepare_graph(model, o);
+    } catch (const Error& e) {
+      throw UsageError(str("--max-tokens-per-batch: the model does not prepare for pieces of ", g.cap, " passages of ",
+                           g.length, " tokens: ", e.what()),
+                       "a model exported with a dynamic sequence length runs at every bucket's length; drop "
+                       "--max-tokens-per-batch for this one");
+    }
+    const Shape want = {g.cap, main.inputs[0].shape[1], g.length};
+    if (g.graph.inputs.size() != 1 || g.graph.inputs[0].shape != want || g.graph.input_planes != main.input_planes)
+      throw UsageError(str("--max-tokens-per-batch: the model prepared for ", g.length, " tokens takes ",
+                           g.graph.inputs.empty() ? std::string("nothing") : shape_str(g.graph.inputs[0].shape), ", not ",
+                           shape_str(want)));
+    for (std::size_t i = 0; i < main.outputs.size(); ++i) {
+      const ValueInfo* a = main.value(main.outputs[i].name);
+      const ValueInfo* v = i < g.graph.outputs.size() ? g.graph.value(g.graph.outputs[i].name) : nullptr;
+      const Shape rows_a = a ? Shape(a->shape.begin() + 1, a->shape.end()) : Shape{};
+      const Shape rows_v = v ? Shape(v->shape.begin() + 1, v->shape.end()) : Shape{};
+      if (!a || !v || v->dtype != a->dtype || rows_v != rows_a || g.graph.outputs[i].name != main.outputs[i].name)
+        throw UsageError(str("--max-tokens-per-batch: the output '", main.outputs[i].name, "' is ",
+                             a ? shape_str(a->shape) : std::string("?"), " at ", L, " tokens but ",
+                             v ? shape_str(v->shape) : std::string("absent"), " at ", g.length,
+                             ": its rows follow the length, which one stored dataset cannot"),
+                         "cut by length for pooled outputs (--outputs embedding), or drop --max-tokens-per-batch");
+    }
+    // The constants the main graph holds byte for byte stay there alone.
+    for (auto it = g.graph.constants.begin(); it != g.graph.constants.end();) {
+      const Tensor* m = main.constant(it->first);
+      if (m && m->dtype == it->second.dtype && m->shape == it->second.shape && m->bytes == it->second.bytes) {
+        g.shared.push_back(it->first);
+        it = g.graph.constants.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::sort(g.shared.begin(), g.shared.end());
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+}  // namespace
+
+LentConstants::LentConstants(Graph& main, BucketGraph& bucket) : main_(main), bucket_(bucket) {
+  for (const std::string& name : bucket_.shared) {
+    auto it = main_.constants.find(name);
+    SLUICE_CHECK(it != main_.constants.end(), "bucket constant '", name, "' is not in the main graph");
+    bucket_.graph.constants.emplace(name, std::move(it->second));
+  }
+}
+
+LentConstants::~LentConstants() {
+  for (const std::string& name : bucket_.shared) {
+    auto it = bucket_.graph.constants.find(name);
+    if (it == bucket_.graph.constants.end()) continue;
+    main_.constants[name] = std::move(it->second);
+    bucket_.graph.constants.erase(it);
+  }
+}
+
 PreparedModel load_prepared_model(JobPlan& plan, const Source& source) {
   PreparedModel m;
   const auto t0 = Clock::now();
@@ -247,6 +328,10 @@ PreparedModel load_prepared_model(JobPlan& plan, const Source& source) {
   plan.set_model_input(source, model.inputs.empty() ? Shape{} : model.inputs[0].shape);
 
   const PrepareOptions& po = plan.prepare;
+  // Cut by length: the loaded model once more per bucket (prepare_graph takes its own copy each time).
+  const bool buckets = plan.max_tokens > 0 && po.tokens.enabled;
+  Graph loaded;
+  if (buckets) loaded = model;
   try {
     allocating(str("preparing the model for --batch-size ", plan.batch_size), [&] { m.graph = prepare_graph(std::move(model), po); });
   } catch (const SizeError& e) {
@@ -276,6 +361,12 @@ PreparedModel load_prepared_model(JobPlan& plan, const Source& source) {
         throw InputError(str("the model's output '", o.name, "' has shape ", shape_str(shape),
                              ": no values per sample (an empty dimension), nothing to store"),
                          "check the model's last Reshape/Slice/Pad: every output needs at least one value per sample");
+  }
+  if (buckets) {
+    const auto t_buckets = Clock::now();
+    allocating("preparing the model per length bucket (--max-tokens-per-batch)",
+               [&] { m.buckets = prepare_buckets(loaded, po, m.graph, plan.max_tokens); });
+    m.buckets_s = seconds_since(t_buckets);
   }
   return m;
 }

@@ -40,6 +40,7 @@ struct JobPlan {
   // have (0: the model's own), the tokenizer, the prompt and the pad id.
   int64_t max_length = 0;
   std::string tokenizer, prompt;
+  int64_t max_tokens = 0;         // --max-tokens-per-batch (0: off)
 
   // The model's input as `source` feeds it: a tensor input's own sample shape and dtype; for image
   // files uint8 [3, H, W] after --resize/--center-crop/--letterbox, which are resolved against the
@@ -84,10 +85,35 @@ std::string choose_backend(const std::string& device);
 // (set_model_input), prepares the model as the plan says, and checks the batch axis and that every
 // output has values per sample.  A batch too large to allocate is a resource failure (exit 1),
 // not a bad model.
+//
+// With --max-tokens-per-batch it also prepares the model once per length bucket (text/text_input.h
+// TokenBuckets): at the bucket's length and cap as batch.  Those graphs hold only the constants
+// that differ from the main graph's (shape values); the weights, the same tensors, stay in the
+// main graph alone and are lent to each bucket's engine while it is made (bucket_engine_graph).
+struct BucketGraph {
+  int64_t length = 0, cap = 0;
+  Graph graph;                        // without the constants named in `shared`
+  std::vector<std::string> shared;    // constants the main graph holds, byte for byte
+};
 struct PreparedModel {
   Graph graph;
   std::string sha256;   // of the model file
   double load_s = 0;    // reading and parsing the file
+  std::vector<BucketGraph> buckets;   // --max-tokens-per-batch, by length
+  double buckets_s = 0;               // preparing them
+};
+
+// Lends `main`'s shared constants to `bucket` for as long as it lives (moved, not copied: making an
+// engine copies or uploads what it needs), and takes them back.
+class LentConstants {
+ public:
+  LentConstants(Graph& main, BucketGraph& bucket);
+  ~LentConstants();
+  LentConstants(const LentConstants&) = delete;
+  LentConstants& operator=(const LentConstants&) = delete;
+ private:
+  Graph& main_;
+  BucketGraph& bucket_;
 };
 PreparedModel load_prepared_model(JobPlan& plan, const Source& source);
 

@@ -122,6 +122,8 @@ std::vector<std::string> keys_that_must_match(const JobConfig& job) {
   keys.push_back("model-output");
   // Text inputs: what the passages become (the tokenizer file's path, not its contents).
   keys.insert(keys.end(), {"text-field", "tokenizer", "max-length", "prompt", "pooling"});
+  // A passage's padding follows its batch's cut, which changes the last bits of its vector.
+  keys.push_back("max-tokens-per-batch");
   const auto asks = [&](const char* o) { return std::find(job.outputs.begin(), job.outputs.end(), o) != job.outputs.end(); };
   if (asks("embedding")) keys.push_back("normalize");
   if (asks("detections")) keys.insert(keys.end(), {"detection-format", "score-threshold", "iou-threshold"});

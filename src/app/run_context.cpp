@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <exception>
 #include <fstream>
@@ -94,10 +95,68 @@ void RunContext::load_model() {
   const auto t0 = Clock::now();
   PreparedModel m = load_prepared_model(job_plan_, *source_);
   graph_ = std::move(m.graph);
+  buckets_ = std::move(m.buckets);
+  setup_parts_.buckets_s = m.buckets_s;
   model_sha256_ = m.sha256;
   t_model_load_ = m.load_s;
   setup_parts_.model_load_s = seconds_since(t0);
   t_setup_ += setup_parts_.model_load_s;
+}
+
+namespace {
+
+// The bucket graphs' list as bytes: per bucket its length, cap, shared constant names and structure.
+void put_u64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), sizeof v); }
+void put_bytes(std::string& s, const std::string& b) {
+  put_u64(s, b.size());
+  s += b;
+}
+uint64_t get_u64(const std::string& s, std::size_t& at) {
+  if (at + sizeof(uint64_t) > s.size()) SLUICE_THROW("truncated bucket list");
+  uint64_t v = 0;
+  std::memcpy(&v, s.data() + at, sizeof v);
+  at += sizeof v;
+  return v;
+}
+std::string get_bytes(const std::string& s, std::size_t& at) {
+  const uint64_t n = get_u64(s, at);
+  if (at + n > s.size()) SLUICE_THROW("truncated bucket list");
+  std::string b = s.substr(at, n);
+  at += n;
+  return b;
+}
+
+}  // namespace
+
+// --max-tokens-per-batch on several ranks: the bucket graphs' structures (kilobytes each) and the
+// few constants of theirs that differ from the main graph's (shape values); the weights came once,
+// with the main graph.
+void RunContext::share_buckets() {
+  std::string list;
+  if (mpi_.rank() == 0) {
+    put_u64(list, buckets_.size());
+    for (const BucketGraph& b : buckets_) {
+      put_u64(list, static_cast<uint64_t>(b.length));
+      put_u64(list, static_cast<uint64_t>(b.cap));
+      put_u64(list, b.shared.size());
+      for (const std::string& n : b.shared) put_bytes(list, n);
+      put_bytes(list, serialize_structure(b.graph));
+    }
+  }
+  list = mpi_.broadcast_string(list);
+  if (mpi_.rank() != 0) {
+    std::size_t at = 0;
+    buckets_.clear();
+    for (uint64_t k = 0, n = get_u64(list, at); k < n; ++k) {
+      BucketGraph b;
+      b.length = static_cast<int64_t>(get_u64(list, at));
+      b.cap = static_cast<int64_t>(get_u64(list, at));
+      for (uint64_t i = 0, m = get_u64(list, at); i < m; ++i) b.shared.push_back(get_bytes(list, at));
+      b.graph = deserialize_structure(get_bytes(list, at));
+      buckets_.push_back(std::move(b));
+    }
+  }
+  for (BucketGraph& b : buckets_) (void)broadcast_weights_mpi(b.graph, mpi_.comm(), 0);
 }
 
 void RunContext::share_model() {
@@ -112,6 +171,7 @@ void RunContext::share_model() {
     if (mpi_.rank() == 0)
       log_info("weights: ", weights_.tensors, " tensors, ", weights_.bytes / 1e6, " MB to ", mpi_.world_size() - 1,
                " rank(s) over ", weights_.transport, " in ", weights_.seconds, " s");
+    share_buckets();
   }
   specs_ = job_plan_.dataset_specs(graph_);
   hosts_ = mpi_.gather_strings(mpi_.host());
@@ -281,25 +341,7 @@ void RunContext::build() {
       eo.threads = static_cast<int>(std::max<long>(1, cores / mpi_.local_size()));
     }
   }
-  allocating(str("the ", backend_ == "cuda" ? "GPU" : "CPU", " engine for --batch-size ", job_.batch_size,
-                 " (the model's tensors for one batch of ", shape_str(graph_.inputs[0].shape), ")"),
-             [&] {
-               try {
-                 const auto t_engine = Clock::now();
-                 engine_ = create_engine(backend_, graph_, eo);
-                 const EngineSetupTimes e = engine_->setup_times();
-                 setup_parts_.autotune_s = e.autotune_s;
-                 setup_parts_.capture_s = e.capture_s;
-                 setup_parts_.algos_measured = e.algos_measured;
-                 if (backend_ == "cuda") setup_parts_.autotune = autotune_name(eo.autotune);
-                 setup_parts_.algos_cached = e.algos_cached;
-                 setup_parts_.engine_build_s = std::max(0.0, seconds_since(t_engine) - e.autotune_s - e.capture_s);
-               } catch (const Error& e) {  // the engines' own "cannot allocate N bytes"
-                 throw Error(str(e.what(), " (for --batch-size ", job_.batch_size, ": the model's tensors for one batch of ",
-                                 shape_str(graph_.inputs[0].shape), ")"),
-                             e.exit_code(), "the engine's memory grows with --batch-size: try a smaller one");
-               }
-             });
+  build_engines(eo);
   if (source_->text()) {
     // Every rank tokenizes its own passages, into the planes the prepared graph names.
     TextInputOptions to;
@@ -308,6 +350,14 @@ void RunContext::build() {
     to.length = graph_.inputs.at(0).shape.at(2);
     to.prompt = job_plan_.prompt;
     to.pad_id = to.tokenizer->pad_id().value_or(0);
+    if (!buckets_.empty()) {
+      to.buckets = plan_token_buckets(to.length, job_.batch_size, job_plan_.max_tokens);
+      SLUICE_CHECK(to.buckets.lengths.size() == buckets_.size(), "token buckets: ", to.buckets.lengths.size(), " planned, ",
+                   buckets_.size(), " prepared");
+      for (std::size_t b = 0; b < buckets_.size(); ++b)
+        SLUICE_CHECK(to.buckets.lengths[b] == buckets_[b].length && to.buckets.caps[b] == buckets_[b].cap,
+                     "token bucket ", b, " planned otherwise than prepared");
+    }
     input_ = make_text_input(*source_, job_.batch_size, to);
     if (mpi_.rank() == 0) log_info("text: ", input_->describe());
   } else if (source_->encoded()) {
@@ -359,10 +409,66 @@ void RunContext::build() {
   job_plan_.check_host_slots(in_slot_bytes, out_row_bytes, mpi_.local_size());
   allocating(job_plan_.slots_text(in_slot_bytes, out_row_bytes), [&] {
     if (!input_) input_ = make_tensor_input(*source_, job_.batch_size, engine_->input().bytes(), job_plan_.on_nan);
-    pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, input_.get(), file_.get(), job_plan_.pipeline);
+    if (!bucket_engines_.empty()) {
+      std::vector<Engine*> engines;
+      for (auto& e : bucket_engines_) engines.push_back(e.get());
+      pipeline_ = std::make_unique<Pipeline>(*device_, engines, job_.batch_size, *source_, input_.get(), file_.get(),
+                                             job_plan_.pipeline);
+    } else {
+      pipeline_ = std::make_unique<Pipeline>(*device_, *engine_, *source_, input_.get(), file_.get(), job_plan_.pipeline);
+    }
   });
   t_setup_ += seconds_since(t0);
-  log_debug("engine: ", engine_->describe());
+  log_debug("engine: ", (engine_ ? *engine_ : *bucket_engines_.at(0)).describe());
+}
+
+// The engine for the job's batch; or, cut by length, one per bucket and none at the full batch and
+// length (whose activations, B x L tokens, are what cutting avoids).  Every bucket engine is made
+// here, at start-up, rather than at its bucket's first piece: its memory is then found missing
+// before the run starts, not in the middle of it, and the steady state allocates nothing; the set-up
+// parts name what it cost.
+void RunContext::build_engines(const EngineOptions& eo) {
+  auto make = [&](const Graph& g, int64_t batch) {
+    std::unique_ptr<Engine> e;
+    allocating(str("the ", backend_ == "cuda" ? "GPU" : "CPU", " engine for --batch-size ", batch,
+                   " (the model's tensors for one batch of ", shape_str(g.inputs[0].shape), ")"),
+               [&] {
+                 try {
+                   const auto t_engine = Clock::now();
+                   e = create_engine(backend_, g, eo);
+                   const EngineSetupTimes t = e->setup_times();
+                   setup_parts_.autotune_s += t.autotune_s;
+                   setup_parts_.capture_s += t.capture_s;
+                   setup_parts_.algos_measured += t.algos_measured;
+                   setup_parts_.algos_cached += t.algos_cached;
+                   setup_parts_.engine_build_s += std::max(0.0, seconds_since(t_engine) - t.autotune_s - t.capture_s);
+                 } catch (const Error& x) {  // the engines' own "cannot allocate N bytes"
+                   throw Error(str(x.what(), " (for --batch-size ", batch, ": the model's tensors for one batch of ",
+                                   shape_str(g.inputs[0].shape), ")"),
+                               x.exit_code(),
+                               buckets_.empty() ? "the engine's memory grows with --batch-size: try a smaller one"
+                                                : "the bucket engines' memory grows with --max-tokens-per-batch: try a smaller one");
+                 }
+               });
+    return e;
+  };
+  if (backend_ == "cuda") setup_parts_.autotune = autotune_name(eo.autotune);
+  if (buckets_.empty()) {
+    engine_ = make(graph_, job_.batch_size);
+    return;
+  }
+  for (BucketGraph& b : buckets_) {
+    LentConstants lent(graph_, b);
+    bucket_engines_.push_back(make(b.graph, b.cap));
+    if (!buckets_text_.empty()) buckets_text_ += " ";
+    buckets_text_ += str(b.length, "x", b.cap);
+  }
+  setup_parts_.engines = static_cast<int>(bucket_engines_.size());
+  engine_.reset();
+  if (mpi_.rank() == 0)
+    log_info("--max-tokens-per-batch ", job_plan_.max_tokens, ": ", bucket_engines_.size(),
+             " engines, one per length bucket (length x rows: ", buckets_text_, "), made in ",
+             setup_parts_.engine_build_s + setup_parts_.autotune_s + setup_parts_.capture_s, " s");
 }
 
 void RunContext::export_complete_run() {
@@ -452,7 +558,13 @@ void RunContext::report_now() {
   me.rank = mpi_.rank();
   me.host = mpi_.host();
   me.device = device_->describe();
-  me.engine = engine_->describe();
+  me.engine = (engine_ ? *engine_ : *bucket_engines_.at(0)).describe();
+  if (pipeline_) {
+    const Pipeline::TokenCounts t = pipeline_->token_counts();
+    me.tokens_real = t.real;
+    me.tokens_computed = t.computed;
+    for (const auto& b : t.buckets) me.buckets.push_back({b.length, b.cap, b.pieces, b.rows});
+  }
   me.setup_s = t_setup_;
   me.setup = setup_parts_;
   me.stats = stats_;
@@ -509,6 +621,7 @@ void RunContext::report_now() {
   r.weights_s = weights_.seconds;
   r.model_load_s = t_model_load_;
   r.batch_note = graph_.batch_note;
+  r.max_tokens_per_batch = buckets_.empty() ? 0 : job_plan_.max_tokens;
   r.job_text = job_toml_;
   for (const auto& s : all) r.ranks.push_back(RankReport::from_json(nlohmann::json::parse(s)));
   if (!attempts_.empty()) {

@@ -74,6 +74,8 @@ class RunContext {
   int mapped_gpu() const;   // --gpu-map's ordinal for this node-local rank (default: the node-local rank)
   int choose_gpu() const;
   void save_job() const;  // rank 0: OUTPUT/job.toml
+  void share_buckets();   // share_model's part for --max-tokens-per-batch (collective)
+  void build_engines(const EngineOptions& eo);  // build(): the engine, or one per length bucket
   LiveExportOptions live_export_options() const;  // --export
   void watch_set_aside();  // rank 0: delete the earlier run once this one committed a chunk
   bool drain_now();        // drain() and report(), whose failures note_failure() records
@@ -100,7 +102,12 @@ class RunContext {
   std::string backend_;
   int gpu_ = -1;
   std::unique_ptr<Device> device_;
-  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Engine> engine_;   // cut by length: the first bucket's (bucket_engines_[0])
+  // --max-tokens-per-batch: the model per length bucket (structure and the constants that differ
+  // from graph_'s) and its engine, made at start-up for every bucket.
+  std::vector<BucketGraph> buckets_;
+  std::vector<std::unique_ptr<Engine>> bucket_engines_;
+  std::string buckets_text_;         // "16x64 32x32 ..." (length x cap), for the log and the report
   std::unique_ptr<RankFile> file_;
   bool file_created_ = false;  // this attempt created the rank file (not a resume appending to it)
   std::unique_ptr<WorkDistributor> work_;

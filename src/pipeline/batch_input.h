@@ -32,6 +32,15 @@ enum RowStatus : uint8_t {
   kRowNonFinite = 2,  // the input held NaN or Inf (computed as given)
 };
 
+// One piece of a batch cut by length (text inputs with --max-tokens-per-batch, text/text_input.h):
+// rows [first, first + rows) of the batch in sorted order, run by the engine of `bucket`; its
+// input, [rows, planes, L_bucket], lies at `offset` in the in-slot, `bytes` long.
+struct BatchPiece {
+  int32_t bucket = 0;
+  int64_t first = 0, rows = 0;
+  std::size_t offset = 0, bytes = 0;
+};
+
 // What a batch's rows carry beside the pixels.  Preallocated per slot; fill() resets it.
 struct BatchRows {
   std::vector<char> keys;                               // per row key_bytes chars, NUL-padded (io/sample_keys.h)
@@ -39,10 +48,23 @@ struct BatchRows {
   std::vector<uint8_t> status;                          // per row (RowStatus)
   std::vector<int32_t> orig_hw;                         // per row: original height, width (images), else empty
   std::vector<std::pair<int64_t, std::string>> bad;     // (row in the batch, reason), rare
+  // A batch cut by length: its pieces in sorted order, and `order[s]`, the batch row at sorted
+  // position s.  Empty pieces: the batch is one tensor, the whole slot, in row order.  Their
+  // capacity is reserved once (size_pieces), so fill() never allocates.
+  std::vector<BatchPiece> pieces;
+  std::vector<int32_t> order;
+  int64_t tokens = 0;                                   // text inputs: the batch's real tokens (mask ones)
   void reset(int64_t rows, bool sizes) {
     status.assign(static_cast<std::size_t>(rows), kRowOk);
     if (sizes) orig_hw.assign(static_cast<std::size_t>(rows) * 2, 0); else orig_hw.clear();
     bad.clear();
+    pieces.clear();
+    order.clear();
+    tokens = 0;
+  }
+  void size_pieces(int64_t rows) {
+    pieces.reserve(static_cast<std::size_t>(rows));
+    order.reserve(static_cast<std::size_t>(rows));
   }
   // Room for `rows` keys of `width` bytes, once (fill_keys then writes them without allocating).
   void size_keys(int64_t rows, std::size_t width) {

@@ -35,6 +35,9 @@ void copy_rows(const BatchRows& from, BatchRows& to) {
   to.status.assign(from.status.begin(), from.status.end());
   to.orig_hw.assign(from.orig_hw.begin(), from.orig_hw.end());
   to.bad = from.bad;
+  to.pieces.assign(from.pieces.begin(), from.pieces.end());
+  to.order.assign(from.order.begin(), from.order.end());
+  to.tokens = from.tokens;
 }
 
 // The events of one in-flight batch.  They belong to its out-slot, which the batch holds from the
@@ -45,13 +48,14 @@ struct SlotEvents {
 
 struct ToMonitor {
   int in_slot, out_slot;
+  bool late_reads = false;  // the compute stream reads the in-slot too (a bucket's later pieces): free it after compute_end
 };
 
 }  // namespace
 
 struct Pipeline::Impl {
-  Impl(Device& d, Engine& e, Source& s, BatchInput& bi, RankFile* f, const PipelineOptions& o)
-      : device(d), engine(e), source(s), input(bi), file(f), opt(o),
+  Impl(Device& d, std::vector<Engine*> e, Source& s, BatchInput& bi, RankFile* f, const PipelineOptions& o)
+      : device(d), engines(std::move(e)), engine(*engines.at(0)), source(s), input(bi), file(f), opt(o),
         in_pool(o.prefetch), out_pool(o.egress_buffers),
         read_q(static_cast<std::size_t>(o.prefetch)), order_q(static_cast<std::size_t>(o.prefetch)),
         monitor_q(static_cast<std::size_t>(o.egress_buffers)), write_q(static_cast<std::size_t>(o.egress_buffers)),
@@ -64,7 +68,12 @@ struct Pipeline::Impl {
   }
 
   void allocate();
+  void allocate_pieces();
   void allocate_encoding();
+  bool enqueue_pieces(int slot, int out, int set);
+  void d2h_piece(const BatchPiece& p, uint8_t* dst, int set, StreamKind stream);
+  void restore_order(int out);
+  void count_tokens(const BatchRows& rows);
   void dispatcher(WorkDistributor& work, const std::atomic<bool>& stop);
   void reader(const std::atomic<bool>& stop);
   void driver(const std::atomic<bool>& stop);
@@ -79,13 +88,20 @@ struct Pipeline::Impl {
   bool wait_ready(int slot);
 
   Device& device;
-  Engine& engine;
+  std::vector<Engine*> engines;   // one; or, for batches cut by length, one per bucket
+  Engine& engine;                 // the first
   Source& source;
   BatchInput& input;
   RankFile* file;
   PipelineOptions opt;
 
   int64_t batch = 0;
+  bool cut = false;               // batches cut by length: pieces on the bucket engines
+  std::vector<int64_t> bucket_length;     // per bucket engine: its L_b
+  std::vector<uint8_t> reorder;           // monitor: an output's rows in input order
+  // Writer: what the batches held and what the engines computed (token_counts()).
+  int64_t tokens_real = 0, tokens_computed = 0;
+  std::vector<Pipeline::BucketUse> bucket_use;
   std::size_t in_bytes = 0, sample_bytes = 0;
   std::vector<std::size_t> out_offsets, out_bytes, out_row_bytes;
   std::size_t out_slot_bytes = 0;
@@ -161,8 +177,9 @@ struct Pipeline::Impl {
 void Pipeline::Impl::allocate() {
   const ValueInfo& in = engine.input();
   SLUICE_CHECK(!in.shape.empty(), "engine input has no batch dimension");
-  batch = in.shape[0];
+  if (!cut) batch = in.shape[0];
   in_bytes = in.bytes();
+  if (cut) allocate_pieces();
   if (!source.encoded()) {
     sample_bytes = source.sample_bytes();
     if (in.dtype != source.dtype() || in_bytes != static_cast<std::size_t>(batch) * sample_bytes)
@@ -174,9 +191,11 @@ void Pipeline::Impl::allocate() {
   std::size_t off = 0;
   for (const ValueInfo& o : outs) {
     out_offsets.push_back(off);
-    out_bytes.push_back(o.bytes());
-    out_row_bytes.push_back(o.bytes() / static_cast<std::size_t>(batch));
-    off += (o.bytes() + 255) / 256 * 256;  // keep every output 256-byte aligned inside the slot
+    // A bucket engine's outputs hold its cap's rows; the out-slot holds the batch's.
+    const std::size_t row = o.bytes() / static_cast<std::size_t>(in.shape[0]);
+    out_bytes.push_back(row * static_cast<std::size_t>(batch));
+    out_row_bytes.push_back(row);
+    off += (out_bytes.back() + 255) / 256 * 256;  // keep every output 256-byte aligned inside the slot
   }
   out_slot_bytes = off;
 
@@ -194,6 +213,7 @@ void Pipeline::Impl::allocate() {
     for (auto& r : *rows) {
       r.reset(batch, input.has_sizes());
       r.size_keys(batch, key_bytes);
+      if (cut) r.size_pieces(batch);
     }
   out_batch.resize(static_cast<std::size_t>(opt.egress_buffers));
   for (std::size_t k = 0; k < out_batch.size(); ++k) {
@@ -214,6 +234,44 @@ void Pipeline::Impl::allocate() {
     events.push_back(e);
   }
   set_last_d2h.assign(static_cast<std::size_t>(engine.io_sets()), -1);
+  if (cut) {
+    reorder.assign(out_slot_bytes, 0);
+    // Rows of a bucket engine's input past a piece's rows hold what an earlier piece left there, or
+    // these zeros (token id 0, mask 0): never an id out of the embedding's range.
+    std::size_t most = 0;
+    for (Engine* e : engines) most = std::max(most, e->input().bytes());
+    void* zeros = device.pinned_alloc(most);
+    std::memset(zeros, 0, most);
+    for (Engine* e : engines)
+      for (int s = 0; s < e->io_sets(); ++s) device.copy_h2d(e->input_buffer(s), zeros, e->input().bytes(), StreamKind::Copy);
+    device.synchronize();
+    device.pinned_free(zeros);
+  }
+}
+
+// The bucket engines agree on what the pipeline takes from them: io sets, outputs and row sizes.
+void Pipeline::Impl::allocate_pieces() {
+  for (std::size_t b = 0; b < engines.size(); ++b) {
+    const Engine& e = *engines[b];
+    const ValueInfo& in = e.input();
+    SLUICE_CHECK(in.shape.size() == 3 && in.dtype == DType::I64, "bucket engine ", b, ": input ", shape_str(in.shape),
+                 " is not token planes [rows, planes, L]");
+    SLUICE_CHECK(e.io_sets() == engine.io_sets(), "bucket engine ", b, " has ", e.io_sets(), " io sets, the first ",
+                 engine.io_sets());
+    SLUICE_CHECK(e.outputs().size() == engine.outputs().size(), "bucket engine ", b, ": other outputs");
+    for (std::size_t i = 0; i < e.outputs().size(); ++i) {
+      const ValueInfo &o = e.outputs()[i], &o0 = engine.outputs()[i];
+      SLUICE_CHECK(o.dtype == o0.dtype && o.bytes() / static_cast<std::size_t>(in.shape[0]) ==
+                                              o0.bytes() / static_cast<std::size_t>(engine.input().shape[0]),
+                   "bucket engine ", b, ": output '", o.name, "' ", shape_str(o.shape), " has other rows than ",
+                   shape_str(o0.shape));
+    }
+    bucket_length.push_back(in.shape[2]);
+    Pipeline::BucketUse u;
+    u.length = in.shape[2];
+    u.cap = in.shape[0];
+    bucket_use.push_back(u);
+  }
 }
 
 void Pipeline::Impl::abort_all() {
@@ -315,6 +373,13 @@ void Pipeline::Impl::driver(const std::atomic<bool>& stop) {
     if (m.seq == opt.fail_at_batch) throw Error(str("a failure injected at batch ", m.seq, " (--fail-at-batch, a test option)"));
     const int set = static_cast<int>(m.seq % sets);
     const SlotEvents& ev = events[static_cast<std::size_t>(*out)];
+    if (cut) {
+      const bool late_reads = enqueue_pieces(*slot, *out, set);
+      set_last_d2h[static_cast<std::size_t>(set)] = ev.d2h_end;
+      out_meta[static_cast<std::size_t>(*out)] = m;
+      if (!monitor_q.push(ToMonitor{*slot, *out, late_reads})) return;
+      continue;
+    }
     {
       NvtxRange range("copy to GPU", Stage::CopyToGpu);
       // The set's buffers are free once the D2H of the batch that last used them is done.
@@ -356,14 +421,114 @@ void Pipeline::Impl::driver(const std::atomic<bool>& stop) {
   monitor_q.close();
 }
 
+// A batch cut by length, on the device (the driver's part for it).  The first piece of each bucket
+// is copied on the copy stream before any pass; a bucket's later pieces (its pieces are
+// consecutive, the rows being sorted) reuse its buffers of this io set, so each is copied on the
+// compute stream after the pass before it, whose outputs were copied out on the compute stream
+// too; the last piece of each bucket is copied out on the egress stream.  Returns whether the
+// compute stream reads the in-slot.
+bool Pipeline::Impl::enqueue_pieces(int slot, int out, int set) {
+  const SlotEvents& ev = events[static_cast<std::size_t>(out)];
+  BatchRows& rows = in_rows[static_cast<std::size_t>(slot)];
+  const auto& pieces = rows.pieces;
+  SLUICE_CHECK(!pieces.empty(), "a batch cut by length without pieces");
+  const auto* src = static_cast<const uint8_t*>(in_slots[static_cast<std::size_t>(slot)]);
+  auto* dst = static_cast<uint8_t*>(out_slots[static_cast<std::size_t>(out)]);
+  const std::size_t n = pieces.size();
+  auto again = [&](std::size_t k) { return k > 0 && pieces[k - 1].bucket == pieces[k].bucket; };
+  auto engine_of = [&](const BatchPiece& p) -> Engine& {
+    SLUICE_CHECK(p.bucket >= 0 && static_cast<std::size_t>(p.bucket) < engines.size(), "piece of bucket ", p.bucket);
+    return *engines[static_cast<std::size_t>(p.bucket)];
+  };
+  bool late_reads = false;
+  {
+    NvtxRange range("copy to GPU", Stage::CopyToGpu);
+    if (set_last_d2h[static_cast<std::size_t>(set)] >= 0)
+      device.stream_wait(StreamKind::Copy, set_last_d2h[static_cast<std::size_t>(set)]);
+    device.record(ev.h2d_start, StreamKind::Copy);
+    for (std::size_t k = 0; k < n; ++k)
+      if (!again(k)) device.copy_h2d(engine_of(pieces[k]).input_buffer(set), src + pieces[k].offset, pieces[k].bytes, StreamKind::Copy);
+    device.record(ev.h2d_end, StreamKind::Copy);
+    device.record(ev.decode_end, StreamKind::Copy);
+    copy_rows(rows, out_rows[static_cast<std::size_t>(out)]);
+  }
+  {
+    NvtxRange range("compute", Stage::Compute);
+    device.stream_wait(StreamKind::Compute, ev.decode_end);
+    device.record(ev.compute_start, StreamKind::Compute);
+    void* stream = device.stream(StreamKind::Compute);
+    for (std::size_t k = 0; k < n; ++k) {
+      Engine& e = engine_of(pieces[k]);
+      if (again(k)) {
+        device.copy_h2d(e.input_buffer(set), src + pieces[k].offset, pieces[k].bytes, StreamKind::Compute);
+        late_reads = true;
+      }
+      e.forward(set, stream);
+      if (k + 1 < n && again(k + 1)) d2h_piece(pieces[k], dst, set, StreamKind::Compute);
+    }
+    device.record(ev.compute_end, StreamKind::Compute);
+  }
+  if (opt.throttle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(opt.throttle_ms));
+  {
+    NvtxRange range("copy to CPU", Stage::CopyToCpu);
+    device.stream_wait(StreamKind::Egress, ev.compute_end);
+    device.record(ev.d2h_start, StreamKind::Egress);
+    for (std::size_t k = 0; k < n; ++k)
+      if (k + 1 == n || !again(k + 1)) d2h_piece(pieces[k], dst, set, StreamKind::Egress);
+    device.record(ev.d2h_end, StreamKind::Egress);
+  }
+  return late_reads;
+}
+
+// A piece's rows of every output, from its engine's buffers into the out-slot at its sorted rows.
+void Pipeline::Impl::d2h_piece(const BatchPiece& p, uint8_t* dst, int set, StreamKind stream) {
+  Engine& e = *engines[static_cast<std::size_t>(p.bucket)];
+  for (std::size_t i = 0; i < out_bytes.size(); ++i)
+    device.copy_d2h(dst + out_offsets[i] + static_cast<std::size_t>(p.first) * out_row_bytes[i],
+                    e.output_buffer(set, static_cast<int>(i)), static_cast<std::size_t>(p.rows) * out_row_bytes[i], stream);
+}
+
+// The out-slot's rows, in sorted order after a batch cut by length, back in input order: one copy
+// per row into the scratch, one back per output.
+void Pipeline::Impl::restore_order(int out) {
+  const BatchRows& rows = out_rows[static_cast<std::size_t>(out)];
+  if (rows.pieces.empty()) return;
+  auto* slot = static_cast<uint8_t*>(out_slots[static_cast<std::size_t>(out)]);
+  const std::size_t count = rows.order.size();
+  for (std::size_t i = 0; i < out_bytes.size(); ++i) {
+    uint8_t* base = slot + out_offsets[i];
+    const std::size_t rb = out_row_bytes[i];
+    for (std::size_t s = 0; s < count; ++s)
+      std::memcpy(reorder.data() + static_cast<std::size_t>(rows.order[s]) * rb, base + s * rb, rb);
+    std::memcpy(base, reorder.data(), count * rb);
+  }
+}
+
+// Writer: a written batch's tokens, and its pieces per bucket.
+void Pipeline::Impl::count_tokens(const BatchRows& rows) {
+  tokens_real += rows.tokens;
+  if (!cut) {
+    const Shape& in = engine.input().shape;
+    if (rows.tokens > 0 && in.size() == 3) tokens_computed += in[0] * in[2];
+    return;
+  }
+  for (const BatchPiece& p : rows.pieces) {
+    Pipeline::BucketUse& u = bucket_use[static_cast<std::size_t>(p.bucket)];
+    ++u.pieces;
+    u.rows += p.rows;
+    tokens_computed += p.rows * u.length;
+  }
+}
+
 void Pipeline::Impl::monitor() {
   device.bind_thread();
   while (std::optional<ToMonitor> t = monitor_q.pop()) {
     const SlotEvents& ev = events[static_cast<std::size_t>(t->out_slot)];
-    // The in-slot can take the next batch as soon as its H2D copy is done.
-    device.event_sync(ev.decode_end);
+    // The in-slot can take the next batch as soon as its H2D copies are done.
+    device.event_sync(t->late_reads ? ev.compute_end : ev.decode_end);
     in_pool.release(t->in_slot);
     device.event_sync(ev.d2h_end);
+    if (cut) restore_order(t->out_slot);
     add_to(h2d_s, device.elapsed(ev.h2d_start, ev.h2d_end));
     add_to(decode_s, device.elapsed(ev.h2d_end, ev.decode_end));
     add_to(compute_s, device.elapsed(ev.compute_start, ev.compute_end));
@@ -482,6 +647,7 @@ void Pipeline::Impl::writer(WorkDistributor& work, std::atomic<int64_t>& committ
       }
     }
     const BatchRows& status_rows = out_rows[static_cast<std::size_t>(*out)];
+    count_tokens(status_rows);
     for (int64_t r = 0; r < m.count && r < static_cast<int64_t>(status_rows.status.size()); ++r)
       nonfinite_rows += status_rows.status[static_cast<std::size_t>(r)] == kRowNonFinite;
     const int64_t first = m.first, count = m.count;
@@ -532,9 +698,32 @@ Pipeline::Pipeline(Device& device, Engine& engine, Source& source, BatchInput* i
                                    engine.input().bytes());
     input = own_input_.get();
   }
-  impl_ = std::make_unique<Impl>(device, engine, source, *input, file, o);
+  impl_ = std::make_unique<Impl>(device, std::vector<Engine*>{&engine}, source, *input, file, o);
   impl_->allocate();
   impl_->allocate_encoding();
+}
+
+Pipeline::Pipeline(Device& device, const std::vector<Engine*>& buckets, int64_t batch, Source& source, BatchInput* input,
+                   RankFile* file, const PipelineOptions& options) {
+  PipelineOptions o = options;
+  if (o.prefetch < 1 || o.egress_buffers < 1 || o.reader_threads < 1 || o.writer_threads < 1 || o.commit_batches < 1)
+    throw UsageError(
+        "--prefetch, --egress-buffers, --reader-threads, --writer-threads and --chunk-batches must be at least 1");
+  SLUICE_CHECK(!buckets.empty() && input && batch >= 1, "a pipeline cut by length needs its engines, input and batch");
+  impl_ = std::make_unique<Impl>(device, buckets, source, *input, file, o);
+  impl_->cut = true;
+  impl_->batch = batch;
+  impl_->allocate();
+  impl_->allocate_encoding();
+}
+
+Pipeline::TokenCounts Pipeline::token_counts() const {
+  TokenCounts t;
+  if (!impl_) return t;
+  t.real = impl_->tokens_real;
+  t.computed = impl_->tokens_computed;
+  t.buckets = impl_->bucket_use;
+  return t;
 }
 
 Pipeline::~Pipeline() = default;

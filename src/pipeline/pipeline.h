@@ -19,6 +19,14 @@
 //   writer_threads encoder threads encode the batches' chunks with it in parallel before the
 //   writer (the file's only user) appends them in order.
 // All slots are allocated in the constructor; the steady state allocates nothing.
+//
+// Batches cut by length (text inputs with --max-tokens-per-batch, text/text_input.h): the batch
+// stays the unit of everything above, but its in-slot holds pieces (BatchRows::pieces), each run
+// by the engine of its bucket: per piece an H2D into that engine's input buffer of the batch's io
+// set, its forward, and a D2H of its rows into the out-slot at the piece's sorted rows.  A bucket's
+// later pieces in one batch reuse its buffers, so their copies run on the compute stream between
+// its passes (they are small; the first piece of each bucket is copied on the copy stream as
+// usual).  The monitor puts the out-slot's rows back in input order before the writer stores them.
 #include <atomic>
 #include <memory>
 #include <string>
@@ -52,6 +60,10 @@ class Pipeline {
   Pipeline(Device& device, Engine& engine, Source& source, RankFile* file, const PipelineOptions& options);
   Pipeline(Device& device, Engine& engine, Source& source, BatchInput* input, RankFile* file,
            const PipelineOptions& options);
+  // Batches cut by length: `buckets[b]` runs the pieces of bucket b, every batch has `batch` rows
+  // (`input` cuts them).  The engines must have the same io sets and outputs of the same row sizes.
+  Pipeline(Device& device, const std::vector<Engine*>& buckets, int64_t batch, Source& source, BatchInput* input,
+           RankFile* file, const PipelineOptions& options);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -71,6 +83,18 @@ class Pipeline {
   // The counters so far, from any thread while run() runs (the report's time series); wall_s is
   // the time since the start.  All zero before run().
   PipelineStats snapshot() const;
+
+  // Text inputs, after run(): the tokens the batches held (attention mask ones) and those the
+  // engines computed (padding included), and per bucket of a pipeline cut by length its length,
+  // cap, pieces and rows.
+  struct BucketUse {
+    int64_t length = 0, cap = 0, pieces = 0, rows = 0;
+  };
+  struct TokenCounts {
+    int64_t real = 0, computed = 0;
+    std::vector<BucketUse> buckets;
+  };
+  TokenCounts token_counts() const;
 
  private:
   struct Impl;

@@ -10,6 +10,22 @@
 
 namespace sluice {
 
+namespace {
+
+// Every rank's bucket use, summed per bucket (the ranks have the same buckets).
+std::vector<BucketReport> job_buckets(const JobReport& r) {
+  std::vector<BucketReport> all;
+  for (const auto& rr : r.ranks)
+    for (std::size_t b = 0; b < rr.buckets.size(); ++b) {
+      if (all.size() <= b) all.push_back({rr.buckets[b].length, rr.buckets[b].cap, 0, 0});
+      all[b].pieces += rr.buckets[b].pieces;
+      all[b].rows += rr.buckets[b].rows;
+    }
+  return all;
+}
+
+}  // namespace
+
 double RankReport::steady_images_per_s() const {
   // The first batch carries the warm-up (lazy initialization, first transfers); leave it out.
   if (stats.batches < 2 || stats.wall_s <= stats.first_batch_s) return images_per_s();
@@ -42,6 +58,16 @@ nlohmann::json RankReport::to_json() const {
                 {"algorithms_measured", setup.algos_measured},
                 {"algorithms_cached", setup.algos_cached}};
   if (!setup.autotune.empty()) j["setup"]["autotune"] = setup.autotune;
+  if (setup.engines != 1) {
+    j["setup"]["engines"] = setup.engines;
+    j["setup"]["buckets_prepare_s"] = setup.buckets_s;
+  }
+  if (tokens_real > 0 || tokens_computed > 0) {
+    j["tokens"] = {{"real", tokens_real}, {"computed", tokens_computed}};
+    nlohmann::json b = nlohmann::json::array();
+    for (const auto& x : buckets) b.push_back({{"length", x.length}, {"cap", x.cap}, {"pieces", x.pieces}, {"rows", x.rows}});
+    if (!buckets.empty()) j["tokens"]["buckets"] = b;
+  }
   j["samples"] = s.samples;
   j["batches"] = s.batches;
   j["chunks"] = s.chunks;
@@ -154,6 +180,16 @@ RankReport RankReport::from_json(const nlohmann::json& j) {
     r.setup.algos_measured = p.value("algorithms_measured", 0);
     r.setup.algos_cached = p.value("algorithms_cached", 0);
     r.setup.autotune = p.value("autotune", std::string());
+    r.setup.engines = p.value("engines", 1);
+    r.setup.buckets_s = p.value("buckets_prepare_s", 0.0);
+  }
+  if (const auto it = j.find("tokens"); it != j.end()) {
+    r.tokens_real = it->value("real", int64_t{0});
+    r.tokens_computed = it->value("computed", int64_t{0});
+    if (const auto b = it->find("buckets"); b != it->end())
+      for (const auto& x : *b)
+        r.buckets.push_back({x.at("length").get<int64_t>(), x.at("cap").get<int64_t>(), x.at("pieces").get<int64_t>(),
+                             x.at("rows").get<int64_t>()});
   }
   auto& s = r.stats;
   s.samples = j.at("samples").get<int64_t>();
@@ -235,6 +271,22 @@ nlohmann::json JobReport::to_json() const {
   j["weights_broadcast"] = {{"transport", weights_transport}, {"mb", weights_mb}, {"seconds", weights_s}};
   j["model_load_s"] = model_load_s;
   if (!batch_note.empty()) j["batch_note"] = batch_note;
+  if (max_tokens_per_batch > 0) j["max_tokens_per_batch"] = max_tokens_per_batch;
+  {
+    int64_t real = 0, computed = 0;
+    for (const auto& rr : ranks) {
+      real += rr.tokens_real;
+      computed += rr.tokens_computed;
+    }
+    if (real > 0 || computed > 0) {
+      const double t = makespan_s();
+      j["tokens"] = {{"real", real}, {"computed", computed}, {"real_per_s", t > 0 ? static_cast<double>(real) / t : 0.0}};
+      nlohmann::json b = nlohmann::json::array();
+      for (const BucketReport& x : job_buckets(*this))
+        b.push_back({{"length", x.length}, {"cap", x.cap}, {"pieces", x.pieces}, {"rows", x.rows}});
+      if (!b.empty()) j["tokens"]["buckets"] = b;
+    }
+  }
   j["job_toml"] = job_text;
   nlohmann::json job;
   job["total_samples"] = total_samples;
@@ -333,6 +385,15 @@ std::string format_setup_line(const JobReport& r) {
        << (p.autotune == "off" ? " by cuDNN's first choice, " : " measured, ") << p.algos_cached << " cached)";
   if (p.capture_s > 0) os << ", graph capture " << p.capture_s << " s";
   os << ", other " << rr->setup_other_s() << " s; then the first batch " << rr->stats.first_batch_s << " s\n";
+  if (p.engines != 1) {
+    // Rank 0 prepared the model per bucket (inside its model load); every rank built the engines.
+    const RankReport* r0 = nullptr;
+    for (const auto& x : r.ranks)
+      if (x.rank == 0) r0 = &x;
+    os << "set-up by length: " << p.engines << " engines, one per length bucket, built, tuned and captured in "
+       << p.engine_build_s + p.autotune_s + p.capture_s << " s; the model prepared per bucket in "
+       << (r0 ? r0->setup.buckets_s : 0.0) << " s (rank 0, in its model load)\n";
+  }
   if (!r.batch_note.empty()) os << "slow: " << r.batch_note << "\n";
   return os.str();
 }
@@ -390,6 +451,7 @@ std::string format_report_table(const JobReport& r) {
   else if (slow)
     os << "limit: " << slow->limit() << "\n";
   os << format_setup_line(r);
+  os << format_tokens_line(r);
   if (r.attempts.size() > 1) {
     os << "attempts:\n";
     for (const auto& a : r.attempts) {
@@ -415,6 +477,30 @@ std::string format_report_table(const JobReport& r) {
   else
     os << "status: INCOMPLETE" << (r.stopped ? " (stopped by a signal)" : "") << ": to finish, run: " << resume_command(r)
        << "\n";
+  return os.str();
+}
+
+std::string format_tokens_line(const JobReport& r) {
+  int64_t real = 0, computed = 0;
+  for (const auto& rr : r.ranks) {
+    real += rr.tokens_real;
+    computed += rr.tokens_computed;
+  }
+  if (real == 0 && computed == 0) return "";
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  const double t = r.makespan_s();
+  os << "tokens: " << real << " in the passages, " << computed << " computed with the padding ("
+     << (computed > 0 ? 100.0 * static_cast<double>(real) / static_cast<double>(computed) : 0.0) << " % real); "
+     << (t > 0 ? static_cast<double>(real) / t : 0.0) << " tokens/s\n";
+  const std::vector<BucketReport> b = job_buckets(r);
+  if (!b.empty()) {
+    os << "buckets (--max-tokens-per-batch " << r.max_tokens_per_batch << "; length x rows: pieces, passages):";
+    for (const BucketReport& x : b) os << " " << x.length << "x" << x.cap << ": " << x.pieces << ", " << x.rows << ";";
+    os.seekp(-1, std::ios_base::end);
+    os << "\n";
+  }
   return os.str();
 }
 

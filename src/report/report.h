@@ -33,6 +33,16 @@ struct SetupParts {
   double capture_s = 0;        // each io set's first pass and its CUDA graph capture
   int algos_measured = 0, algos_cached = 0;
   std::string autotune;        // the --autotune mode the engine ran (auto resolved: full, quick, off); "" on the CPU
+  // --max-tokens-per-batch: the engines made (one per length bucket; their build, autotune and
+  // capture are summed above) and rank 0's preparing the model per bucket (part of model_load_s).
+  int engines = 1;
+  double buckets_s = 0;
+};
+
+// A text run's tokens per length bucket (--max-tokens-per-batch): the bucket's length, its cap
+// (rows a piece may have), the pieces run and the rows they held.
+struct BucketReport {
+  int64_t length = 0, cap = 0, pieces = 0, rows = 0;
 };
 
 struct RankReport {
@@ -47,6 +57,10 @@ struct RankReport {
   double clock_offset_s = 0;    // its node's clock minus rank 0's, taken out of every time it wrote
   PipelineStats stats;
   nlohmann::json series;        // SeriesRecorder::to_json(), or null
+  // Text inputs: the tokens the batches held (attention mask ones) and those computed (padding
+  // included); cut by length, each bucket's use.  Zeros for other inputs.
+  int64_t tokens_real = 0, tokens_computed = 0;
+  std::vector<BucketReport> buckets;
 
   // Set-up not in a named part: the image input, the rank file, the pipeline's slots.
   double setup_other_s() const;
@@ -73,6 +87,7 @@ struct JobReport {
   double weights_mb = 0, weights_s = 0;
   double model_load_s = 0;        // rank 0 reading and parsing the model file (what each rank would pay without the broadcast)
   std::string batch_note;         // the model ran as sub-batches: why, the cost, the export that avoids it (Graph::batch_note)
+  int64_t max_tokens_per_batch = 0;   // text batches cut by length (0: not)
   std::string job_text;           // the resolved job (TOML), as echoed at the start
   std::vector<RankReport> ranks;
   std::vector<AttemptRecord> attempts;   // every attempt of the job so far, this one last
@@ -92,6 +107,9 @@ std::string format_report_table(const JobReport& r);
 // Its "set-up:" line: the parts of the longest set-up among the ranks ("" without ranks), and a
 // "slow:" line after it when the model ran as sub-batches (batch_note).
 std::string format_setup_line(const JobReport& r);
+// Text runs: the "tokens:" line (real and computed tokens, tokens/s) and, cut by length, the
+// "buckets:" line (length x cap: pieces, rows, every rank summed); "" for other runs.
+std::string format_tokens_line(const JobReport& r);
 // `sluice run --resume --output DIR`, the command that finishes the run of `r`.
 std::string resume_command(const JobReport& r);
 void write_report_json(const JobReport& r, const std::string& path);
