@@ -16,8 +16,9 @@
 // axes that are not neighbours in memory ([S, B x H, D] of [S, B, 3E]): it is kept as factors, each
 // with its stride, until a view takes them apart again.
 // Biases that do not repeat per head (Swin's shift mask, [nW x H] matrices) are views like any
-// other: matrix n * H + h still adds bias matrix (n * H + h) mod P.  cuDNN takes the strided form
-// only with a [1, H, S, S_kv] bias; the engine's own window kernel and the GEMMs take any period.
+// other: matrix n * H + h still adds bias matrix (n * H + h) mod P.  A bias per sample over the heads
+// (bias_group H) stays one: matrix n * H + h adds bias matrix n.  cuDNN takes the strided form only
+// with a [1, H, S, S_kv] or [N, 1, S, S_kv] bias; the own window kernel and the GEMMs take any period.
 // SLUICE_ATTENTION_LAYOUT=0 turns the pass off; SLUICE_ATTENTION_LAYOUT_WINDOWS=0 keeps the blocks
 // with a bias per window packed, as before.
 //
@@ -374,8 +375,16 @@ bool LayoutPass::rewrite(Node& a) {
     const Tensor* c = g_.constant(a.inputs[3]);
     const Shape* bs = c ? &c->shape : shape(a.inputs[3]);
     const int64_t mats = (*qs)[0] * h, numel = bs ? shape_numel(*bs) : 0;
-    if (!bs || numel == 0 || numel % (s * skv) != 0 || mats % (numel / (s * skv)) != 0) return false;
-    if (numel != h * s * skv && !windows_) return false;
+    // Or per sample over the heads (bias_group H: a text encoder's padding mask [N, 1, S, S_kv], or
+    // [N, 1, 1, S_kv] with bias_rows 1).
+    const int64_t group = a.get_int("bias_group", 1), rows = a.get_int("bias_rows", s) == 1 ? 1 : s;
+    if (!bs || numel == 0) return false;
+    if (group > 1 || rows == 1) {
+      if (group != h || numel != (*qs)[0] * rows * skv) return false;
+    } else {
+      if (numel % (s * skv) != 0 || mats % (numel / (s * skv)) != 0) return false;
+      if (numel != h * s * skv && !windows_) return false;
+    }
   }
 
   // Each operand: the farthest tensor on its chain of views that gives a view the engines read.

@@ -117,6 +117,36 @@ int64_t flat_period(const Shape& t, const Shape& view) {
   return p;
 }
 
+// For a data-dependent bias of shape `t` added to scores of shape `view` ([L..., S, S_kv]) that holds
+// its last axis whole, its second last whole or of size 1 (*rows: S or 1), and, on the leading axes, one run of the scores' axes followed by
+// broadcast ones (leading axes of size 1 anywhere): the product of the broadcast axes after the run,
+// G, so that score matrix m (L flattened) adds bias matrix (m / G) mod P, P the run's product.  A
+// padding mask [B, 1, S, S_kv] or [B, 1, 1, S_kv] over [B, H, S, S_kv] gives H.  0 when the bias is
+// not of that form.
+int64_t bias_group(const Shape& t, const Shape& view, int64_t* rows) {
+  const std::size_t r = view.size();
+  if (r < 3 || t.size() > r || t.size() < 2) return 0;
+  Shape b(r - t.size(), 1);
+  b.insert(b.end(), t.begin(), t.end());
+  if ((b[r - 2] != view[r - 2] && b[r - 2] != 1) || b[r - 1] != view[r - 1]) return 0;
+  *rows = b[r - 2];   // 1: one row of keys' bias for every query ([B, 1, 1, S_kv])
+  int phase = 0;   // 0: before the run, 1: in it, 2: after it
+  int64_t group = 1;
+  for (std::size_t i = 0; i + 2 < r; ++i) {
+    if (view[i] == 1) continue;
+    const bool full = b[i] == view[i];
+    if (!full && b[i] != 1) return 0;
+    if (full) {
+      if (phase == 2) return 0;
+      phase = 1;
+    } else if (phase == 1) {
+      phase = 2;
+    }
+    if (phase == 2) group *= view[i];
+  }
+  return group;
+}
+
 // What combine_bias returns for terms that sum to zeros everywhere.
 const char* const kNoBias = "\n(no bias)";
 
@@ -331,6 +361,7 @@ bool AttentionMatcher::fuse_at(std::size_t index) {
   int64_t bh = 1;
   for (int64_t d : lead) bh *= d;
   std::string bias;
+  int64_t group = 1, bias_rows = s;
   if (!terms.empty()) {
     bool all_const = true;
     for (const auto& t : terms) all_const = all_const && g_.is_constant(t.name);
@@ -344,12 +375,17 @@ bool AttentionMatcher::fuse_at(std::size_t index) {
       const Shape* bs = shape(terms[0].name);
       if (!bs) return false;
       const int64_t period = flat_period(*bs, *xs);
-      if (period < s * skv || period % (s * skv) != 0) return false;
-      // The op reads such a bias by flat matrix index modulo its own size: it must hold every element
-      // of its period, with no axis broadcast inside it (a text encoder's padding mask [B, 1, S, S_kv]
-      // broadcast over the heads is not; it stays unfused until the op can read a bias per sample).
-      if (shape_numel(*bs) != period) return false;
-      bias = terms[0].name;
+      if (period >= s * skv && period % (s * skv) == 0 && shape_numel(*bs) == period) {
+        // Read by flat matrix index modulo its own size: it holds every element of its period.
+        bias = terms[0].name;
+      } else {
+        // A bias per sample broadcast over the axes after the batch (a text encoder's padding mask
+        // [B, 1, S, S_kv] over the heads, or [B, 1, 1, S_kv] over the queries too): matrix m reads
+        // bias matrix (m / group) mod P.
+        group = bias_group(*bs, *xs, &bias_rows);
+        if (group < 1 || (group == 1 && bias_rows == s)) return false;
+        bias = terms[0].name;
+      }
     }
   }
 
@@ -363,6 +399,8 @@ bool AttentionMatcher::fuse_at(std::size_t index) {
   a.attrs["scale"] = Attribute::of_float(static_cast<float>(coeff));
   a.attrs["layout"] = Attribute::of_string(layout);
   if (zero_rows) a.attrs["zero_masked_rows"] = Attribute::of_int(1);
+  if (group > 1) a.attrs["bias_group"] = Attribute::of_int(group);
+  if (bias_rows == 1 && s != 1) a.attrs["bias_rows"] = Attribute::of_int(1);
   if (rewire) {
     Shape ks = *kts;
     std::swap(ks[ks.size() - 1], ks[ks.size() - 2]);

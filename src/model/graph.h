@@ -18,7 +18,11 @@
 //               y = softmax(scale * q k^T + bias) v over the last axis, y [L..., S, Dv].  bias holds
 //               P * S * S_kv values ([P, S, S_kv]) with P dividing the product of L: the scores'
 //               matrix number i (L flattened) adds bias matrix i mod P (a [1, H, S, S] bias broadcast
-//               over the batch, or Swin's [nW, H, N, N] windows of every image)
+//               over the batch, or Swin's [nW, H, N, N] windows of every image); with attribute
+//               bias_group G (int, default 1) matrix i adds bias matrix (i / G) mod P instead (a
+//               text encoder's padding mask [B, 1, S, S_kv] read per sample over its H heads: G = H);
+//               with bias_rows 1 the bias matrices are [1, S_kv], one row for every query
+//               ([B, 1, 1, S_kv]: the older exports' (1 - mask) * finfo.min)
 //   Detections  a detector's outputs to boxes, scores and classes per sample (model/detections.h)
 #include <cstdint>
 #include <map>

@@ -415,8 +415,9 @@ bool infer_strided_attention(Ctx& c) {
       c.fail(str(names[i], "'s view does not lie in its sample's ", sample, " elements"));
   }
   if (const ValueInfo* b = c.input(3)) {
-    const int64_t nb = shape_numel(b->shape), per = sz[0] * sz[1];
-    if (nb % per != 0 || nb == 0 || (n * h) % (nb / per) != 0)
+    const int64_t group = c.n.get_int("bias_group", 1);
+    const int64_t nb = shape_numel(b->shape), per = (c.n.get_int("bias_rows", sz[0]) == 1 ? 1 : sz[0]) * sz[1];
+    if (nb % per != 0 || nb == 0 || group < 1 || (n * h) % group != 0 || (n * h / group) % (nb / per) != 0)
       c.fail(str("bias ", shape_str(b->shape), " does not repeat along the ", n * h, " score matrices of ", sz[0], "x", sz[1]));
   }
   c.set(0, c.input(0)->dtype, y);
@@ -442,8 +443,10 @@ bool infer_attention(Ctx& c) {
   if (const ValueInfo* b = c.input(3)) {
     int64_t lead = 1;
     for (std::size_t i = 0; i + 2 < r; ++i) lead *= q[i];
-    const int64_t n = shape_numel(b->shape);
-    if (s * skv == 0 || n % (s * skv) != 0 || n == 0 || lead % (n / (s * skv)) != 0)
+    // Matrix i adds bias matrix (i / bias_group) mod P; bias_rows 1: the matrices are [1, S_kv].
+    const int64_t n = shape_numel(b->shape), group = c.n.get_int("bias_group", 1);
+    const int64_t per = (c.n.get_int("bias_rows", s) == 1 ? 1 : s) * skv;
+    if (per == 0 || n % per != 0 || n == 0 || group < 1 || lead % group != 0 || (lead / group) % (n / per) != 0)
       c.fail(str("bias ", shape_str(b->shape), " does not repeat along the ", lead, " score matrices of ", s, "x", skv));
   }
   Shape y = v;

@@ -82,6 +82,45 @@ INSTANTIATE_TEST_SUITE_P(Precisions, Attention,
                          ::testing::Values(Precision::FP32, Precision::TF32, Precision::BF16, Precision::FP16),
                          [](const ::testing::TestParamInfo<Precision>& i) { return std::string(precision_name(i.param)); });
 
+// A text encoder's padding mask: a bias computed from the input per sample, [N, 1, S, S], read by
+// the N x H score matrices with bias_group H (matrix n * H + h adds bias n), in the compute type on
+// the GPU (as a graph computes it), with the last keys of every other sample masked by -1e4.
+Graph per_sample_bias_graph(int64_t n, int64_t h, int64_t s, int64_t d, uint32_t seed) {
+  const Shape xs = {n, h, s, d};
+  GraphBuilder b(xs);
+  b.random_f("wk", {d, d}, seed + 1, -0.5f, 0.5f).random_f("wv", {d, d}, seed + 2, -0.5f, 0.5f);
+  b.random_f("wb", {d, s}, seed + 3, -0.5f, 0.5f);
+  std::vector<float> mask(static_cast<std::size_t>(n * s * s), 0.f);
+  for (int64_t i = 1; i < n; i += 2)
+    for (int64_t r = 0; r < s; ++r)
+      for (int64_t j = s - s / 3; j < s; ++j) mask[static_cast<std::size_t>((i * s + r) * s + j)] = -1e4f;
+  b.constant_f("mask", {n, 1, s, s}, mask);
+  b.constant_i("st", {1}, {0}).constant_i("en", {1}, {1}).constant_i("ax", {1}, {1});
+  b.node("MatMul", {"x", "wk"}, {f32("k", xs)});
+  b.node("MatMul", {"x", "wv"}, {f32("v", xs)});
+  b.node("Slice", {"x", "st", "en", "ax"}, {f32("x0", {n, 1, s, d})});
+  b.node("MatMul", {"x0", "wb"}, {f32("b0", {n, 1, s, s})});
+  b.node("Add", {"b0", "mask"}, {f32("bias", {n, 1, s, s})});
+  Node& a = b.node("Attention", {"x", "k", "v", "bias"}, {f32("y", xs)}, "sluice");
+  set_float(a, "scale", 1.f / std::sqrt(static_cast<float>(d)));
+  set_string(a, "layout", "bhsd");
+  set_int(a, "bias_group", h);
+  b.output("y");
+  return b.g;
+}
+
+TEST_P(Attention, ABiasPerSampleOverTheHeadsMatchesTheCpuEngineOnEveryPath) {
+  const Precision p = GetParam();
+  uint32_t seed = 40;
+  for (const char* path : {"gemm", "cudnn", "window", "auto"}) {
+    ScopedEnv env("SLUICE_CUDA_ATTENTION", path);
+    for (int64_t s : {40, 128, 200}) {
+      SCOPED_TRACE(str(path, " s ", s));
+      expect_matches_cpu(per_sample_bias_graph(3, 4, s, 64, seed += 7), p);
+    }
+  }
+}
+
 TEST(AttentionMasks, AFullyMaskedRowGivesZerosWhenTheNodeSaysSo) {
   Case c{{1, 2}, 8, 16, 1, false};
   Graph g = attention_graph(c, 3);

@@ -186,6 +186,67 @@ TEST(FuseAttention, ADivisionAfterTheProductAndABiasComputedFromTheDataFuse) {
   expect_same_outputs(b.g, 1);
 }
 
+// A text encoder's padding mask: a bias per sample, [B, 1, S, S_kv], added to [B, H, S, S_kv]
+// scores, broadcast over the heads.  It fuses with bias_group H (matrix b * H + h reads bias b); the
+// op once read such a bias by flat index modulo its size, mixing the samples' masks.
+GraphBuilder per_sample_bias(const Shape& ends_at) {
+  GraphBuilder b = projections();
+  b.floats("c", {}, {std::sqrt(8.f)}).floats("wb", {8, 6}, ramp(48, 4));
+  b.ints("st", {0, 0}).ints("en", ends_at).ints("ax", {1, 2});
+  b.node("MatMul", {"q", "kt"}, {"s"});
+  b.node("Div", {"s", "c"}, {"s2"});
+  b.node("Slice", {"x", "st", "en", "ax"}, {"x1"});   // [B, 1, rows, 8]: one head's worth per sample
+  b.node("MatMul", {"x1", "wb"}, {"bias"});           // [B, 1, rows, 6], from the input
+  b.node("Add", {"s2", "bias"}, {"s3"});
+  b.node("Softmax", {"s3"}, {"p"}).attrs["axis"] = Attribute::of_int(-1);
+  b.node("MatMul", {"p", "v"}, {"y"});
+  return b;
+}
+
+// The fused node's bias attributes for the graph of per_sample_bias (batch 3).
+void expect_bias_attrs(const Graph& model, int64_t group, int64_t rows) {
+  PrepareOptions o;
+  o.batch_size = 3;
+  o.sample_shape = {2, 6, 8};
+  const Graph g = prepare_graph(model, o);
+  int seen = 0;
+  for (const Node& n : g.nodes)
+    if (n.op == "Attention") {
+      ++seen;
+      EXPECT_EQ(n.get_int("bias_group", 1), group);
+      EXPECT_EQ(n.get_int("bias_rows", 6), rows);
+      EXPECT_GE(n.inputs.size(), 4u);
+    }
+  EXPECT_EQ(seen, 1);
+}
+
+TEST(FuseAttention, ABiasPerSampleBroadcastOverTheHeadsFusesWithItsGroup) {
+  GraphBuilder b = per_sample_bias({1, 6});
+  expect_same_outputs(b.g, 1);
+  expect_bias_attrs(b.g, 2, 6);
+}
+
+TEST(FuseAttention, ABiasPerSampleBroadcastOverTheQueryRowsTooFusesWithOneRow) {
+  // [B, 1, 1, S_kv]: the older exports' (1 - mask) * finfo.min, one row of key biases per sample.
+  GraphBuilder b = per_sample_bias({1, 1});
+  expect_same_outputs(b.g, 1);
+  expect_bias_attrs(b.g, 2, 1);
+}
+
+TEST(FuseAttention, ABiasThatMixesBroadcastAndPerSampleAxesStaysUnfused) {
+  // [B, 1, S, 1]: broadcast over the keys, which the op does not read that way.
+  GraphBuilder b = projections();
+  b.floats("wb", {8, 1}, ramp(8, 4));
+  b.ints("st", {0}).ints("en", {1}).ints("ax", {1});
+  b.node("MatMul", {"q", "kt"}, {"s"});
+  b.node("Slice", {"x", "st", "en", "ax"}, {"x1"});
+  b.node("MatMul", {"x1", "wb"}, {"bias"});   // [B, 1, 6, 1]
+  b.node("Add", {"s", "bias"}, {"s3"});
+  b.node("Softmax", {"s3"}, {"p"}).attrs["axis"] = Attribute::of_int(-1);
+  b.node("MatMul", {"p", "v"}, {"y"});
+  expect_same_outputs(b.g, 0);
+}
+
 TEST(FuseAttention, ScalesOnQAndKAndAScaleAfterAConstantBiasFuse) {
   GraphBuilder b = projections();
   b.floats("cq", {}, {0.7f}).floats("ck", {}, {0.3f}).floats("half", {}, {0.5f}).floats("rel", {2, 6, 6}, ramp(72, 5));

@@ -60,9 +60,12 @@ class AttentionKernel final : public Kernel {
     bh_ = n_ * heads_;
     if (init.has_input(3)) {
       const int64_t n = shape_numel(init.input(3).shape);
-      if (s_ * skv_ == 0 || n % (s_ * skv_) != 0 || n == 0 || bh_ % (n / (s_ * skv_)) != 0)
+      group_ = init.node.get_int("bias_group", 1);
+      bias_rows_ = init.node.get_int("bias_rows", s_) == 1 ? 1 : s_;
+      if (bias_rows_ * skv_ == 0 || n % (bias_rows_ * skv_) != 0 || n == 0 || group_ < 1 || bh_ % group_ != 0 ||
+          (bh_ / group_) % (n / (bias_rows_ * skv_)) != 0)
         init.fail("bias ", shape_str(init.input(3).shape), " does not repeat along the score matrices");
-      period_ = n / (s_ * skv_);
+      period_ = n / (bias_rows_ * skv_);
     }
     scale_ = init.node.get_float("scale", 1.f);
     zero_rows_ = init.node.get_int("zero_masked_rows", 0) != 0;
@@ -92,7 +95,7 @@ class AttentionKernel final : public Kernel {
       for (int64_t i = 0; i < rows; ++i) {
         float* row = p + i * skv_;
         if (B) {
-          const float* b = B + ((m % period_) * s_ + r0 + i) * skv_;
+          const float* b = B + (((m / group_) % period_) * bias_rows_ + (bias_rows_ == 1 ? 0 : r0 + i)) * skv_;
           for (int64_t j = 0; j < skv_; ++j) row[j] += b[j];
         }
         float mx = -std::numeric_limits<float>::infinity();
@@ -127,6 +130,8 @@ class AttentionKernel final : public Kernel {
   };
   bool kt_ = false, zero_rows_ = false;
   int64_t s_ = 0, d_ = 0, skv_ = 0, dv_ = 0, bh_ = 0, period_ = 0, blocks_ = 0, n_ = 0, heads_ = 1;
+  int64_t group_ = 1;   // score matrix m adds bias matrix (m / group_) mod period_
+  int64_t bias_rows_ = 0;   // rows of a bias matrix: S, or 1 for every query
   Operand op_[4];
   float scale_ = 1.f;
 };

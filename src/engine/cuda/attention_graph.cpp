@@ -81,7 +81,9 @@ std::unique_ptr<AttentionGraph> AttentionGraph::create(cudnnHandle_t h, const At
     auto v = input_tensor("v", kV, 2, {s.b, s.h, s.s_kv, s.dv});
     auto attrs = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(false).set_attn_scale(s.scale);
     if (s.bias)
-      attrs.set_bias(tensor(*g, "bias", kBias, {1, s.h, s.s, s.s_kv}, {s.h * s.s * s.s_kv, s.s * s.s_kv, s.s_kv, 1}));
+      attrs.set_bias(s.bias_per_sample
+                         ? tensor(*g, "bias", kBias, {s.b, 1, s.s, s.s_kv}, {s.s * s.s_kv, s.s * s.s_kv, s.s_kv, 1})
+                         : tensor(*g, "bias", kBias, {1, s.h, s.s, s.s_kv}, {s.h * s.s * s.s_kv, s.s * s.s_kv, s.s_kv, 1}));
     auto [o, stats] = g->sdpa(q, k, v, attrs);
     (void)stats;
     o->set_output(true).set_uid(kO).set_dim({s.b, s.h, s.s, s.dv}).set_stride(strides_of(3, {s.b, s.h, s.s, s.dv}));

@@ -14,7 +14,8 @@
 namespace sluice::cuda {
 
 // The tensors are [b, h, rows, cols]: q [b, h, s, d], k [b, h, s_kv, d], v [b, h, s_kv, dv],
-// o [b, h, s, dv], bias [1, h, s, s_kv] (broadcast over b, packed).  q, k, v and o are packed unless
+// o [b, h, s, dv], bias [1, h, s, s_kv] (broadcast over b, packed), or [b, 1, s, s_kv] (broadcast over
+// h: bias_per_sample, a text encoder's padding mask).  q, k, v and o are packed unless
 // `strides` gives them (b, h, row) strides in elements, columns contiguous (the views of layout
 // "strided"; the pointers passed to run() then point at each view's first element).
 struct AttentionGraphSpec {
@@ -22,6 +23,7 @@ struct AttentionGraphSpec {
   int64_t b = 1, h = 1, s = 0, s_kv = 0, d = 0, dv = 0;
   float scale = 1.f;
   bool bias = false;
+  bool bias_per_sample = false;
   bool strided = false;
   int64_t strides[4][3] = {};   // q, k, v, o: b, h, row
 };

@@ -230,25 +230,29 @@ void reduce(DType t, RedOp op, const void* x, void* y, int64_t outer, int64_t r,
 void softmax(DType t, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, bool log, cudaStream_t s);
 
 // sluice.Attention's softmax on the GEMM path (kernels_attention.cu): rows of `skv` scores of type t
-// (rows = matrices * s), plus row i of bias matrix (m mod period) of [period, s, skv] in bias_type
+// (rows = matrices * s), plus row i (row 0 when bias_rows is 1) of bias matrix ((m / group) mod period)
+// of [period, bias_rows, skv] in bias_type
 // when bias is not null, softmax with fp32 statistics, written as t (probs may be scores: each row
 // is read before it is written).  A row that is all -inf gives zeros with zero_rows, else NaN (as
 // Softmax does).
 void attention_softmax(DType t, DType bias_type, const void* scores, const void* bias, void* probs, int64_t rows,
-                       int64_t s, int64_t skv, int64_t period, bool zero_rows, cudaStream_t st);
+                       int64_t s, int64_t skv, int64_t period, int64_t group, int64_t bias_rows, bool zero_rows,
+                       cudaStream_t st);
 
 // sluice.Attention in one kernel for short sequences (kernels_attention.cu, "Attn window"):
 // softmax(scale * q k^T + bias) v per score matrix m = n * heads + h, q k^T and p v on tensor cores
 // with fp32 accumulation, the softmax in fp32, p rounded to t.  Operand i (q, k, v, y) of matrix m
 // starts at ptr + n * sample[i] + h * head[i] (ptr at the view's first element) with rows row[i]
 // apart, columns contiguous; kt: k given as [d, skv] (its columns row[1] apart).  bias: [period, s,
-// skv] (matrix m adds m mod period) in F32, or null.  A row whose keys are all -inf gives
+// skv] (matrix m adds (m / group) mod period) in F32 or t, or null.  A row whose keys are all -inf gives
 // zeros with zero_rows, else NaN.  fp16/bf16, s and skv up to kWindowMaxTokens, d and dv up to 128.
 constexpr int64_t kWindowMaxTokens = 128;
 struct WindowAttentionArgs {
   const void *q = nullptr, *k = nullptr, *v = nullptr, *bias = nullptr;
   void* y = nullptr;
   int64_t mats = 0, heads = 1, s = 0, skv = 0, d = 0, dv = 0, period = 0;
+  int64_t group = 1;       // matrix m adds bias matrix (m / group) mod period
+  int64_t bias_rows = 0;   // rows of a bias matrix: s (0 says s too), or 1 for every query row
   int64_t sample[4] = {}, head[4] = {}, row[4] = {};
   bool kt = false, zero_rows = false;
   bool vec[4] = {};   // set by window_attention

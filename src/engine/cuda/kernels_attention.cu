@@ -1,6 +1,6 @@
 // The softmax step of sluice.Attention on the batched-GEMM path: scores (already scaled by the
-// product's alpha, stored in the compute type) plus a bias that repeats every `period` score
-// matrices, softmax over each row with fp32 statistics, probabilities written over the scores in
+// product's alpha, stored in the compute type) plus a bias matrix per `group` score matrices that
+// repeats every `period` of those, softmax over each row with fp32 statistics, probabilities written over the scores in
 // the type the second product reads.
 #include <algorithm>
 #include <cfloat>
@@ -17,14 +17,15 @@ constexpr int kPerLane = 8;   // rows up to 256 keys stay in registers
 // read three times (max, sum, write), from L1/L2 after the first.
 template <typename T, typename B>
 __global__ void attention_softmax_kernel(const T* x, const B* __restrict__ bias, T* y,
-                                         int64_t rows, int64_t s, int64_t skv, int64_t period, bool zero_rows) {
+                                         int64_t rows, int64_t s, int64_t skv, int64_t period, int64_t group,
+                                         bool one_row, bool zero_rows) {
   const int lane = threadIdx.x & 31;
   SLUICE_WARP_ROWS(row, rows) {
     const T* xr = x + row * skv;
     const B* br = nullptr;
     if (bias) {
       const int64_t m = row / s, i = row - m * s;
-      br = bias + ((m % period) * s + i) * skv;
+      br = bias + (one_row ? ((m / group) % period) : (((m / group) % period) * s + i)) * skv;
     }
     T* yr = y + row * skv;
     auto score = [&](int64_t j) { return to_f(xr[j]) + (br ? to_f(br[j]) : 0.f); };
@@ -73,7 +74,8 @@ __global__ void attention_softmax_kernel(const T* x, const B* __restrict__ bias,
 }  // namespace
 
 void attention_softmax(DType t, DType bias_type, const void* scores, const void* bias, void* probs, int64_t rows,
-                       int64_t s, int64_t skv, int64_t period, bool zero_rows, cudaStream_t st) {
+                       int64_t s, int64_t skv, int64_t period, int64_t group, int64_t bias_rows, bool zero_rows,
+                       cudaStream_t st) {
   if (rows <= 0 || skv <= 0) return;
   dispatch_float(t, [&](auto tag) {
     using T = decltype(tag);
@@ -81,7 +83,7 @@ void attention_softmax(DType t, DType bias_type, const void* scores, const void*
       using Bt = decltype(btag);
       attention_softmax_kernel<T, Bt><<<warp_grid(rows), kThreads, 0, st>>>(
           static_cast<const T*>(scores), static_cast<const Bt*>(bias), static_cast<T*>(probs), rows, s, skv,
-          period > 0 ? period : 1, zero_rows);
+          period > 0 ? period : 1, group > 0 ? group : 1, bias_rows == 1 && s != 1, zero_rows);
     };
     if (!bias) launch(float{});
     else dispatch_float(bias_type, launch);
@@ -94,7 +96,7 @@ void attention_softmax(DType t, DType bias_type, const void* scores, const void*
 // ---- sluice.Attention in one kernel for short sequences (window attention) -------------------
 // One block per score matrix m = n * heads + h: q, k, v (up to SP rows of up to DP columns) are
 // copied to shared memory (zero padded), the scores q k^T computed on tensor cores (WMMA 16x16x16,
-// fp32 accumulators) into shared memory, each row scaled, given its bias row (matrix m mod period)
+// fp32 accumulators) into shared memory, each row scaled, given its bias row (matrix (m / group) mod period)
 // and softmaxed in fp32 by one warp, the probabilities rounded to T over the scores, and p v
 // accumulated in fp32 and written as T.  Warp w owns query rows 16w..16w+15 from the scores on, so
 // only the loads need the whole block.
@@ -161,13 +163,14 @@ __global__ void __launch_bounds__(SP * 2) window_attention_kernel(WindowAttentio
   float bb[kIter][8];
   {
     const B* bias = static_cast<const B*>(a.bias);
-    const int64_t bm = a.period > 0 ? (m % a.period) : 0;
+    const int64_t bm = a.period > 0 ? ((m / a.group) % a.period) : 0;
 #pragma unroll
     for (int it = 0; it < kIter; ++it)
 #pragma unroll
       for (int t = 0; t < 8; ++t) {
         const int r = r0 + it * kRows + g, j = sub + kLpr * t;
-        bb[it][t] = bias && r < s && j < skv ? to_f(__ldg(bias + (bm * s + r) * static_cast<int64_t>(skv) + j)) : 0.f;
+        const int64_t br = a.bias_rows == 1 ? bm : bm * s + r;
+        bb[it][t] = bias && r < s && j < skv ? to_f(__ldg(bias + br * static_cast<int64_t>(skv) + j)) : 0.f;
       }
   }
   win_load<T, SP, DP>(sq, q, a.row[0], 1, s, d, a.vec[0]);
@@ -313,6 +316,7 @@ void window_attention(DType t, DType bias_type, const WindowAttentionArgs& args,
     SLUICE_THROW("window attention: ", dtype_name(t), " s ", args.s, " s_kv ", args.skv, " d ", args.d, " dv ", args.dv,
                  " is not a shape the kernel takes");
   WindowAttentionArgs a = args;
+  if (a.group < 1) a.group = 1;
   // 16-byte vectors where an operand's rows allow them.
   auto vec_ok = [&](const void* p, int i, int64_t cols) {
     const int64_t e = 16 / static_cast<int64_t>(dtype_size(t));
@@ -325,10 +329,15 @@ void window_attention(DType t, DType bias_type, const WindowAttentionArgs& args,
   const int64_t smax = std::max(a.s, a.skv);
   auto go = [&](auto ttag) {
     using T = decltype(ttag);
-    if (a.bias && bias_type != DType::F32)
-      SLUICE_THROW("window attention: a ", dtype_name(bias_type), " bias (the kernel reads fp32 biases)");
-    if (smax <= 64) launch_window_dp<T, float, 64>(a, st);
-    else launch_window_dp<T, float, 128>(a, st);
+    if (a.bias && bias_type != DType::F32 && bias_type != t)
+      SLUICE_THROW("window attention: a ", dtype_name(bias_type), " bias (the kernel reads fp32 biases or its own type's)");
+    if (a.bias && bias_type == t) {   // a bias computed in the compute type (a text encoder's mask)
+      if (smax <= 64) launch_window_dp<T, T, 64>(a, st);
+      else launch_window_dp<T, T, 128>(a, st);
+    } else {
+      if (smax <= 64) launch_window_dp<T, float, 64>(a, st);
+      else launch_window_dp<T, float, 128>(a, st);
+    }
   };
   if (t == DType::BF16) go(__nv_bfloat16{});
   else go(__half{});

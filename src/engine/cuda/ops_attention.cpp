@@ -65,6 +65,8 @@ struct Operand {
 
 struct Dims {
   int64_t mats = 0, s = 0, skv = 0, d = 0, dv = 0, period = 0;   // period 0: no bias
+  int64_t group = 1;                                             // matrix m adds bias (m / group) mod period
+  int64_t bias_rows = 0;                                         // s, or 1: one bias row for every query
   int64_t n = 0, heads = 1;                                      // mats = n * heads
   bool kt = false;                                               // k given as [mats, d, skv]
   bool strided = false;                                          // layout "strided"
@@ -103,7 +105,7 @@ class AttentionStep final : public Step {
     const Path want = forced_path();
     // The own kernel: bf16/fp16, short rows, an fp32 bias (constants are) or none.
     const bool win = window_enabled() && window_attention_fits(t_, d_.s, d_.skv, d_.d, d_.dv) &&
-                     (d_.period == 0 || bias_t_ == DType::F32) && d_.mats <= 0x7fffffff;
+                     (d_.period == 0 || bias_t_ == DType::F32 || bias_t_ == t_) && d_.mats <= 0x7fffffff;
     if (want == Path::Window && win) {
       window_ = true;
     } else if (want != Path::Window) {
@@ -128,8 +130,11 @@ class AttentionStep final : public Step {
   void choose(Context& ctx, const Bindings& b, Path want) {
     const int64_t offsets[4] = {d_.op[0].offset, d_.op[1].offset, d_.op[2].offset, d_.op[3].offset};
     if (want == Path::Gemm || !attention_graph_fits(spec_, offsets) || d_.kt || (d_.period > 0 && bias_half_ < 0)) return;
-    // Strided views reach cuDNN as [n, heads, rows, cols]: a bias must be one per head.
-    if (d_.strided && d_.period > 0 && d_.period != d_.heads) return;
+    // Strided views reach cuDNN as [n, heads, rows, cols]: a bias must be one per head, or one per
+    // sample over the heads; packed ones as [mats / group, group]: the bias one per sample then.
+    if (d_.strided && d_.period > 0 && d_.group == 1 && d_.period != d_.heads) return;
+    if (d_.group > 1 && (d_.period * d_.group != d_.mats || (d_.strided && d_.group != d_.heads))) return;
+    if (d_.period > 0 && d_.bias_rows == 1) return;   // cuDNN is given whole [S, S_kv] bias matrices
     std::string why;
     std::shared_ptr<AttentionGraph> g = AttentionGraph::create(ctx.cudnn, spec_, &why);
     if (!g) {
@@ -193,6 +198,8 @@ class AttentionStep final : public Step {
     a.d = d_.d;
     a.dv = d_.dv;
     a.period = d_.period;
+    a.group = d_.group;
+    a.bias_rows = d_.bias_rows;
     for (int i = 0; i < 4; ++i) {
       a.sample[i] = d_.op[i].sample;
       a.head[i] = d_.op[i].head;
@@ -231,7 +238,7 @@ class AttentionStep final : public Step {
                                               uniform ? mat : heads * mat, batch, ct, CUBLAS_GEMM_DEFAULT));
     }
     attention_softmax(t_, bias_t_, b.at(scores_), d_.period > 0 ? b.at(bias_) : nullptr, b.at(probs_),
-                      d_.mats * d_.s, d_.s, d_.skv, d_.period, d_.zero_rows, s);
+                      d_.mats * d_.s, d_.s, d_.skv, d_.period, d_.group, d_.bias_rows, d_.zero_rows, s);
     const char* probs = static_cast<const char*>(b.at(probs_));
     for (int h = 0; h < calls; ++h) {
       // y^T [dv, s] = v^T [dv, skv] * p^T [skv, s].
@@ -323,11 +330,15 @@ bool lower_attention(Builder& b, const Node& n) {
   if (b.has_input(n, 3)) {
     const Tensor* c = b.const_input(n, 3);
     const int64_t numel = c ? c->numel() : b.slot(b.input(n, 3)).numel();
-    if (d.s * d.skv == 0 || numel % (d.s * d.skv) != 0 || numel == 0 || d.mats % (numel / (d.s * d.skv)) != 0)
+    d.group = n.get_int("bias_group", 1);
+    d.bias_rows = n.get_int("bias_rows", d.s) == 1 ? 1 : d.s;
+    const int64_t mat = d.bias_rows * d.skv;
+    if (mat == 0 || numel % mat != 0 || numel == 0 || d.group < 1 || d.mats % d.group != 0 ||
+        (d.mats / d.group) % (numel / mat) != 0)
       b.fail(n, "the bias does not repeat along the ", d.mats, " score matrices");
-    d.period = numel / (d.s * d.skv);
+    d.period = numel / mat;
     if (c) {
-      const Tensor f32 = Tensor::from(DType::F32, {d.period, d.s, d.skv}, c->as_float());
+      const Tensor f32 = Tensor::from(DType::F32, {d.period, d.bias_rows, d.skv}, c->as_float());
       bias = b.constant(n.name + " bias", f32);
       if (t != DType::F32 && finite(f32)) bias_half = b.constant(n.name + " bias (" + dtype_name(t) + ")", b.to_compute(f32));
     } else {
@@ -345,6 +356,7 @@ bool lower_attention(Builder& b, const Node& n) {
   spec.dv = d.dv;
   spec.scale = d.scale;
   spec.bias = d.period > 0;
+  spec.bias_per_sample = d.period > 0 && d.group > 1;
   if (d.strided) {
     spec.h = d.heads;
     spec.b = d.n;
@@ -355,7 +367,7 @@ bool lower_attention(Builder& b, const Node& n) {
       spec.strides[i][2] = d.op[i].row;
     }
   } else {
-    spec.h = d.period > 0 ? d.period : (qs.size() == 4 ? qs[1] : 1);
+    spec.h = d.period > 0 ? (d.group > 1 ? d.group : d.period) : (qs.size() == 4 ? qs[1] : 1);
     spec.b = d.mats / std::max<int64_t>(1, spec.h);
   }
 
