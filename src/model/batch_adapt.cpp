@@ -44,6 +44,69 @@ bool flat_gather(const Graph& g, const Node& n, int64_t& length, Shape& shape, s
   return true;
 }
 
+// A GatherND that reads its data in place: data [d_0, ..., d_{r-1}] of a static shape, batch_dims 0,
+// constant indices [S_0, ..., S_{m-1}, k] whose tuple at every position p is p's own coordinates,
+// idx[p][j] = p_{a_j}, on output axes a_0 < a_1 < ... (axis a_j of length d_j), or 0 where d_j = 1.
+// That is torch's `mask[batch_idx, kv_idx]` with index grids from Range and Expand (transformers 5's
+// padding mask, written so by the dynamo exporter), folded to a constant once the shapes are fixed.
+// Then out[p] = data[p_{a_0}, ..., p_{a_{k-1}}, ...]: the data reshaped to `view` (d_j on axis a_j, 1 on
+// the other index axes, then the data's axes past k), broadcast to `out` (S_0, ..., S_{m-1}, then those
+// axes).  Every index tuple is checked, so any other GatherND (a permutation, a shifted or repeated
+// index, indices at run time) is left as it is.
+bool grid_gather_nd(const Graph& g, const Node& n, Shape& view, Shape& out) {
+  if (n.op != "GatherND" || !n.domain.empty() || n.inputs.size() != 2 || n.outputs.size() != 1) return false;
+  if (n.get_int("batch_dims", 0) != 0) return false;
+  const Shape* ds = static_shape(g, n.input(0));
+  const Tensor* it = g.constant(n.input(1));
+  if (!ds || !it || (it->dtype != DType::I64 && it->dtype != DType::I32) || it->shape.empty()) return false;
+  for (int64_t d : *ds)
+    if (d < 1) return false;
+  const Shape& is = it->shape;
+  const std::size_t m = is.size() - 1;
+  const int64_t k = is.back();
+  if (k < 1 || k > static_cast<int64_t>(ds->size())) return false;
+  for (std::size_t a = 0; a < m; ++a)
+    if (is[a] < 1) return false;
+  // For each indexed axis j with d_j > 1, the output axes whose coordinate its index could still be.
+  const std::size_t K = static_cast<std::size_t>(k);
+  std::vector<std::vector<std::size_t>> cands(K);
+  for (std::size_t j = 0; j < K; ++j)
+    for (std::size_t a = 0; (*ds)[j] > 1 && a < m; ++a)
+      if (is[a] == (*ds)[j]) cands[j].push_back(a);
+  const std::vector<int64_t> idx = it->as_int64();
+  std::vector<int64_t> coord(m, 0);
+  for (std::size_t p = 0; p * K < idx.size(); ++p) {
+    for (std::size_t j = 0; j < K; ++j) {
+      const int64_t d = (*ds)[j];
+      int64_t v = idx[p * K + j];
+      if (v < -d || v >= d) return false;  // out of range: left to the op and its error
+      if (v < 0) v += d;
+      if (d == 1) continue;  // v == 0
+      auto& c = cands[j];
+      c.erase(std::remove_if(c.begin(), c.end(), [&](std::size_t a) { return coord[a] != v; }), c.end());
+      if (c.empty()) return false;
+    }
+    for (std::size_t a = m; a-- > 0;) {  // the next position, row-major
+      if (++coord[a] < is[a]) break;
+      coord[a] = 0;
+    }
+  }
+  // Two axes of length d_j > 1 never share every coordinate, so at most one candidate is left.
+  view.assign(m, 1);
+  std::size_t next = 0;  // the a_j must increase with j: a reshape keeps the data's order
+  for (std::size_t j = 0; j < K; ++j) {
+    if ((*ds)[j] == 1) continue;
+    const std::size_t a = cands[j].front();
+    if (a < next) return false;
+    view[a] = (*ds)[j];
+    next = a + 1;
+  }
+  out.assign(is.begin(), is.end() - 1);
+  view.insert(view.end(), ds->begin() + k, ds->end());
+  out.insert(out.end(), ds->begin() + k, ds->end());
+  return true;
+}
+
 // One line per node: its op, name, and each input's and output's shape and batch axis
 // (axis/outer/inner), for SLUICE_LOG_LEVEL=debug.
 std::string trace_summary(const Graph& g, const BatchTrace& t) {
@@ -82,9 +145,36 @@ std::string trace_summary(const Graph& g, const BatchTrace& t) {
 // Either way the result has shape S (S then the trailing ones of the flat tensor [N, 1, ..., 1]: transformers
 // 5's attention masks, `mask[batch_idx, kv_idx]`, written by the TorchScript exporter as a Gather of
 // Flatten(mask, 2)).
+//
+// The dynamo exporter writes that mask as a GatherND whose indices are the output's own coordinates
+// (grid_gather_nd): respelled as Reshape(mask, view), then Expand to the output's shape where an index
+// axis is not one of the mask's.
 int respell_flat_gathers(Graph& g) {
   int done = 0;
   for (std::size_t k = 0; k < g.nodes.size(); ++k) {
+    Shape view, out;
+    if (grid_gather_nd(g, g.nodes[k], view, out)) {
+      const Node gather = g.nodes[k];
+      Node r;
+      r.op = "Reshape";
+      r.name = unique_tensor_name(g, gather.name + "_view");
+      r.attrs["allowzero"] = Attribute::of_int(0);
+      r.inputs = {gather.input(0), add_int64_constant(g, gather.name + "_shape", view)};
+      r.outputs = gather.outputs;
+      if (view != out) {
+        Node e;
+        e.op = "Expand";
+        e.name = unique_tensor_name(g, gather.name + "_broadcast");
+        r.outputs = {unique_tensor_name(g, gather.outputs[0] + "_view")};
+        e.inputs = {r.outputs[0], add_int64_constant(g, gather.name + "_out", out)};
+        e.outputs = gather.outputs;
+        g.nodes.insert(g.nodes.begin() + static_cast<long>(k) + 1, std::move(e));
+      }
+      g.nodes[k] = std::move(r);
+      if (view != out) ++k;
+      ++done;
+      continue;
+    }
     int64_t length = 0;
     Shape s;
     std::vector<int64_t> idx;

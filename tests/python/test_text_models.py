@@ -44,17 +44,11 @@ def run_encoder(name, exporter, out, *extra, np_=None):
     return p
 
 
-def test_dynamo_exports_are_refused_naming_the_mask_gather(tmp_path):
-    """The dynamo exporter writes transformers 5's padding mask, mask[batch_idx, kv_idx], as a GatherND over
-    the batch, which the batch-axis check cannot prove yet (the TorchScript exporter's Gather of the
-    flattened mask is respelled as a view): one clear exit 3, not a wrong result."""
-    d = os.path.join(ZOO, "bert_mean")
-    p = sluice("run", "--model", os.path.join(d, "model.dynamo.onnx"), "--input", os.path.join(d, "passages.jsonl"),
-               "--outputs", "embedding", "--output", tmp_path / "o", "--device", "cpu", np_=2, timeout=120)
-    assert p.returncode == 3 and "GatherND" in p.stderr and "keep the batch apart" in p.stderr, p.stderr
-
-
-@pytest.mark.parametrize("exporter", ["torchscript"])
+# The dynamo exporter (torch's default) writes transformers 5's padding mask, mask[batch_idx, kv_idx], as a
+# GatherND over index grids from Range/Expand; once the shapes are fixed they fold to the output's own
+# coordinates, which model/batch_adapt.cpp proves and respells as a view of the mask (the TorchScript
+# exporter's Gather of the flattened mask is respelled the same way).
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 @pytest.mark.parametrize("name", MODELS)
 def test_embeddings_match_sentence_transformers(name, exporter, tmp_path):
     p = run_encoder(name, exporter, tmp_path / "o")
@@ -73,6 +67,15 @@ def test_embeddings_match_sentence_transformers(name, exporter, tmp_path):
     assert cos.min() >= 0.99999, (cos.min(), int(cos.argmin()))
     err = np.abs(got - ref).max() / np.abs(ref).max()
     assert err < 1e-4, err
+    if exporter == "dynamo":
+        # Both exports prepare to the same computation (the mask a view of it, both attention blocks
+        # fused): the bytes were identical on the CPU engine when this was written; held here to 1e-6
+        # of the scale, below the float32 error against the reference, so that a reordered sum passes
+        # and any difference in what is computed does not.
+        run_encoder(name, "torchscript", tmp_path / "ts")
+        _, ts, _ = embeddings(tmp_path / "ts")
+        err = np.abs(got - ts).max() / np.abs(ts).max()
+        assert err < 1e-6, err
 
 
 def test_ranks_and_resume_are_bit_identical(tmp_path):
