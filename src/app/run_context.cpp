@@ -97,6 +97,13 @@ void RunContext::load_model() {
   graph_ = std::move(m.graph);
   buckets_ = std::move(m.buckets);
   setup_parts_.buckets_s = m.buckets_s;
+  if (!buckets_.empty()) {
+    std::size_t own = 0;
+    for (const BucketGraph& b : buckets_) own += b.graph.constant_bytes();
+    log_info("--max-tokens-per-batch: the model prepared for ", buckets_.size(), " length buckets in ", m.buckets_s,
+             " s; their own constants (shape values) ", own / 1e3, " kB, the weights (", graph_.constant_bytes() / 1e6,
+             " MB) held once and lent to each bucket's engine");
+  }
   model_sha256_ = m.sha256;
   t_model_load_ = m.load_s;
   setup_parts_.model_load_s = seconds_since(t0);
