@@ -9,6 +9,7 @@ TorchScript exporter, runs `sluice run --outputs embedding` on the hostile corpu
   torch's own bf16 encode error (max over passages of 1 - cosine), the issue's bar being 1.5.
 
     python3 data_tools/text_check.py OUTDIR --sluice ".devrt/run sluice" [--only NAME,...]
+    python3 data_tools/text_check.py OUTDIR --sluice ".devrt/run sluice" --zoo tests/data/text_zoo   (both exporters)
 
 One JSON line per model and engine.
 """
@@ -43,10 +44,12 @@ def main():
     ap.add_argument("--sluice", default="build/sluice")
     ap.add_argument("--only", default="")
     ap.add_argument("--skip-export", action="store_true")
+    ap.add_argument("--zoo", default="", help="check this zoo's models as they are (e.g. tests/data/text_zoo, the "
+                    "tiny CI encoders with both exporters' files) instead of exporting the full-size ones")
     a = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
-    zoo = os.path.join(a.out, "zoo")
-    if not a.skip_export:
+    zoo = a.zoo or os.path.join(a.out, "zoo")
+    if not a.skip_export and not a.zoo:
         t = time.time()
         cmd = [sys.executable, os.path.join(here, "export_text_zoo.py"), zoo, "--full", "--exporters", "torchscript"]
         if a.only:
@@ -65,21 +68,23 @@ def main():
         r64 = ref["st_cpu_fp64"]
         torch_bf16 = float((1 - cos(r64, ref["st_cuda_bf16"].astype(np.float64))).max()) if "st_cuda_bf16" in ref else None
         torch_fp32 = float((1 - cos(r64, ref["st_cuda_fp32"].astype(np.float64))).max()) if "st_cuda_fp32" in ref else None
-        for device, precision in (("cpu", "fp32"), ("cuda", "fp32"), ("cuda", "bf16")):
-            o = os.path.join(a.out, "runs", f"{name}.{device}.{precision}")
-            cmd = shlex.split(a.sluice) + ["run", "--model", os.path.join(d, "model.torchscript.onnx"), "--input",
+        exports = [e for e in ("torchscript", "dynamo") if os.path.exists(os.path.join(d, f"model.{e}.onnx"))]
+        for exporter, device, precision in [(e, dv, p) for e in exports
+                                            for dv, p in (("cpu", "fp32"), ("cuda", "fp32"), ("cuda", "bf16"))]:
+            o = os.path.join(a.out, "runs", f"{name}.{exporter}.{device}.{precision}")
+            cmd = shlex.split(a.sluice) + ["run", "--model", os.path.join(d, f"model.{exporter}.onnx"), "--input",
                                            os.path.join(d, "passages.jsonl"), "--key-field", "id", "--outputs", "embedding",
                                            "--output", o, "--overwrite", "--device", device, "--precision", precision,
                                            "--batch-size", 8, "--quiet"]
             t = time.time()
             p = subprocess.run([str(x) for x in cmd], capture_output=True, text=True)
             if p.returncode != 0:
-                emit(model=name, device=device, precision=precision, status="failed", stderr=p.stderr[-1500:])
+                emit(model=name, exporter=exporter, device=device, precision=precision, status="failed", stderr=p.stderr[-1500:])
                 continue
             e = embeddings(o)
             c = cos(r64, e)
             err = float(np.abs(e - r64).max() / np.abs(r64).max())
-            row = dict(model=name, device=device, precision=precision, status="ok", seconds=round(time.time() - t, 1),
+            row = dict(model=name, exporter=exporter, device=device, precision=precision, status="ok", seconds=round(time.time() - t, 1),
                        passages=int(len(c)), min_cosine=float(c.min()), max_one_minus_cos=float((1 - c).max()), max_rel_err=err)
             if precision == "bf16" and torch_bf16:
                 row["torch_bf16_one_minus_cos"] = torch_bf16
