@@ -101,8 +101,9 @@ void visit_job(JobConfig& j, V& v) {
   v("batch-size", j.batch_size, "Samples per batch", at_least(1));
   v("max-tokens-per-batch", j.max_tokens_per_batch,
     "Text inputs: sort each batch's passages by length and run them as pieces of at most T tokens, each padded only "
-    "to its length bucket (multiples of 16 up to 128, then of 32), rather than every passage to --max-length; the "
-    "batch stays --batch-size passages, stored in input order (0: off; docs/text.md, \"Batches by length\")",
+    "to its length bucket (multiples of 16 up to 128, of 32 up to 256, then of 64), rather than every passage to "
+    "--max-length; the batch stays --batch-size passages, stored in input order (0: off; docs/text.md, \"Batches by "
+    "length\")",
     at_least(0));
   v("output", j.output, "Output folder (rank files, outputs.h5, report.json)", none);
   v("sink", j.sink, "hdf5 (rank files) | null (outputs reach host memory and are dropped: a benchmark of the rest)",

@@ -265,8 +265,9 @@ TokenBuckets plan_token_buckets(int64_t length, int64_t batch, int64_t max_token
   if (max_tokens < 0) throw UsageError(str("--max-tokens-per-batch ", max_tokens, " is negative"));
   t.max_tokens = max_tokens;
   // Steps of 16 up to 128 tokens, where most web passages lie and a step is a large share of the
-  // length, then of 32 (docs/text.md, "Batches by length", has the measurement).
-  for (int64_t l = 16; l < length; l += l < 128 ? 16 : 32) t.lengths.push_back(l);
+  // length, of 32 up to 256, then of 64: on web-like lengths up to 512 the last step costs 0.2 % of
+  // the real tokens' share and saves 4 of 20 engines (docs/text.md, "Batches by length").
+  for (int64_t l = 16; l < length; l += l < 128 ? 16 : l < 256 ? 32 : 64) t.lengths.push_back(l);
   t.lengths.push_back(length);
   for (int64_t l : t.lengths) t.caps.push_back(std::min(batch, std::max<int64_t>(1, max_tokens / l)));
   return t;

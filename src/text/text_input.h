@@ -27,7 +27,8 @@
 namespace sluice {
 
 // The lengths a batch cut by length is padded to, and the most rows a piece of each may have:
-// lengths multiples of 16 up to 128, then of 32, the last one L itself; cap_b = min(B, max(1, T / L_b)).
+// lengths multiples of 16 up to 128, of 32 up to 256, then of 64, the last one L itself;
+// cap_b = min(B, max(1, T / L_b)).
 struct TokenBuckets {
   std::vector<int64_t> lengths, caps;   // ascending lengths
   int64_t max_tokens = 0;               // T

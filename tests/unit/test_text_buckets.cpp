@@ -63,22 +63,25 @@ int64_t cheapest_cut(const std::vector<int64_t>& sorted_lengths, const TokenBuck
 
 TEST(TextBuckets, Plan) {
   const TokenBuckets t = plan_token_buckets(512, 1024, 16384);
-  const std::vector<int64_t> lengths = {16,  32,  48,  64,  80,  96,  112, 128, 160, 192,
-                                        224, 256, 288, 320, 352, 384, 416, 448, 480, 512};
+  const std::vector<int64_t> lengths = {16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512};
   EXPECT_EQ(t.lengths, lengths);
   EXPECT_EQ(t.caps.front(), 1024);   // 16384 / 16 = 1024 = B
   EXPECT_EQ(t.caps[1], 512);
+  EXPECT_EQ(t.caps[12], 51);         // 16384 / 320
   EXPECT_EQ(t.caps.back(), 32);
   EXPECT_EQ(t.bucket_of(0), 0);
   EXPECT_EQ(t.bucket_of(16), 0);
   EXPECT_EQ(t.bucket_of(17), 1);
   EXPECT_EQ(t.bucket_of(129), 8);
-  EXPECT_EQ(t.bucket_of(512), 19);
+  EXPECT_EQ(t.bucket_of(257), 12);
+  EXPECT_EQ(t.bucket_of(512), 15);
   EXPECT_TRUE(plan_token_buckets(512, 8, 0).empty());
   // A budget below a bucket's length still runs its passages, one a piece.
   EXPECT_EQ(plan_token_buckets(64, 8, 20).caps, (std::vector<int64_t>{1, 1, 1, 1}));
   // A length that is no multiple of the step ends on itself.
   EXPECT_EQ(plan_token_buckets(100, 8, 400).lengths, (std::vector<int64_t>{16, 32, 48, 64, 80, 96, 100}));
+  EXPECT_EQ(plan_token_buckets(300, 8, 400).lengths.back(), 300);
+  EXPECT_EQ(plan_token_buckets(300, 8, 400).lengths.size(), 13u);  // ..., 224, 256, 300
   EXPECT_THROW(plan_token_buckets(64, 8, -1), UsageError);
 }
 
