@@ -15,9 +15,10 @@ and the share of computed tokens that are real).  Prints one line per run and a 
 Until the attention fusion takes this additive mask broadcast as [B, 1, 1, L] (issue 40 item 3) run
 it with SLUICE_FUSE_ATTENTION=0 (the environment reaches sluice).
 
-2026-12-04, the 2-core development VM, 1024 passages (mean 59 tokens), --batch-size 256, 2 threads:
-off 1,214 tokens/s (11.5 % of the computed tokens real), --max-tokens-per-batch 4096 12,561
-tokens/s (82.7 % real): 10.3x (the attention's cost grows with the square of the padded length).
+2026-12-04, the 2-core development VM (shared), 1024 passages (mean 59 tokens), --batch-size 256,
+2 threads, 16 buckets: off 1,238 tokens/s (11.5 % of the computed tokens real),
+--max-tokens-per-batch 4096 14,489 tokens/s (82.4 % real): 11.7x (the attention's cost grows with
+the square of the padded length).
 """
 import argparse
 import json
