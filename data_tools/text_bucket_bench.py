@@ -4,6 +4,12 @@ of web-like passage lengths (docs/text.md, "Batches by length"):
 
     python3 data_tools/text_bucket_bench.py --sluice build/sluice [--passages 2048] [--batch 256]
         [--tokens 4096] [--threads 2] [--out DIR]
+    python3 data_tools/text_bucket_bench.py --simulate [--batch 1024] [--tokens 16384]
+
+--simulate runs nothing: it cuts 16 windows of web-like token counts (a log-normal around 45, plus
+two special tokens, at most 512) as text/text_input.cpp does and as the first fit would, with the
+buckets by 16/32/64 and by 16/32, and prints the share of the computed tokens that are real
+(docs/text.md quotes it).
 
 The model is a random-weight BERT-style encoder written here with onnx.helper (hidden 128, 2 layers,
 4 heads, 512 positions; inputs input_ids, attention_mask, position_ids; the additive mask
@@ -122,6 +128,54 @@ def run(sluice, model, data, out, batch, threads, tokens):
             "setup_s": max(x["setup_s"] for x in r["ranks"]), "buckets": t.get("buckets", [])}
 
 
+def simulate(batch, tokens, windows=16, L=512, seed=0):
+    rng = np.random.default_rng(seed)
+    lens = np.clip(np.round(rng.lognormal(np.log(45), 0.75, batch * windows)).astype(int) + 2, 3, L)
+
+    def buckets(steps):
+        out, n = [], steps[0][1]
+        while n < L:
+            out.append(n)
+            n += next(s for upto, s in steps if n < upto)
+        return out + [L]
+
+    def cost(window, lengths, caps, first_fit):
+        ls = sorted(window)
+        bk = [next(i for i, x in enumerate(lengths) if x >= v) for v in ls]
+        n = len(ls)
+        if first_fit:  # take rows while they fit
+            total, i = 0, 0
+            while i < n:
+                j = i
+                while j + 1 < n and j + 2 - i <= caps[bk[j + 1]]:
+                    j += 1
+                total += (j - i + 1) * lengths[bk[j]]
+                i = j + 1
+            return total
+        best, frm = [0] + [None] * n, [0] * (n + 1)  # the cheapest cut, each piece + one row of L
+        for j in range(1, n + 1):
+            b = bk[j - 1]
+            i = min(range(max(0, j - caps[b]), j), key=lambda i: best[i] - i * lengths[b])
+            best[j], frm[j] = best[i] + (j - i) * lengths[b] + L, i
+        total, j = 0, n
+        while j > 0:
+            total += (j - frm[j]) * lengths[bk[j - 1]]
+            j = frm[j]
+        return total
+
+    real = int(lens.sum())
+    print(f"{len(lens)} passages, mean {lens.mean():.1f} tokens, --batch-size {batch}, --max-tokens-per-batch {tokens}:")
+    print(f"  every passage padded to {L}: {100 * real / (len(lens) * L):.1f} % of the computed tokens real")
+    for name, steps in (("16/32/64", [(128, 16), (256, 32), (L, 64)]), ("16/32", [(128, 16), (L, 32)]),
+                        ("32", [(L, 32)])):
+        lengths = buckets(steps)
+        caps = [min(batch, max(1, tokens // n)) for n in lengths]
+        for first_fit in (False, True):
+            computed = sum(cost(lens[k:k + batch], lengths, caps, first_fit) for k in range(0, len(lens), batch))
+            print(f"  buckets by {name:8} ({len(lengths):2}), {'first fit' if first_fit else 'cheapest cut'}: "
+                  f"{100 * real / computed:.1f} %")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sluice", default=os.path.join(ROOT, "build", "sluice"))
@@ -130,7 +184,11 @@ def main():
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="")
+    ap.add_argument("--simulate", action="store_true", help="cut web-like lengths on paper, run nothing")
     a = ap.parse_args()
+    if a.simulate:
+        simulate(a.batch, a.tokens)
+        return
     work = a.out or tempfile.mkdtemp(prefix="text-bucket-bench-")
     os.makedirs(work, exist_ok=True)
     data, model = os.path.join(work, "corpus.jsonl"), os.path.join(work, "encoder.onnx")
