@@ -144,3 +144,25 @@ def test_the_option_on_an_image_model_is_one_clear_error(tmp_path, np_):
     assert len(lines) == 1, p.stderr
     assert "terminate called" not in p.stderr and "Segmentation" not in p.stderr
     assert not (tmp_path / "o" / "outputs.h5").exists()
+
+
+def test_bad_records_keep_their_place(tmp_path):
+    """A record that is no JSON is a bad row fed as the empty passage: cut by length it still lands at
+    its own row, with its key and status, as the unbucketed run has it."""
+    d = os.path.join(ZOO, "bert_mean")
+    lines = open(os.path.join(d, "passages.jsonl")).read().splitlines()
+    lines.insert(13, '{"id": "broken", "text": ')
+    lines.insert(3, "not json at all")
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(lines) + "\n")
+    base = ["--model", os.path.join(d, "model.torchscript.onnx"), "--input", corpus, "--outputs", "embedding",
+            "--device", DEVICE, "--batch-size", 8, "--cpu-threads", 1]
+    p = sluice("run", *base, "--output", tmp_path / "plain")
+    assert p.returncode == 0, p.stderr
+    p = sluice("run", *base, "--output", tmp_path / "cut", "--max-tokens-per-batch", 128)
+    assert p.returncode == 0, p.stderr
+    k1, plain, s1 = embeddings(tmp_path / "plain")
+    k2, cut, s2 = embeddings(tmp_path / "cut")
+    assert k1 == k2 and list(s1) == list(s2)
+    assert s2[3] == 1 and s2[14] == 1 and (s2 == 1).sum() == 2, s2
+    assert cosines(plain, cut).min() >= 0.999999
