@@ -83,6 +83,10 @@ def main():
             f.write(json.dumps({"id": f"p{i:07d}", "text": s}) + "\n")
     tok = BertWordPieceTokenizer(lowercase=True)
     tok.train_from_iterator(corpus[:20000], vocab_size=30522)
+    # A trained BertWordPieceTokenizer saves no post-processor (no [CLS] ... [SEP]), which the anchor
+    # as given measured; a BERT tokenizer has one.
+    from tokenizers.processors import BertProcessing
+    tok.post_processor = BertProcessing(("[SEP]", tok.token_to_id("[SEP]")), ("[CLS]", tok.token_to_id("[CLS]")))
     tdir = os.path.join(a.work, "tok")
     os.makedirs(tdir, exist_ok=True)
     tok.save(os.path.join(tdir, "tokenizer.json"))
@@ -144,7 +148,7 @@ def main():
             def forward(self, input_ids, attention_mask, token_type_ids):
                 return self.m(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
 
-        b = ht(corpus[:2], padding=True, return_tensors="pt")
+        b = ht(corpus[:2], padding=True, return_tensors="pt", return_token_type_ids=True)
         names = ["input_ids", "attention_mask", "token_type_ids"]
         t = time.perf_counter()
         with torch.no_grad():
