@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <thread>
 
@@ -26,8 +27,10 @@
 #include "cluster/mpi_context.h"
 #include "cluster/stop_relay.h"
 #include "cluster/work.h"
+#include "app/ledgers.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/sha256.h"
 #include "core/thread.h"
 #include "core/timer.h"
 #include "pipeline/pipeline.h"
@@ -50,7 +53,14 @@ int run_job(JobConfig job, const std::vector<std::pair<std::string, std::string>
     job.resume = true;
   }
   // After the requeue check, so the echo and the rank files' job text say what this attempt does.
-  const std::string job_toml = job_to_toml(job);
+  std::string job_toml = job_to_toml(job);
+  // A text job names its tokenizer by path; the file's digest beside it (a TOML comment, so the saved
+  // job still parses) lets a resume refuse a tokenizer.json rewritten in place (app/ledgers.cpp).
+  if (!job.tokenizer.empty()) {
+    std::string file = job.tokenizer;
+    if (std::filesystem::is_directory(file)) file = (std::filesystem::path(file) / "tokenizer.json").string();
+    if (access(file.c_str(), R_OK) == 0) job_toml += str(kTokenizerDigestKey, " = \"", sha256_file(file), "\"\n");
+  }
   if (mpi.rank() == 0 && !job.quiet && !job.dry_run) {
     std::fprintf(stderr, "sluice %s (git %s): %d rank(s) on %d node(s); the job:\n%s", SLUICE_VERSION, SLUICE_GIT_COMMIT,
                  mpi.world_size(), mpi.node_count(), job_toml.c_str());

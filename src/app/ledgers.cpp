@@ -120,8 +120,8 @@ std::vector<std::string> keys_that_must_match(const JobConfig& job) {
                                    "precision"};
   if (job.input == "synthetic") keys.insert(keys.end(), {"sample-shape", "input-dtype", "seed"});
   keys.push_back("model-output");
-  // Text inputs: what the passages become (the tokenizer file's path, not its contents).
-  keys.insert(keys.end(), {"text-field", "tokenizer", "max-length", "prompt", "pooling"});
+  // Text inputs: what the passages become (the tokenizer by path and by its file's digest).
+  keys.insert(keys.end(), {"text-field", "tokenizer", kTokenizerDigestKey, "max-length", "prompt", "pooling"});
   // A passage's padding follows its batch's cut, which changes the last bits of its vector.
   keys.push_back("max-tokens-per-batch");
   const auto asks = [&](const char* o) { return std::find(job.outputs.begin(), job.outputs.end(), o) != job.outputs.end(); };
@@ -147,6 +147,11 @@ void check_same_job(const std::vector<RankFileInfo>& files, const JobConfig& job
     for (const std::string& k : keys_that_must_match(job)) {
       const auto b = before.find(k), n = now.find(k);
       if (b == before.end() || n == now.end() || b->second == n->second) continue;
+      if (k == kTokenizerDigestKey)
+        throw InputError(str("--resume: the tokenizer file changed since ", name, " was written (sha256 ",
+                             b->second.substr(0, 13), "...\", now ", n->second.substr(0, 13),
+                             "...\"); its committed rows were tokenized by the file as it was then"),
+                         "restore the tokenizer file, or start over with --overwrite");
       throw InputError(str("--resume: ", name, " was written with ", k, " = ", b->second, " but this job has ", k, " = ",
                            n->second, "; the folder would mix two computations"),
                        "resume with the earlier value, or start over with --overwrite");

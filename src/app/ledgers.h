@@ -13,6 +13,10 @@
 
 namespace sluice {
 
+// The job text's line with a text job's tokenizer file digest (app/cmd_run.cpp writes it as a TOML
+// comment, `# tokenizer-sha256 = "..."`); a resume refuses another digest.
+inline constexpr const char* kTokenizerDigestKey = "# tokenizer-sha256";
+
 // Collective.  Every rank reads its share of `paths` (recovering each file first when `recover`:
 // io/recover.cpp; a file moved aside as unreadable is left out); rank 0 returns every file's
 // summary in `paths` order, whose `chunks` are merged runs (merged_runs), the others an empty list.
