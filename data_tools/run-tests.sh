@@ -8,7 +8,15 @@
 #   data_tools/run-tests.sh -L unit    only the unit tests (any ctest arguments)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# Each phase's seconds, so that a slow CI run says where its time went.
+since=$(date +%s)
+phase() { echo "run-tests: $1 took $(( $(date +%s) - since )) s" >&2; since=$(date +%s); }
 SLUICE_WITH_SLURM=1 "$root/data_tools/install-deps.sh"
+phase "installing the dependencies"
 "$root/data_tools/build.sh"
+phase "the build"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-ctest --test-dir "$root/build" --output-on-failure --timeout 900 --parallel "${SLUICE_TEST_JOBS:-3}" "$@"
+status=0
+ctest --test-dir "$root/build" --output-on-failure --timeout 900 --parallel "${SLUICE_TEST_JOBS:-3}" "$@" || status=$?
+phase "the tests"
+exit $status
