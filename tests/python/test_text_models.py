@@ -13,26 +13,14 @@ error is held to 1e-4 of the vector's scale."""
 import json
 import os
 
-import h5py
 import numpy as np
 import pytest
 
+from support.text_outputs import cosines, embeddings
 from support.sluice_test import ROOT, assemble, sluice
 
 ZOO = os.path.join(ROOT, "tests", "data", "text_zoo")
 MODELS = ["bert_mean", "bert_cls", "bert_max", "bert_last", "xlmr_mean", "roberta_mean"]
-
-
-def embeddings(outdir):
-    with h5py.File(os.path.join(outdir, "outputs.h5"), "r") as f:
-        keys = [bytes(k).rstrip(b"\0").decode() if not isinstance(k, str) else k for k in f["sample_key"][:]]
-        return keys, f["outputs/embedding"][:], f["sample_status"][:]
-
-
-def cosines(a, b):
-    a = a.astype(np.float64)
-    b = b.astype(np.float64)
-    return (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
 
 
 def run_encoder(name, exporter, out, *extra, np_=None):
