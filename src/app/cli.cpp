@@ -160,6 +160,7 @@ int cli_main(int argc, char** argv) {
   add_profile_command(app);
   add_check_command(app);
   add_tokenize_command(app);
+  add_params_command(app);
 
   // Rewritten into `run --config FILE --dry-run` above; listed here for --help.
   app.add_subcommand("explain-job", "Explain a job file without running it: sluice explain-job FILE [options of sluice run]")

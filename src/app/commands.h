@@ -28,5 +28,6 @@ int launch_command(const std::string& launcher, int argc, char** argv);  // the 
 void add_profile_command(CLI::App& app);                   // app/cmd_profile.cpp
 void add_check_command(CLI::App& app);                     // app/cmd_check.cpp
 void add_tokenize_command(CLI::App& app);                  // app/cmd_tokenize.cpp
+void add_params_command(CLI::App& app);                    // app/cmd_params.cpp
 
 }  // namespace sluice

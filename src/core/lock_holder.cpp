@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/params.h"
 
 namespace sluice {
 
@@ -98,11 +99,7 @@ LockHolder lock_holder(const std::string& path) {
 }
 
 double lock_wait_seconds() {
-  const char* v = std::getenv("SLUICE_LOCK_WAIT_S");
-  if (v == nullptr || *v == '\0') return 120;
-  char* end = nullptr;
-  const double s = std::strtod(v, &end);
-  return (end != v && s >= 0) ? s : 120;
+  return param_double("SLUICE_LOCK_WAIT_S");   // 120 when unset; a bad value is a usage error
 }
 
 }  // namespace sluice

@@ -5,18 +5,27 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
+
+#include "core/params.h"
 
 namespace sluice {
 
 namespace {
 // SLUICE_LOG_LEVEL=debug|info|warning|error sets the starting level (info when unset or unknown),
-// so that an engine's debug lines (the attention paths' start-up timings, ...) can be seen.
+// so that an engine's debug lines (the attention paths' start-up timings, ...) can be seen.  Read
+// during static initialization, where an exception would end the process without a word: an
+// unknown value is said on stderr and taken as info, as it always was.
 int initial_level() {
-  const char* v = std::getenv("SLUICE_LOG_LEVEL");
-  if (!v) return static_cast<int>(LogLevel::Info);
-  if (std::strcmp(v, "debug") == 0) return static_cast<int>(LogLevel::Debug);
-  if (std::strcmp(v, "warning") == 0) return static_cast<int>(LogLevel::Warn);
-  if (std::strcmp(v, "error") == 0) return static_cast<int>(LogLevel::Error);
+  std::string v;
+  try {
+    v = param_string("SLUICE_LOG_LEVEL");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sluice: %s; using info\n", e.what());
+  }
+  if (v == "debug") return static_cast<int>(LogLevel::Debug);
+  if (v == "warning") return static_cast<int>(LogLevel::Warn);
+  if (v == "error") return static_cast<int>(LogLevel::Error);
   return static_cast<int>(LogLevel::Info);
 }
 std::atomic<int> g_level{initial_level()};

@@ -4,13 +4,14 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "core/params.h"
+
 namespace sluice {
 
 namespace {
 
 double skew_from_environment() {
-  const char* v = std::getenv("SLUICE_CLOCK_SKEW_S");
-  return v ? std::atof(v) : 0.0;
+  return param_double("SLUICE_CLOCK_SKEW_S");
 }
 
 std::atomic<double> g_offset{0.0};

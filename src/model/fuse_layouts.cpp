@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/params.h"
 #include "model/const_eval.h"
 #include "model/graph_util.h"
 #include "model/passes.h"
@@ -407,8 +408,7 @@ bool conv_gelu_at(Graph& g, std::size_t index) {
 }  // namespace
 
 int fuse_conv_gelu(Graph& g) {
-  const char* on = std::getenv("SLUICE_FUSE_CONV_GELU");
-  if (!on || std::string(on) != "1") return 0;
+  if (!param_on("SLUICE_FUSE_CONV_GELU")) return 0;
   int done = 0;
   for (std::size_t i = 0; i < g.nodes.size();)
     if (conv_gelu_at(g, i)) ++done;

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/params.h"
 
 namespace sluice {
 
@@ -114,10 +115,7 @@ const Shape* static_shape(const Graph& g, const std::string& name) {
   return &v->shape;
 }
 
-bool switched_off(const char* name) {
-  const char* env = std::getenv(name);
-  return env && std::string(env) == "0";
-}
+bool switched_off(const char* name) { return !param_on(name); }
 
 std::vector<int64_t> transpose_permutation(const Node& t, std::size_t rank) {
   std::vector<int64_t> p = t.get_ints("perm");

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/cuda/cuda_check.h"
+#include "core/params.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/residual_stream.h"
 #include "engine/cuda/kernels.h"
@@ -64,12 +65,9 @@ Builder::Builder(const sluice::Graph& g, Precision p) : graph(g), precision(p), 
   // H200 2x faster than NCHW at tf32; DeepLabV3's large dilations need the atrous path for that,
   // ops_conv.cpp).  Plain fp32 stays NCHW, where cuDNN's FMA kernels are 2x faster.
   nhwc_ = p != Precision::FP32;
-  if (const char* layout = std::getenv("SLUICE_CUDA_LAYOUT")) {
-    const std::string l = layout;
-    if (l == "nchw") nhwc_ = false;
-    else if (l == "nhwc") nhwc_ = true;
-    else if (!l.empty()) throw UsageError(str("SLUICE_CUDA_LAYOUT must be nchw or nhwc, not '", l, "'"));
-  }
+  const std::string layout = param_string("SLUICE_CUDA_LAYOUT");   // auto (the above), nchw or nhwc
+  if (layout == "nchw") nhwc_ = false;
+  else if (layout == "nhwc") nhwc_ = true;
   if (g.inputs.size() != 1)
     throw InputError(str("cuda engine: the graph has ", g.inputs.size(), " inputs; the engine runs graphs with one"));
   for (const auto& in : g.inputs) {
@@ -152,13 +150,7 @@ int64_t Builder::stem_channels(const std::string& name) const {
   const ValueInfo& v = value(name);
   if (v.shape.size() != 4) return v.shape.empty() ? 0 : v.shape[1];
   const int64_t c = v.shape[1];
-  static const int64_t pad = [] {
-    const char* e = std::getenv("SLUICE_CUDA_STEM_PAD");
-    if (!e || !*e) return int64_t{4};
-    const std::string s = e;
-    if (s != "0" && s != "4" && s != "8") throw UsageError(str("SLUICE_CUDA_STEM_PAD must be 0, 4 or 8, not '", s, "'"));
-    return static_cast<int64_t>(std::stoi(s));
-  }();
+  static const int64_t pad = std::stoi(param_string("SLUICE_CUDA_STEM_PAD"));   // 0, 4 or 8
   if (pad == 0 || c >= pad || !consumers_want_nhwc(name)) return c;
   for (const Node* r : consumers(name))
     if (r->get_int("group", 1) != 1) return c;

@@ -14,6 +14,7 @@
 #include "core/cuda/cuda_raii.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/params.h"
 #include "engine/cuda/algo_cache.h"
 #include "engine/cuda/autotune.h"
 #include "engine/cuda/engine_internal.h"
@@ -30,11 +31,8 @@ namespace {
 int graph_mode() {
 #ifdef SLUICE_HAVE_CUDNN_FRONTEND
   static const int mode = [] {
-    const char* v = std::getenv("SLUICE_CUDA_CONV_GRAPH");
-    if (!v || !*v || std::strcmp(v, "0") == 0) return 0;
-    if (std::strcmp(v, "1") == 0) return 1;
-    if (std::strcmp(v, "force") == 0) return 2;
-    throw UsageError(str("SLUICE_CUDA_CONV_GRAPH must be 0, 1 or force, not '", v, "'"));
+    const std::string v = param_string("SLUICE_CUDA_CONV_GRAPH");   // one of 0|1|force
+    return v == "force" ? 2 : v == "1" ? 1 : 0;
   }();
   return mode;
 #else

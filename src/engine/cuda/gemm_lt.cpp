@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "core/params.h"
 #include "engine/cuda/algo_cache.h"
 #include "engine/cuda/autotune.h"
 #include "engine/cuda/kernels.h"
@@ -87,11 +88,7 @@ MatrixLayout make_layout(DType t, int64_t rows, int64_t cols, int64_t ld, int64_
 
 // SLUICE_CUDA_GEMM_TUNE: "0" (the first candidate, no cache), "1" or unset (--autotune), "quick", "full".
 std::string tune_mode() {
-  const char* v = std::getenv("SLUICE_CUDA_GEMM_TUNE");
-  const std::string s = v ? v : "1";
-  if (s != "0" && s != "1" && s != "quick" && s != "full")
-    throw UsageError(str("SLUICE_CUDA_GEMM_TUNE must be 0, 1, quick or full, not '", s, "'"));
-  return s;
+  return param_string("SLUICE_CUDA_GEMM_TUNE");   // one of 0|1|quick|full
 }
 
 std::string algo_text(const cublasLtMatmulAlgo_t& a) {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/params.h"
 #include "engine/cuda/kernels.h"
 #include "engine/cuda/kernels_act.cuh"
 #include "engine/cuda/kernels_common.cuh"
@@ -14,19 +15,11 @@
 namespace sluice::cuda {
 
 bool fast_kernels() {
-  static const bool on = [] {
-    const char* v = std::getenv("SLUICE_CUDA_FAST");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = param_on("SLUICE_CUDA_FAST");
   return on;
 }
 
-bool switch_on(const char* name) {
-  const char* v = std::getenv(name);
-  const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1") throw UsageError(str(name, " must be 0 or 1, not '", s, "'"));
-  return s != "0";
-}
+bool switch_on(const char* name) { return param_on(name); }
 
 unsigned waves_grid(int64_t n, int threads) {
   static int sms = [] {

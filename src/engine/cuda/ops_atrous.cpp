@@ -2,6 +2,7 @@
 // chooses the path (the convolution itself is an ordinary ConvStep, ops_conv.cpp).
 #include <cstdlib>
 
+#include "core/params.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
 
@@ -32,16 +33,12 @@ struct AtrousPolicy {
 // dilation, D:all also sends NCHW convolutions that way.
 AtrousPolicy atrous_policy() {
   AtrousPolicy p;
-  const char* v = std::getenv("SLUICE_CUDA_ATROUS");
-  if (!v || !*v) return p;
-  const std::string s = v;
+  const std::string s = param_string("SLUICE_CUDA_ATROUS");   // checked there (core/params.cpp)
+  if (s.empty()) return p;
   if (s == "off" || s == "0") return AtrousPolicy{0, false};
   char* end = nullptr;
   const long d = std::strtol(s.c_str(), &end, 10);
-  const std::string rest = end;
-  if (end == s.c_str() || d < 2 || !(rest.empty() || rest == ":all"))
-    throw UsageError(str("SLUICE_CUDA_ATROUS must be off, a dilation >= 2, or a dilation followed by :all, not '", s, "'"));
-  return AtrousPolicy{d, rest == ":all"};
+  return AtrousPolicy{d, std::string(end) == ":all"};
 }
 
 // The batched layout's rearrangement steps; prepare() counts the convolutions that take this path.

@@ -21,6 +21,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/log.h"
+#include "core/params.h"
 #include "engine/cuda/attention_graph.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
@@ -33,19 +34,15 @@ enum class Path { Auto, Gemm, Cudnn, Window };
 // Read at each step's preparation, not once a process: an engine built after the variable changed
 // (a test that sets it for one engine) follows it.
 Path forced_path() {
-  const char* v = std::getenv("SLUICE_CUDA_ATTENTION");
-  if (!v || !*v || std::strcmp(v, "auto") == 0) return Path::Auto;
-  if (std::strcmp(v, "gemm") == 0) return Path::Gemm;
-  if (std::strcmp(v, "cudnn") == 0) return Path::Cudnn;
-  if (std::strcmp(v, "window") == 0) return Path::Window;
-  throw UsageError(str("SLUICE_CUDA_ATTENTION must be auto, gemm, cudnn or window, not '", v, "'"));
+  const std::string v = param_string("SLUICE_CUDA_ATTENTION");   // one of auto|gemm|cudnn|window
+  if (v == "gemm") return Path::Gemm;
+  if (v == "cudnn") return Path::Cudnn;
+  if (v == "window") return Path::Window;
+  return Path::Auto;
 }
 
 // SLUICE_CUDA_WINDOW_ATTENTION=0: the own one-pass kernel is no candidate (read at preparation).
-bool window_enabled() {
-  const char* v = std::getenv("SLUICE_CUDA_WINDOW_ATTENTION");
-  return !(v && std::strcmp(v, "0") == 0);
-}
+bool window_enabled() { return param_on("SLUICE_CUDA_WINDOW_ATTENTION"); }
 
 cudaDataType_t blas_type(DType t) {
   switch (t) {

@@ -16,6 +16,7 @@
 
 #include "core/cuda/cuda_raii.h"
 #include "core/log.h"
+#include "core/params.h"
 #include "engine/cuda/algo_cache.h"
 #include "engine/cuda/autotune.h"
 #include "engine/cuda/conv_graph.h"
@@ -152,11 +153,10 @@ constexpr float kOne = 1.f, kZero = 0.f;
 // when faster; 0, cuDNN only; force, the product wherever it applies (tests, measurements).
 enum class ConvGemm { Off, Auto, Force };
 ConvGemm conv_gemm_mode() {
-  const char* v = std::getenv("SLUICE_CUDA_CONV_GEMM");
-  if (!v || !*v || std::strcmp(v, "1") == 0) return ConvGemm::Auto;
-  if (std::strcmp(v, "0") == 0) return ConvGemm::Off;
-  if (std::strcmp(v, "force") == 0) return ConvGemm::Force;
-  throw UsageError(str("SLUICE_CUDA_CONV_GEMM must be 0, 1 or force, not '", v, "'"));
+  const std::string v = param_string("SLUICE_CUDA_CONV_GEMM");   // one of 0|1|force
+  if (v == "0") return ConvGemm::Off;
+  if (v == "force") return ConvGemm::Force;
+  return ConvGemm::Auto;
 }
 
 class ConvStep final : public Step {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/cuda/cuda_check.h"
+#include "core/params.h"
 
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
@@ -136,20 +137,13 @@ bool fuse_swish_on() { return switch_on("SLUICE_CUDA_FUSE_SWISH"); }
 enum class SwishKernel { Exact, Fast, Generic };
 
 SwishKernel swish_kernel_mode() {
-  const char* v = std::getenv("SLUICE_CUDA_SWISH");
-  const std::string s = v ? v : "";
-  if (s.empty() || s == "fast") return SwishKernel::Fast;
+  const std::string s = param_string("SLUICE_CUDA_SWISH");   // one of fast|exact|generic
   if (s == "exact") return SwishKernel::Exact;
   if (s == "generic") return SwishKernel::Generic;
-  throw UsageError(str("SLUICE_CUDA_SWISH must be fast, exact or generic, not '", s, "'"));
+  return SwishKernel::Fast;
 }
 
-bool swish_bias_on() {
-  const char* v = std::getenv("SLUICE_CUDA_SWISH_BIAS");
-  const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1") throw UsageError(str("SLUICE_CUDA_SWISH_BIAS must be 0 or 1, not '", s, "'"));
-  return s == "1";
-}
+bool swish_bias_on() { return param_on("SLUICE_CUDA_SWISH_BIAS"); }   // off unless 1
 
 // The only reader of `name` (none when it has several, or is a graph output).
 const Node* sole_reader(const Builder& b, const std::string& name) {

@@ -28,6 +28,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/cuda_raii.h"
+#include "core/params.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/gemm_lt.h"
 #include "engine/cuda/kernels.h"
@@ -152,8 +153,7 @@ void plan_residual(Builder& b, const std::string& name, const Shape& shape, Epil
   if (r && r->domain.empty() && r->op == "Transpose" && r->input(0) == name && b.has_output(*r, 0) && shape.size() == 4 &&
       b.nhwc_enabled() && r->get_ints("perm") == std::vector<int64_t>{0, 3, 1, 2}) {
     // The view ops_layout.cpp makes of a plain [N, H, W, C] (SLUICE_CUDA_LAYOUT_VIEWS=1).
-    const char* lv = std::getenv("SLUICE_CUDA_LAYOUT_VIEWS");
-    if (lv && std::string(lv) == "0") return;
+    if (!param_on("SLUICE_CUDA_LAYOUT_VIEWS")) return;
     view = r;
     in = r->outputs[0];
     r = only_reader(b, in);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/params.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
 #include "engine/resize_taps.h"
@@ -118,10 +119,7 @@ bool keeps(const ResizeShape& s, int d) { return s.in[d] == s.out[d] && s.scale[
 // ---- the output tail ------------------------------------------------------------------------------
 
 bool fuse_tails() {
-  static const bool on = [] {
-    const char* v = std::getenv("SLUICE_CUDA_FUSE_TAILS");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = param_on("SLUICE_CUDA_FUSE_TAILS");
   return on;
 }
 

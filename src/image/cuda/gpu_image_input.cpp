@@ -39,6 +39,7 @@
 #include "core/cuda/cuda_raii.h"
 #include "core/log.h"
 #include "core/nvtx.h"
+#include "core/params.h"
 #include "core/thread.h"
 #include "image/cuda/gpu_preprocess.h"
 #include "image/cuda/nvjpeg_decoder.h"
@@ -187,8 +188,7 @@ GpuImageInput::GpuImageInput(Source& source, const PreprocessSpec& spec, int64_t
   if (contexts > 8) throw UsageError(str("image decode threads: ", contexts, " is more than 8"));
   decoder_ = std::make_unique<NvjpegBatchDecoder>(opt.backend, opt.upsample_interpolate, static_cast<int>(batch), contexts,
                                                   overlap_ && opt.handle_per_context);
-  const char* stats = std::getenv("SLUICE_IMAGE_STATS");
-  print_stats_ = stats && std::string(stats) != "0";
+  print_stats_ = param_on("SLUICE_IMAGE_STATS");
   const std::size_t B = static_cast<std::size_t>(batch);
   span_capacity_ = B * static_cast<std::size_t>(spec.out_h + spec.out_w);
   weight_capacity_ = span_capacity_ * kNominalTaps;
@@ -620,27 +620,13 @@ std::unique_ptr<BatchInput> make_gpu_image_input(Source& source, const Preproces
                                                  Device& device, const ImageInputOptions& options) {
   GpuImageOptions g;
   g.fail_on_bad = options.fail_on_bad;
-  if (const char* b = std::getenv("SLUICE_IMAGE_DECODER")) {
-    const std::string v = b;
-    if (v == "hardware") g.backend = GpuImageOptions::Backend::Hardware;
-    else if (v == "hybrid") g.backend = GpuImageOptions::Backend::Hybrid;
-    else if (v != "auto" && !v.empty())
-      throw UsageError(str("SLUICE_IMAGE_DECODER=", v, ": expected auto, hardware or hybrid"));
-  }
-  if (const char* o = std::getenv("SLUICE_DECODE_OVERLAP")) {
-    const std::string v = o;
-    char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || n < 0 || n > 8)
-      throw UsageError(str("SLUICE_DECODE_OVERLAP=", v, ": expected 0 (nvJPEG on the driver thread), 1 (2 decode threads) or 2..8"));
-    g.decode_threads = n == 1 ? 2 : static_cast<int>(n);
-  }
-  if (const char* hd = std::getenv("SLUICE_DECODE_HANDLES")) {
-    const std::string v = hd;
-    if (v == "own") g.handle_per_context = true;
-    else if (v != "shared" && !v.empty())
-      throw UsageError(str("SLUICE_DECODE_HANDLES=", v, ": expected own (an nvJPEG handle per decode thread) or shared"));
-  }
+  // Each checked by core/params.cpp (its table: the values each takes).
+  const std::string backend = param_string("SLUICE_IMAGE_DECODER");
+  if (backend == "hardware") g.backend = GpuImageOptions::Backend::Hardware;
+  else if (backend == "hybrid") g.backend = GpuImageOptions::Backend::Hybrid;
+  const int64_t overlap = param_int("SLUICE_DECODE_OVERLAP");   // 0..8
+  g.decode_threads = overlap == 1 ? 2 : static_cast<int>(overlap);
+  if (param_string("SLUICE_DECODE_HANDLES") == "own") g.handle_per_context = true;
   return make_gpu_image_input(source, spec, batch, device, g);
 }
 #endif
