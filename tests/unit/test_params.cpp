@@ -106,8 +106,11 @@ TEST(Params, ValuesAreReadAtEachUseWithTheirPolarity) {
     const ScopedEnv off("SLUICE_FUSE_ATTENTION", "0");
     EXPECT_FALSE(param_on("SLUICE_FUSE_ATTENTION"));
   }
-  EXPECT_TRUE(param_on("SLUICE_FUSE_ATTENTION"));   // on by default
-  EXPECT_FALSE(param_on("SLUICE_FUSE_CONV_GELU"));  // off by default
+  {
+    const ScopedEnv unset("SLUICE_FUSE_ATTENTION", nullptr), unset_gelu("SLUICE_FUSE_CONV_GELU", nullptr);
+    EXPECT_TRUE(param_on("SLUICE_FUSE_ATTENTION"));   // on by default
+    EXPECT_FALSE(param_on("SLUICE_FUSE_CONV_GELU"));  // off by default
+  }
   {
     const ScopedEnv on("SLUICE_FUSE_CONV_GELU", "1");
     EXPECT_TRUE(param_on("SLUICE_FUSE_CONV_GELU"));
