@@ -9,6 +9,7 @@
 #include "engine/cuda/engine_internal.h"
 #include "engine/residual_stream.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/precision_types.h"
 #include "model/op_arity.h"
 
 namespace sluice::cuda {
@@ -24,14 +25,6 @@ class FnStep final : public Step {
 };
 
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
-DType compute_type(Precision p) {
-  switch (p) {
-    case Precision::FP16: return DType::F16;
-    case Precision::BF16: return DType::BF16;
-    default: return DType::F32;
-  }
-}
 
 // Host conversion of a constant to the engine's element type.
 std::vector<uint8_t> convert_bytes(const Tensor& t, DType to) {
@@ -60,7 +53,7 @@ cudnnDataType_t cudnn_type(DType t) {
   }
 }
 
-Builder::Builder(const sluice::Graph& g, Precision p) : graph(g), precision(p), compute(compute_type(p)) {
+Builder::Builder(const sluice::Graph& g, Precision p) : graph(g), precision(p), compute(compute_dtype(p)) {
   // Channels-last wherever tensor cores run the convolutions: fp16, bf16 and tf32 (ResNet-50 on the
   // H200 2x faster than NCHW at tf32; DeepLabV3's large dilations need the atrous path for that,
   // ops_conv.cpp).  Plain fp32 stays NCHW, where cuDNN's FMA kernels are 2x faster.

@@ -31,18 +31,10 @@
 #include "engine/cuda/algo_cache.h"
 #include "engine/cuda/autotune.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/precision_types.h"
 
 namespace sluice::cuda {
 namespace {
-
-cudaDataType_t lt_type(DType t) {
-  switch (t) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::F16: return CUDA_R_16F;
-    case DType::BF16: return CUDA_R_16BF;
-    default: SLUICE_THROW("cuBLASLt: element type ", dtype_name(t), " is not supported");
-  }
-}
 
 // The largest power of two (up to 256) that divides address p: what cuBLASLt's heuristic is told
 // the operands are aligned to, so that it offers only kernels that can read them.
@@ -77,7 +69,7 @@ using MatmulPref = Handle<cublasLtMatmulPreference_t, destroy_pref>;
 
 MatrixLayout make_layout(DType t, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, lt_type(t), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, blas_type(t), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
   MatrixLayout owned(l);
   if (batch > 1) {
     set_layout(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, static_cast<int32_t>(batch));
@@ -180,7 +172,7 @@ class LtGemmStep final : public Step {
   // heuristic's candidates, or (SLUICE_CUDA_GEMM_TUNE=0) its first; false when it offers none.
   bool choose(Context& ctx, const Bindings& bd, GemmEpilogue e, const void* pbias) {
     cublasLtMatmulDesc_t d = nullptr;
-    const cublasComputeType_t compute = s_.precision == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const cublasComputeType_t compute = blas_compute(s_.precision);
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&d, compute, CUDA_R_32F));
     MatmulDesc desc(d);
     set_desc(d, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(s_.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
@@ -193,7 +185,7 @@ class LtGemmStep final : public Step {
     if (e != GemmEpilogue::None) {
       // The bias in D's type (the default, stated here so that it does not depend on it); its
       // pointer is set before the heuristic, which reads its alignment from it.
-      set_desc(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(lt_type(s_.y)));
+      set_desc(d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(blas_type(s_.y)));
       set_desc(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, pbias);
     }
     cublasLtMatmulPreference_t p = nullptr;

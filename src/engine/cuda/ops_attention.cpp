@@ -25,6 +25,7 @@
 #include "engine/cuda/attention_graph.h"
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/precision_types.h"
 
 namespace sluice::cuda {
 namespace {
@@ -43,15 +44,6 @@ Path forced_path() {
 
 // SLUICE_CUDA_WINDOW_ATTENTION=0: the own one-pass kernel is no candidate (read at preparation).
 bool window_enabled() { return param_on("SLUICE_CUDA_WINDOW_ATTENTION"); }
-
-cudaDataType_t blas_type(DType t) {
-  switch (t) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::F16: return CUDA_R_16F;
-    case DType::BF16: return CUDA_R_16BF;
-    default: SLUICE_THROW("cuBLAS: element type ", dtype_name(t), " is not supported");
-  }
-}
 
 // Where matrix m = n * heads + h of an operand (q, k, v, y) lies, in elements: sample block,
 // offset in it, head stride, row stride (k's column stride when given transposed).  Packed
@@ -210,7 +202,7 @@ class AttentionStep final : public Step {
 
   void run_gemm(Context& ctx, const Bindings& b, cudaStream_t s) {
     const cudaDataType_t dt = blas_type(t_);
-    const cublasComputeType_t ct = ctx.precision == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const cublasComputeType_t ct = blas_compute(ctx.precision);
     const int m = static_cast<int>(d_.skv), n = static_cast<int>(d_.s), kk = static_cast<int>(d_.d);
     const float alpha = d_.scale, zero = 0.f, one = 1.f;
     const Operand &q = d_.op[0], &k = d_.op[1], &v = d_.op[2], &y = d_.op[3];

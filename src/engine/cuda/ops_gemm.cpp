@@ -32,22 +32,10 @@
 #include "engine/cuda/engine_internal.h"
 #include "engine/cuda/gemm_lt.h"
 #include "engine/cuda/kernels.h"
+#include "engine/cuda/precision_types.h"
 
 namespace sluice::cuda {
 namespace {
-
-cudaDataType_t blas_type(DType t) {
-  switch (t) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::F16: return CUDA_R_16F;
-    case DType::BF16: return CUDA_R_16BF;
-    default: SLUICE_THROW("cuBLAS: element type ", dtype_name(t), " is not supported");
-  }
-}
-
-cublasComputeType_t compute_type(Precision p) {
-  return p == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-}
 
 // One (batched) product in row-major terms: Y[b] = alpha * op(A[b]) op(B[b]) + beta * Y[b].
 struct GemmCall {
@@ -72,12 +60,12 @@ void enqueue_gemm(Context& ctx, DType t, const GemmCall& c, const void* a, const
   if (c.batch == 1) {
     CUBLAS_CHECK(cublasGemmEx(ctx.cublas, op_b, op_a, static_cast<int>(c.n), static_cast<int>(c.m), static_cast<int>(c.k),
                               &c.alpha, pb, dt, static_cast<int>(ldb), pa, dt, static_cast<int>(lda), &c.beta, py, dt,
-                              static_cast<int>(c.n), compute_type(ctx.precision), CUBLAS_GEMM_DEFAULT));
+                              static_cast<int>(c.n), blas_compute(ctx.precision), CUBLAS_GEMM_DEFAULT));
   } else {
     CUBLAS_CHECK(cublasGemmStridedBatchedEx(ctx.cublas, op_b, op_a, static_cast<int>(c.n), static_cast<int>(c.m),
                                             static_cast<int>(c.k), &c.alpha, pb, dt, static_cast<int>(ldb), c.stride_b, pa,
                                             dt, static_cast<int>(lda), c.stride_a, &c.beta, py, dt, static_cast<int>(c.n),
-                                            c.stride_y, static_cast<int>(c.batch), compute_type(ctx.precision),
+                                            c.stride_y, static_cast<int>(c.batch), blas_compute(ctx.precision),
                                             CUBLAS_GEMM_DEFAULT));
   }
 }

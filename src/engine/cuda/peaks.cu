@@ -10,6 +10,7 @@
 #include "core/cuda/cuda_raii.h"
 #include "engine/cuda/kernels_common.cuh"
 #include "engine/cuda/peaks.h"
+#include "engine/cuda/precision_types.h"
 
 namespace sluice::cuda {
 namespace {
@@ -68,9 +69,9 @@ DevicePeaks measure_device_peaks(cublasHandle_t blas, cudaStream_t s, Precision 
 
   {  // Matrix product: square, in the engine's element type, accumulating in float.
     const int64_t n = p == Precision::FP32 ? 4096 : 8192;
-    const DType t = p == Precision::FP16 ? DType::F16 : (p == Precision::BF16 ? DType::BF16 : DType::F32);
-    const cudaDataType_t dt = t == DType::F16 ? CUDA_R_16F : (t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F);
-    const cublasComputeType_t ct = p == Precision::TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const DType t = compute_dtype(p);
+    const cudaDataType_t dt = blas_type(t);
+    const cublasComputeType_t ct = blas_compute(p);
     const std::size_t bytes = static_cast<std::size_t>(n * n) * dtype_size(t);
     DeviceBuffer a(bytes), b(bytes), c(bytes);
     dispatch_float(t, [&](auto tag) {
