@@ -48,6 +48,7 @@ SignalWatcher::SignalWatcher(std::function<void(int)> on_first) {
       unsigned char byte = 0;
       while (read(g_pipe[0], &byte, 1) == 1) {
         const int sig = byte;
+        if (sig == 0) continue;   // the destructor's wake-up, not a signal
         if (!first_seen) {
           first_seen = true;
           first_at = Clock::now();
@@ -64,6 +65,10 @@ SignalWatcher::SignalWatcher(std::function<void(int)> on_first) {
 
 SignalWatcher::~SignalWatcher() {
   done_ = true;
+  // Wakes the poll at once (a 0 byte: no signal has that number), so an exit does not wait for its
+  // 200 ms timeout.
+  const unsigned char wake = 0;
+  if (g_pipe[1] >= 0) (void)!write(g_pipe[1], &wake, 1);
   thread_.join_noexcept();
 }
 
