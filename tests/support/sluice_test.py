@@ -12,7 +12,9 @@ ROOT = os.environ.get("SLUICE_ROOT", os.path.dirname(os.path.dirname(os.path.dir
 BIN = os.environ.get("SLUICE_BIN", os.path.join(ROOT, "build", "sluice"))
 QUICKSTART = os.path.join(ROOT, "jobs", "quickstart.toml")
 
+# pml ob1: what Open MPI takes here anyway, after trying PSM/PSM2 for 0.2 s a process (tests/CMakeLists.txt).
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_pml=os.environ.get("OMPI_MCA_pml", "ob1"),
                OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
 
 
