@@ -20,13 +20,15 @@ from support.text_outputs import cosines, embeddings
 from support.sluice_test import ROOT, assemble, sluice
 
 ZOO = os.path.join(ROOT, "tests", "data", "text_zoo")
+# SLUICE_TEXT_DEVICE=cuda runs the same checks on the GPU (the GPU host; CI runs the CPU engine).
+DEVICE = os.environ.get("SLUICE_TEXT_DEVICE", "cpu")
 MODELS = ["bert_mean", "bert_cls", "bert_max", "bert_last", "xlmr_mean", "roberta_mean"]
 
 
 def run_encoder(name, exporter, out, *extra, np_=None):
     d = os.path.join(ZOO, name)
     p = sluice("run", "--model", os.path.join(d, f"model.{exporter}.onnx"), "--input", os.path.join(d, "passages.jsonl"),
-               "--key-field", "id", "--outputs", "embedding", "--output", out, "--device", "cpu", "--batch-size", 8,
+               "--key-field", "id", "--outputs", "embedding", "--output", out, "--device", DEVICE, "--batch-size", 8,
                "--cpu-threads", 1, *extra, np_=np_)
     assert p.returncode == 0, p.stderr
     return p
@@ -76,7 +78,7 @@ def test_ranks_and_resume_are_bit_identical(tmp_path):
         assert e.tobytes() == one.tobytes(), n
     d = os.path.join(ZOO, "xlmr_mean")
     args = ["--model", os.path.join(d, "model.torchscript.onnx"), "--input", os.path.join(d, "passages.jsonl"),
-            "--key-field", "id", "--outputs", "embedding", "--output", tmp_path / "r", "--device", "cpu",
+            "--key-field", "id", "--outputs", "embedding", "--output", tmp_path / "r", "--device", DEVICE,
             "--batch-size", 8, "--chunk-batches", 1, "--cpu-threads", 1]
     p = sluice("run", *args, "--fail-at-batch", 2, "--fail-ranks", 1, np_=2)
     assert p.returncode != 0, p.stderr
@@ -93,7 +95,7 @@ def test_a_tokenizer_rewritten_in_place_is_refused_at_resume(tmp_path):
     d = tmp_path / "model"
     shutil.copytree(os.path.join(ZOO, "bert_mean"), d)
     args = ["--model", d / "model.torchscript.onnx", "--input", d / "passages.jsonl", "--key-field", "id",
-            "--outputs", "embedding", "--output", tmp_path / "r", "--device", "cpu", "--batch-size", 8,
+            "--outputs", "embedding", "--output", tmp_path / "r", "--device", DEVICE, "--batch-size", 8,
             "--chunk-batches", 1, "--cpu-threads", 1]
     p = sluice("run", *args, "--fail-at-batch", 2, "--fail-ranks", 1, np_=2)
     assert p.returncode != 0, p.stderr
