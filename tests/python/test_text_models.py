@@ -16,7 +16,7 @@ import os
 import numpy as np
 import pytest
 
-from support.text_outputs import cosines, embeddings
+from support.text_outputs import assert_matches_reference, cosines, embeddings
 from support.sluice_test import ROOT, assemble, sluice
 
 ZOO = os.path.join(ROOT, "tests", "data", "text_zoo")
@@ -47,16 +47,7 @@ def test_embeddings_match_sentence_transformers(name, exporter, tmp_path):
     assert f"pooling {manifest['pooling']}" in p.stderr, p.stderr
     assert ("L2-normalized" if manifest["normalize"] else "not normalized") in p.stderr, p.stderr
     assert "at most 64 tokens" in p.stderr, p.stderr
-    keys, got, status = embeddings(tmp_path / "o")
-    ref = np.load(os.path.join(ZOO, name, "ref.npz"))["st_cpu_fp64"]
-    passages = [json.loads(line) for line in open(os.path.join(ZOO, name, "passages.jsonl"))]
-    assert keys == [x["id"] for x in passages]
-    assert (status == 0).all()
-    assert got.shape == ref.shape and got.dtype == np.float32
-    cos = cosines(got, ref)
-    assert cos.min() >= 0.99999, (cos.min(), int(cos.argmin()))
-    err = np.abs(got - ref).max() / np.abs(ref).max()
-    assert err < 1e-4, err
+    got = assert_matches_reference(tmp_path / "o", os.path.join(ZOO, name))
     if exporter == "dynamo":
         # Both exports prepare to the same computation (the mask a view of it, both attention blocks
         # fused): the bytes were identical on the CPU engine when this was written; held here to 1e-6
