@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "model/batch_axis.h"
+#include "test_model_util.h"
 #include "support/graph_builder.h"
 
 namespace sluice {
@@ -18,14 +19,7 @@ using testsupport::typed;
 
 constexpr int64_t B = 4;
 
-std::string refusal(const Graph& g, int64_t batch = B) {
-  try {
-    check_batch_axis(g, batch);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string refusal(const Graph& g, int64_t batch = B) { return test::batch_refusal(g, batch); }
 
 TEST(BatchAxis, ConvFlattenGemmKeepsTheBatch) {
   GraphBuilder b({B, 3, 4, 4});

@@ -25,14 +25,7 @@ using test::count_ops;
 
 constexpr int64_t B = 3, L = 5;
 
-std::string refusal(const Graph& g, int64_t batch = B) {
-  try {
-    check_batch_axis(g, batch);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string refusal(const Graph& g, int64_t batch = B) { return test::batch_refusal(g, batch); }
 
 // Indices [B, 1, rows, L, 2] whose tuple at (b, 0, r, l) is tuple(b, r, l), as torch's Range/Expand grids
 // fold once the shapes are fixed.

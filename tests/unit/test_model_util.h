@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "model/batch_axis.h"
 #include "model/graph.h"
 
 namespace sluice::test {
@@ -89,6 +91,16 @@ inline std::vector<float> ramp(std::size_t n, uint32_t seed = 1) {
     x = static_cast<float>(s >> 8) / static_cast<float>(1u << 23) - 1.0f;
   }
   return v;
+}
+
+// check_batch_axis's refusal of `g` at `batch`, or "" when it takes the graph.
+inline std::string batch_refusal(const Graph& g, int64_t batch) {
+  try {
+    check_batch_axis(g, batch);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace sluice::test

@@ -21,14 +21,7 @@ using testsupport::typed;
 
 constexpr int64_t B = 3;
 
-std::string refusal(const Graph& g, int64_t batch = B) {
-  try {
-    check_batch_axis(g, batch);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string refusal(const Graph& g, int64_t batch = B) { return test::batch_refusal(g, batch); }
 
 TEST(SampleOpsBatch, DepthToSpaceAndSpaceToDepthKeepTheBatch) {
   testsupport::GraphBuilder b({B, 8, 3, 5});
